@@ -1,0 +1,162 @@
+// Package config reads Sluice's settings once, from the environment and the
+// command line, and says exactly which one is wrong.
+package config
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/mail"
+	"path/filepath"
+	"strconv"
+	"time"
+)
+
+// Config is every setting of a Sluice process.
+type Config struct {
+	Command         string        // "serve" (default) or "migrate"
+	Addr            string        // SLUICE_ADDR
+	DatabaseURL     string        // DATABASE_URL; empty means the embedded SQLite file
+	DataDir         string        // SLUICE_DATA_DIR
+	RedisURL        string        // REDIS_URL, reserved for shared limits
+	AutoMigrate     bool          // SLUICE_AUTO_MIGRATE
+	AdminEmail      string        // SLUICE_ADMIN_EMAIL
+	AdminPassword   string        // SLUICE_ADMIN_PASSWORD
+	SessionSecret   string        // SLUICE_SESSION_SECRET
+	SessionTTL      time.Duration // SLUICE_SESSION_TTL
+	MaxBodyBytes    int64         // SLUICE_MAX_BODY_BYTES
+	BcryptCost      int           // SLUICE_BCRYPT_COST
+	TokenCacheTTL   time.Duration // SLUICE_TOKEN_CACHE_TTL
+	ShutdownTimeout time.Duration // SLUICE_SHUTDOWN_TIMEOUT
+	LogLevel        string        // SLUICE_LOG_LEVEL
+}
+
+// SQLitePath is where the embedded database lives.
+func (c Config) SQLitePath() string { return filepath.Join(c.DataDir, "sluice.db") }
+
+// Embedded says whether Sluice runs on its own SQLite file.
+func (c Config) Embedded() bool { return c.DatabaseURL == "" }
+
+// Load reads the configuration. args are the command-line arguments after
+// the program name: an optional command, then flags that override the
+// environment.
+func Load(args []string, getenv func(string) string) (Config, error) {
+	r := reader{getenv: getenv}
+	c := Config{
+		Addr:            r.str("SLUICE_ADDR", ":8080"),
+		DatabaseURL:     r.str("DATABASE_URL", ""),
+		DataDir:         r.str("SLUICE_DATA_DIR", "data"),
+		RedisURL:        r.str("REDIS_URL", ""),
+		AdminEmail:      r.str("SLUICE_ADMIN_EMAIL", "admin@localhost"),
+		AdminPassword:   r.str("SLUICE_ADMIN_PASSWORD", ""),
+		SessionSecret:   r.str("SLUICE_SESSION_SECRET", ""),
+		SessionTTL:      r.duration("SLUICE_SESSION_TTL", 12*time.Hour, time.Minute, 30*24*time.Hour),
+		MaxBodyBytes:    r.int64("SLUICE_MAX_BODY_BYTES", 1<<20, 1<<10, 64<<20),
+		BcryptCost:      int(r.int64("SLUICE_BCRYPT_COST", 12, 4, 16)),
+		TokenCacheTTL:   r.duration("SLUICE_TOKEN_CACHE_TTL", 30*time.Second, time.Second, time.Hour),
+		ShutdownTimeout: r.duration("SLUICE_SHUTDOWN_TIMEOUT", 15*time.Second, time.Second, 10*time.Minute),
+		LogLevel:        r.oneOf("SLUICE_LOG_LEVEL", "info", "debug", "info", "warn", "error"),
+	}
+	// The embedded default migrates itself so `go run .` just works; against
+	// a shared Postgres, migrating is an explicit step (`sluice migrate`).
+	c.AutoMigrate = r.bool("SLUICE_AUTO_MIGRATE", c.Embedded())
+
+	c.Command = "serve"
+	if len(args) > 0 && (args[0] == "serve" || args[0] == "migrate") {
+		c.Command, args = args[0], args[1:]
+	}
+	fs := flag.NewFlagSet("sluice", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.StringVar(&c.Addr, "addr", c.Addr, "listen address")
+	fs.StringVar(&c.DataDir, "data-dir", c.DataDir, "directory of the embedded database")
+	if err := fs.Parse(args); err != nil {
+		r.errs = append(r.errs, fmt.Errorf("command line: %w (usage: sluice [serve|migrate] [-addr :8080] [-data-dir data])", err))
+	} else if fs.NArg() > 0 {
+		r.errs = append(r.errs, fmt.Errorf("command line: unknown command %q (want serve or migrate)", fs.Arg(0)))
+	}
+
+	if _, _, err := net.SplitHostPort(c.Addr); err != nil {
+		r.errs = append(r.errs, fmt.Errorf("SLUICE_ADDR: %q is not host:port (e.g. :8080)", c.Addr))
+	}
+	if _, err := mail.ParseAddress(c.AdminEmail); err != nil {
+		r.errs = append(r.errs, fmt.Errorf("SLUICE_ADMIN_EMAIL: %q is not an email address", c.AdminEmail))
+	}
+	if c.AdminPassword != "" && (len(c.AdminPassword) < 8 || len(c.AdminPassword) > 72) {
+		r.errs = append(r.errs, errors.New("SLUICE_ADMIN_PASSWORD: must be 8 to 72 bytes"))
+	}
+	if c.SessionSecret != "" && len(c.SessionSecret) < 32 {
+		r.errs = append(r.errs, errors.New("SLUICE_SESSION_SECRET: must be at least 32 characters"))
+	}
+	if c.DataDir == "" {
+		r.errs = append(r.errs, errors.New("SLUICE_DATA_DIR: must not be empty"))
+	}
+	return c, errors.Join(r.errs...)
+}
+
+// reader collects every bad variable so one start-up names them all.
+type reader struct {
+	getenv func(string) string
+	errs   []error
+}
+
+func (r *reader) str(name, def string) string {
+	if v := r.getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
+func (r *reader) int64(name string, def, lo, hi int64) int64 {
+	v := r.getenv(name)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n < lo || n > hi {
+		r.errs = append(r.errs, fmt.Errorf("%s: %q must be a whole number from %d to %d", name, v, lo, hi))
+		return def
+	}
+	return n
+}
+
+func (r *reader) duration(name string, def, lo, hi time.Duration) time.Duration {
+	v := r.getenv(name)
+	if v == "" {
+		return def
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d < lo || d > hi {
+		r.errs = append(r.errs, fmt.Errorf("%s: %q must be a duration like 30s or 12h, from %s to %s", name, v, lo, hi))
+		return def
+	}
+	return d
+}
+
+func (r *reader) bool(name string, def bool) bool {
+	v := r.getenv(name)
+	if v == "" {
+		return def
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		r.errs = append(r.errs, fmt.Errorf("%s: %q must be true or false", name, v))
+		return def
+	}
+	return b
+}
+
+func (r *reader) oneOf(name, def string, allowed ...string) string {
+	v := r.getenv(name)
+	if v == "" {
+		return def
+	}
+	for _, a := range allowed {
+		if v == a {
+			return v
+		}
+	}
+	r.errs = append(r.errs, fmt.Errorf("%s: %q must be one of %v", name, v, allowed))
+	return def
+}

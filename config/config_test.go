@@ -1,0 +1,74 @@
+package config
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func env(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
+
+func TestDefaults(t *testing.T) {
+	c, err := Load(nil, env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Addr != ":8080" || c.SQLitePath() != "data/sluice.db" || !c.Embedded() || !c.AutoMigrate ||
+		c.MaxBodyBytes != 1<<20 || c.BcryptCost != 12 || c.AdminEmail != "admin@localhost" || c.Command != "serve" {
+		t.Fatalf("unexpected defaults: %+v", c)
+	}
+}
+
+func TestPostgresDoesNotAutoMigrateByDefault(t *testing.T) {
+	c, err := Load([]string{"migrate"}, env(map[string]string{"DATABASE_URL": "postgres://x/y"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.AutoMigrate || c.Command != "migrate" || c.Embedded() {
+		t.Fatalf("got %+v", c)
+	}
+}
+
+func TestFlagsOverrideEnvironment(t *testing.T) {
+	c, err := Load([]string{"-addr", ":0", "-data-dir", "/tmp/x"}, env(map[string]string{"SLUICE_ADDR": ":9000"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Addr != ":0" || c.DataDir != "/tmp/x" {
+		t.Fatalf("got %+v", c)
+	}
+}
+
+func TestInvalidValuesNameTheVariable(t *testing.T) {
+	cases := map[string]map[string]string{
+		"SLUICE_ADDR":           {"SLUICE_ADDR": "8080"},
+		"SLUICE_MAX_BODY_BYTES": {"SLUICE_MAX_BODY_BYTES": "lots"},
+		"SLUICE_SESSION_TTL":    {"SLUICE_SESSION_TTL": "1"},
+		"SLUICE_AUTO_MIGRATE":   {"SLUICE_AUTO_MIGRATE": "maybe"},
+		"SLUICE_ADMIN_EMAIL":    {"SLUICE_ADMIN_EMAIL": "nobody"},
+		"SLUICE_ADMIN_PASSWORD": {"SLUICE_ADMIN_PASSWORD": "short"},
+		"SLUICE_SESSION_SECRET": {"SLUICE_SESSION_SECRET": "tooshort"},
+		"SLUICE_BCRYPT_COST":    {"SLUICE_BCRYPT_COST": "40"},
+		"SLUICE_LOG_LEVEL":      {"SLUICE_LOG_LEVEL": "loud"},
+	}
+	for name, vars := range cases {
+		_, err := Load(nil, env(vars))
+		if err == nil || !strings.Contains(err.Error(), name) {
+			t.Errorf("%s: got %v, want an error naming the variable", name, err)
+		}
+	}
+	if _, err := Load([]string{"launch"}, env(nil)); err == nil || !strings.Contains(err.Error(), "launch") {
+		t.Errorf("unknown command: got %v", err)
+	}
+}
+
+func TestTwoBadValuesAreBothReported(t *testing.T) {
+	_, err := Load(nil, env(map[string]string{"SLUICE_ADDR": "x", "SLUICE_TOKEN_CACHE_TTL": "forever"}))
+	if err == nil || !strings.Contains(err.Error(), "SLUICE_ADDR") || !strings.Contains(err.Error(), "SLUICE_TOKEN_CACHE_TTL") {
+		t.Fatalf("got %v", err)
+	}
+	c, _ := Load(nil, env(map[string]string{"SLUICE_TOKEN_CACHE_TTL": "5s"}))
+	if c.TokenCacheTTL != 5*time.Second {
+		t.Fatalf("ttl %v", c.TokenCacheTTL)
+	}
+}

@@ -1,0 +1,91 @@
+// Package testdb gives tests a fresh, migrated database: a SQLite file in a
+// temp dir, and a private schema in the real Postgres of TEST_DATABASE_URL.
+package testdb
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"net/url"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/sluicehq/sluice/migrations"
+	"github.com/sluicehq/sluice/models"
+)
+
+// Each runs fn once per dialect as a subtest, so one table of store tests
+// covers SQLite and Postgres alike.
+func Each(t *testing.T, fn func(t *testing.T, db *models.DB)) {
+	t.Helper()
+	t.Run("sqlite", func(t *testing.T) { fn(t, SQLite(t)) })
+	t.Run("postgres", func(t *testing.T) { fn(t, Postgres(t)) })
+}
+
+// SQLite opens a migrated database in t's temp dir.
+func SQLite(t testing.TB) *models.DB {
+	t.Helper()
+	db, err := models.Open(context.Background(), "", filepath.Join(t.TempDir(), "sluice.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	migrate(t, db)
+	return db
+}
+
+// PostgresURL returns a URL to a fresh schema of TEST_DATABASE_URL, dropped
+// when t ends, and skips t with a message when the variable is unset.
+func PostgresURL(t testing.TB) string {
+	t.Helper()
+	base := os.Getenv("TEST_DATABASE_URL")
+	if base == "" {
+		t.Skip("TEST_DATABASE_URL is not set: skipping the Postgres variant (CI sets it)")
+	}
+	admin, err := models.Open(context.Background(), base, "")
+	if err != nil {
+		t.Fatalf("TEST_DATABASE_URL is set but unusable: %v", err)
+	}
+	var b [6]byte
+	rand.Read(b[:])
+	schema := "t_" + hex.EncodeToString(b[:])
+	if err := admin.Gorm.Exec("CREATE SCHEMA " + schema).Error; err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		admin.Gorm.Exec("DROP SCHEMA " + schema + " CASCADE")
+		admin.Close()
+	})
+	u, err := url.Parse(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := u.Query()
+	q.Set("search_path", schema)
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
+// Postgres opens a migrated private schema of TEST_DATABASE_URL.
+func Postgres(t testing.TB) *models.DB {
+	t.Helper()
+	db, err := models.Open(context.Background(), PostgresURL(t), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	migrate(t, db)
+	return db
+}
+
+func migrate(t testing.TB, db *models.DB) {
+	t.Helper()
+	sqlDB, err := db.SQL()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := migrations.Apply(context.Background(), sqlDB, migrations.Dialect(db.Dialect)); err != nil {
+		t.Fatal(err)
+	}
+}

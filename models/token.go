@@ -1,0 +1,129 @@
+package models
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"gorm.io/gorm"
+
+	"github.com/sluicehq/sluice/apperr"
+)
+
+// APIToken is a credential for the metered API. Only its SHA-256 is kept.
+type APIToken struct {
+	ID         int64
+	OrgID      int64
+	UserID     int64
+	Name       string
+	Prefix     string
+	Hash       string
+	CreatedAt  time.Time
+	LastUsedAt *time.Time
+	ExpiresAt  *time.Time
+	RevokedAt  *time.Time
+}
+
+// Status is the token's state as its owner sees it.
+func (t APIToken) Status(now time.Time) string {
+	switch {
+	case t.RevokedAt != nil:
+		return "revoked"
+	case t.ExpiresAt != nil && !now.Before(*t.ExpiresAt):
+		return "expired"
+	default:
+		return "active"
+	}
+}
+
+// TokenOwner is what the gateway needs to admit a request: the token, its
+// organization and the organization's tier name.
+type TokenOwner struct {
+	APIToken
+	TierName string
+}
+
+const maxTokenName = 100
+
+// CreateAPIToken issues a token for a user of orgID and returns it with the
+// plain text, which is never stored.
+func (s *Store) CreateAPIToken(ctx context.Context, orgID, userID int64, name string, expiresAt *time.Time) (APIToken, string, error) {
+	if name == "" || len(name) > maxTokenName {
+		return APIToken{}, "", apperr.New(apperr.Unprocessable, "name must be 1 to %d characters", maxTokenName)
+	}
+	secret, err := NewTokenSecret()
+	if err != nil {
+		return APIToken{}, "", err
+	}
+	t := APIToken{
+		OrgID: orgID, UserID: userID, Name: name,
+		Prefix: TokenDisplayPrefix(secret), Hash: HashToken(secret),
+		CreatedAt: time.Now().UTC(), ExpiresAt: expiresAt,
+	}
+	err = s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		if err := tx.Create(&t).Error; err != nil {
+			return dbErr(err, "token")
+		}
+		return audit(tx, orgID, userID, "token.create", fmt.Sprint(t.ID), t.Name)
+	})
+	return t, secret, err
+}
+
+// APITokens lists an organization's tokens, newest first.
+func (s *Store) APITokens(ctx context.Context, orgID int64) ([]APIToken, error) {
+	var ts []APIToken
+	err := s.db.WithContext(ctx).Where("org_id = ?", orgID).Order("id DESC").Find(&ts).Error
+	return ts, dbErr(err, "tokens")
+}
+
+// RevokeAPIToken revokes one of orgID's tokens. Another organization's token
+// is not found, never revoked. Revoking twice is harmless.
+func (s *Store) RevokeAPIToken(ctx context.Context, actor User, orgID, id int64) (APIToken, error) {
+	var t APIToken
+	err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		if err := tx.Where("org_id = ? AND id = ?", orgID, id).Take(&t).Error; err != nil {
+			return dbErr(err, "token")
+		}
+		if t.RevokedAt != nil {
+			return nil
+		}
+		now := time.Now().UTC()
+		t.RevokedAt = &now
+		if err := tx.Model(&t).Update("revoked_at", now).Error; err != nil {
+			return dbErr(err, "token")
+		}
+		return audit(tx, orgID, actor.ID, "token.revoke", fmt.Sprint(id), t.Name)
+	})
+	return t, err
+}
+
+// TokenOwnerByHash resolves a token hash for the gateway, whatever its state;
+// the caller decides what revoked or expired means.
+func (s *Store) TokenOwnerByHash(ctx context.Context, hash string) (TokenOwner, error) {
+	var o TokenOwner
+	err := s.db.WithContext(ctx).Table("api_tokens").
+		Select("api_tokens.*, tiers.name AS tier_name").
+		Joins("JOIN organizations ON organizations.id = api_tokens.org_id").
+		Joins("JOIN tiers ON tiers.id = organizations.tier_id").
+		Where("api_tokens.hash = ?", hash).Take(&o).Error
+	return o, dbErr(err, "token")
+}
+
+// TouchAPITokens records when tokens were last used, in one transaction, so
+// the gateway can batch what would otherwise be a write per request.
+func (s *Store) TouchAPITokens(ctx context.Context, lastUsed map[int64]time.Time) error {
+	if len(lastUsed) == 0 {
+		return nil
+	}
+	return s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		for id, at := range lastUsed {
+			err := tx.Model(&APIToken{}).
+				Where("id = ? AND (last_used_at IS NULL OR last_used_at < ?)", id, at).
+				Update("last_used_at", at.UTC()).Error
+			if err != nil {
+				return dbErr(err, "token last used")
+			}
+		}
+		return nil
+	})
+}
