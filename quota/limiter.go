@@ -1,0 +1,129 @@
+// Package quota decides whether a request may proceed: per-key token buckets
+// implemented as GCRA, with no HTTP and no database, so it can be tested and
+// reused on its own.
+//
+// GCRA (generic cell rate algorithm) keeps a single number per key, the
+// theoretical arrival time (TAT): the instant at which the bucket would be
+// full again. Admission is one comparison and, when admitted, one
+// compare-and-swap, which is what keeps the hot path lock-free in memory and a
+// single round trip in Redis.
+package quota
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"time"
+)
+
+// Params are a bucket's shape: Capacity tokens of burst, refilled at RefillPerSec.
+// They travel with every call rather than living in the limiter, so a tier
+// change takes effect on the next request without resetting anyone's bucket.
+type Params struct {
+	Capacity     int64
+	RefillPerSec float64
+}
+
+// Decision is the outcome of one Allow call, carrying what a caller needs to
+// fill the rate-limit headers of its response.
+type Decision struct {
+	Allowed    bool
+	Limit      int64         // = Capacity
+	Remaining  int64         // whole tokens left after this call (0..Capacity)
+	RetryAfter time.Duration // when rejected: wait until `weight` tokens are available; 0 when allowed
+	ResetAfter time.Duration // time until the bucket is full again
+}
+
+// Limiter admits or rejects weighted requests against a per-key bucket.
+// Backends (in-process, Redis) implement it so callers never learn where the
+// state lives.
+type Limiter interface {
+	Allow(ctx context.Context, key string, p Params, weight int64) (Decision, error)
+}
+
+// ErrInvalidParams is returned when Params or the weight cannot describe a
+// bucket (capacity < 1, refill <= 0 or unrepresentable, weight < 1); it points
+// at a misconfigured tier or caller, never at the end user.
+var ErrInvalidParams = errors.New("quota: invalid bucket params")
+
+// ErrWeightExceedsCapacity is returned when a single request weighs more than
+// the bucket can ever hold: waiting would never help, so it is an error rather
+// than a rejection with a RetryAfter.
+var ErrWeightExceedsCapacity = errors.New("quota: weight exceeds bucket capacity")
+
+// maxTau bounds the burst window (Capacity / RefillPerSec) at about 73 years.
+// TATs are unix nanoseconds; with tau this small, now + 2*tau (the largest
+// value ever computed) cannot overflow int64 before the year 2170.
+const maxTau = int64(1) << 61
+
+// shape is Params converted to GCRA's integer form.
+type shape struct {
+	limit    int64 // Capacity, reported back as Decision.Limit
+	interval int64 // T: nanoseconds to refill one token
+	tau      int64 // burst tolerance: T * Capacity
+}
+
+// newShape validates p and weight and converts them to integer nanoseconds.
+//
+// T is 1e9/RefillPerSec rounded to the nearest nanosecond. Integer T keeps the
+// arithmetic exact and identical in every backend; the price is a relative
+// rate error of at most 0.5ns/T. That error only accumulates while a bucket
+// stays saturated (a full bucket resets it), and reaches one token only after
+// 2*T tokens (T in ns) of uninterrupted saturation: never in practice for rates
+// up to a few thousand per second, and not at all when 1e9/RefillPerSec is a
+// whole number, as it is for the default tiers (T = 2s and 200ms).
+func newShape(p Params, weight int64) (shape, error) {
+	if p.Capacity < 1 {
+		return shape{}, fmt.Errorf("%w: capacity %d is below 1", ErrInvalidParams, p.Capacity)
+	}
+	// Written as !(x > 0) so that NaN is rejected too.
+	if !(p.RefillPerSec > 0) {
+		return shape{}, fmt.Errorf("%w: refill %v per second is not positive", ErrInvalidParams, p.RefillPerSec)
+	}
+	if weight < 1 {
+		return shape{}, fmt.Errorf("%w: weight %d is below 1", ErrInvalidParams, weight)
+	}
+	// Checked in float before converting, because converting an out-of-range
+	// float to int64 is implementation-defined.
+	t := math.Round(1e9 / p.RefillPerSec)
+	if t < 1 || t > float64(maxTau) {
+		return shape{}, fmt.Errorf("%w: refill %v per second is not representable in nanoseconds", ErrInvalidParams, p.RefillPerSec)
+	}
+	interval := int64(t)
+	if p.Capacity > maxTau/interval {
+		return shape{}, fmt.Errorf("%w: burst window of %d tokens at %v per second is too long", ErrInvalidParams, p.Capacity, p.RefillPerSec)
+	}
+	if weight > p.Capacity {
+		return shape{}, fmt.Errorf("%w: weight %d, capacity %d", ErrWeightExceedsCapacity, weight, p.Capacity)
+	}
+	return shape{limit: p.Capacity, interval: interval, tau: interval * p.Capacity}, nil
+}
+
+// gcra applies one request of the given weight to a bucket whose state is tat,
+// at instant now (both unix nanoseconds). It returns the decision and the TAT
+// to store; when the request is rejected the TAT is returned unchanged, so a
+// rejection never costs tokens. It is pure so that every backend shares the
+// same arithmetic and the tests can reason about it directly.
+func gcra(tat, now int64, s shape, weight int64) (Decision, int64) {
+	// A TAT in the past means the bucket has been full since then; the idle
+	// time is not banked beyond Capacity.
+	base := max(tat, now)
+	next := base + weight*s.interval
+	if wait := next - now - s.tau; wait > 0 {
+		return Decision{
+			Limit: s.limit,
+			// Negative when the capacity was lowered below what is already
+			// in use; nothing is left in that case.
+			Remaining:  max(0, (s.tau-(base-now))/s.interval),
+			RetryAfter: time.Duration(wait),
+			ResetAfter: time.Duration(base - now),
+		}, tat
+	}
+	return Decision{
+		Allowed:    true,
+		Limit:      s.limit,
+		Remaining:  (s.tau - (next - now)) / s.interval,
+		ResetAfter: time.Duration(next - now),
+	}, next
+}
