@@ -1,0 +1,76 @@
+package local
+
+import (
+	"strings"
+	"unicode"
+)
+
+// asciiCharsPerToken is how many ASCII letters or digits one token covers.
+// BPE tokenizers for English average roughly four characters per token, so a
+// run of n such characters is billed as ceil(n/4) tokens.
+const asciiCharsPerToken = 4
+
+// CountTokens approximates a BPE tokenizer so that usage reported by
+// sluice-local is deterministic and close to what a hosted model would bill,
+// without shipping a vocabulary:
+//
+//   - each run of ASCII letters and digits (a "word") counts ceil(len/4);
+//   - each whitespace rune counts 0;
+//   - every other rune counts 1: Han and other CJK characters (which BPE
+//     vocabularies rarely merge), punctuation and symbols (ASCII or
+//     full-width), other scripts, control characters and each byte of
+//     invalid UTF-8.
+//
+// The count only grows as text is appended, which is what lets a reply be cut
+// to a token budget by taking a prefix.
+func CountTokens(s string) int {
+	var c tokenCounter
+	for _, r := range s {
+		c.add(r)
+	}
+	return c.total
+}
+
+// tokenCounter applies the CountTokens rules one rune at a time, so truncation
+// can find the cut point in a single pass instead of recounting each prefix.
+type tokenCounter struct {
+	total int
+	run   int // length of the current run of ASCII letters/digits
+}
+
+// add counts r and returns the running total.
+func (c *tokenCounter) add(r rune) int {
+	if isASCIIAlnum(r) {
+		// ceil(run/4) grows by one exactly when a run reaches 1, 5, 9, ...
+		if c.run%asciiCharsPerToken == 0 {
+			c.total++
+		}
+		c.run++
+		return c.total
+	}
+	c.run = 0
+	if !unicode.IsSpace(r) {
+		c.total++
+	}
+	return c.total
+}
+
+func isASCIIAlnum(r rune) bool {
+	return r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9'
+}
+
+// truncateTokens returns the longest prefix of s, cut on a rune boundary, that
+// counts at most maxTokens, and whether anything was cut. maxTokens <= 0 means
+// no limit. Trailing whitespace left by the cut is dropped; it costs no tokens.
+func truncateTokens(s string, maxTokens int) (string, bool) {
+	if maxTokens <= 0 {
+		return s, false
+	}
+	var c tokenCounter
+	for i, r := range s {
+		if c.add(r) > maxTokens {
+			return strings.TrimRightFunc(s[:i], unicode.IsSpace), true
+		}
+	}
+	return s, false
+}
