@@ -1,0 +1,157 @@
+// Package accounts is the account logic shared by the JSON API and the
+// browser: signup, login with throttling, sessions, API tokens, and the
+// cached token lookup of the gateway's hot path.
+package accounts
+
+import (
+	"context"
+	"crypto/rand"
+	"net/mail"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"golang.org/x/crypto/bcrypt"
+
+	"github.com/sluicehq/sluice/apperr"
+	"github.com/sluicehq/sluice/models"
+)
+
+// Service signs users up and in.
+type Service struct {
+	store      *models.Store
+	dir        *Directory
+	throttle   *LoginThrottle
+	bcryptCost int
+	dummyHash  []byte // compared against for unknown emails, so timing does not reveal them
+}
+
+// NewService returns the account service. bcryptCost is 12 in production.
+func NewService(store *models.Store, dir *Directory, throttle *LoginThrottle, bcryptCost int) (*Service, error) {
+	dummy, err := bcrypt.GenerateFromPassword([]byte("not a real password"), bcryptCost)
+	if err != nil {
+		return nil, apperr.Wrap(err, "bcrypt")
+	}
+	return &Service{store: store, dir: dir, throttle: throttle, bcryptCost: bcryptCost, dummyHash: dummy}, nil
+}
+
+// ValidatePassword enforces bcrypt's real limits: below 8 bytes is weak,
+// above 72 bytes bcrypt would silently ignore the rest.
+func ValidatePassword(p string) error {
+	switch {
+	case len(p) < 8:
+		return apperr.New(apperr.Unprocessable, "password must be at least 8 bytes")
+	case len(p) > 72:
+		return apperr.New(apperr.Unprocessable, "password must be at most 72 bytes (%d given)", len(p))
+	}
+	return nil
+}
+
+// ValidateEmail accepts a bare address such as ada@example.com.
+func ValidateEmail(email string) error {
+	a, err := mail.ParseAddress(email)
+	if err != nil || a.Address != strings.TrimSpace(email) || len(email) > 254 {
+		return apperr.New(apperr.Unprocessable, "email must be an address like ada@example.com")
+	}
+	return nil
+}
+
+func validateOrgName(name string) error {
+	if n := utf8.RuneCountInString(strings.TrimSpace(name)); n < 1 || n > 100 {
+		return apperr.New(apperr.Unprocessable, "organization name must be 1 to 100 characters")
+	}
+	return nil
+}
+
+// Signup creates an organization on the free tier with the user as owner.
+func (s *Service) Signup(ctx context.Context, email, password, orgName string) (models.User, models.Organization, error) {
+	email = strings.TrimSpace(email)
+	if err := ValidateEmail(email); err != nil {
+		return models.User{}, models.Organization{}, err
+	}
+	if err := ValidatePassword(password); err != nil {
+		return models.User{}, models.Organization{}, err
+	}
+	if err := validateOrgName(orgName); err != nil {
+		return models.User{}, models.Organization{}, err
+	}
+	hash, err := bcrypt.GenerateFromPassword([]byte(password), s.bcryptCost)
+	if err != nil {
+		return models.User{}, models.Organization{}, apperr.Wrap(err, "hash password")
+	}
+	o, u, err := s.store.CreateOrganizationWithOwner(ctx, strings.TrimSpace(orgName), "free", email, string(hash), models.RoleOwner)
+	return u, o, err
+}
+
+// Login checks a password. Failures for one email from one address are
+// slowed down: after a few, further attempts wait, doubling each time.
+func (s *Service) Login(ctx context.Context, email, password, clientIP string) (models.User, error) {
+	key := models.NormalizeEmail(email) + "|" + clientIP
+	if wait := s.throttle.Wait(key); wait > 0 {
+		secs := int(wait.Round(time.Second) / time.Second)
+		if secs < 1 {
+			secs = 1
+		}
+		return models.User{}, &apperr.Error{Code: apperr.RateLimited, Reason: "login_throttled",
+			Message: "too many failed sign-ins; try again in " + plural(secs, "second")}
+	}
+	u, err := s.store.UserByEmail(ctx, email)
+	if err != nil && apperr.CodeOf(err) != apperr.NotFound {
+		return models.User{}, err
+	}
+	hash := s.dummyHash
+	if err == nil {
+		hash = []byte(u.PasswordHash)
+	}
+	if bcrypt.CompareHashAndPassword(hash, []byte(password)) != nil || err != nil {
+		s.throttle.Fail(key)
+		return models.User{}, apperr.WithReason(apperr.Unauthorized, "invalid_credentials", "email or password is wrong")
+	}
+	s.throttle.Succeed(key)
+	return u, nil
+}
+
+// EnsureAdmin creates the first admin account when there is none. With an
+// empty password it generates one and returns it so it can be shown once.
+func (s *Service) EnsureAdmin(ctx context.Context, email, password string) (created bool, shownPassword string, err error) {
+	exists, err := s.store.AdminExists(ctx)
+	if err != nil || exists {
+		return false, "", err
+	}
+	if password == "" {
+		password = rand.Text()
+		shownPassword = password
+	}
+	if err := ValidatePassword(password); err != nil {
+		return false, "", err
+	}
+	hash, err := bcrypt.GenerateFromPassword([]byte(password), s.bcryptCost)
+	if err != nil {
+		return false, "", apperr.Wrap(err, "hash password")
+	}
+	_, _, err = s.store.CreateOrganizationWithOwner(ctx, "Sluice operators", "premium", email, string(hash), models.RoleAdmin)
+	if err != nil {
+		return false, "", err
+	}
+	return true, shownPassword, nil
+}
+
+func plural(n int, unit string) string {
+	if n == 1 {
+		return "1 " + unit
+	}
+	return itoa(n) + " " + unit + "s"
+}
+
+func itoa(n int) string {
+	if n == 0 {
+		return "0"
+	}
+	var b [20]byte
+	i := len(b)
+	for ; n > 0; n /= 10 {
+		i--
+		b[i] = byte('0' + n%10)
+	}
+	return string(b[i:])
+}

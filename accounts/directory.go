@@ -1,0 +1,169 @@
+package accounts
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sluicehq/sluice/apperr"
+	"github.com/sluicehq/sluice/models"
+)
+
+// Caller is who is calling the metered API: the token, its organization and
+// the tier whose limits apply.
+type Caller struct {
+	TokenID int64
+	OrgID   int64
+	UserID  int64
+	Tier    *models.Tier // shared, read-only snapshot
+	// LimitKey names the token's buckets; built once per cache fill so the
+	// hot path does not format it per request.
+	LimitKey string
+}
+
+// Directory resolves API tokens for the gateway. It caches what the
+// database said about each token hash (negatively too, for unknown tokens)
+// for a TTL, and keeps every tier in memory, so a request reads the database
+// only on a cache miss. Revocations, tier edits and tier changes of an
+// organization are applied to the cache at once by whoever makes them.
+type Directory struct {
+	store      *models.Store
+	ttl        time.Duration
+	now        func() time.Time
+	maxEntries int
+
+	mu     sync.RWMutex
+	tokens map[[sha256.Size]byte]tokenEntry
+
+	tiers atomic.Pointer[map[string]*models.Tier]
+}
+
+type tokenEntry struct {
+	known     bool
+	owner     models.TokenOwner
+	limitKey  string
+	fetchedAt time.Time
+}
+
+// NewDirectory loads the tiers and returns an empty token cache.
+func NewDirectory(ctx context.Context, store *models.Store, ttl time.Duration, now func() time.Time) (*Directory, error) {
+	if now == nil {
+		now = time.Now
+	}
+	d := &Directory{store: store, ttl: ttl, now: now, maxEntries: 100_000, tokens: map[[sha256.Size]byte]tokenEntry{}}
+	return d, d.ReloadTiers(ctx)
+}
+
+// Errors of Authenticate; each has its own code so clients can tell them apart.
+var (
+	errMissingKey   = apperr.WithReason(apperr.Unauthorized, "missing_api_key", "no API key: send it as 'Authorization: Bearer sk_sluice_…'")
+	errMalformedKey = apperr.WithReason(apperr.Unauthorized, "malformed_api_key", "the API key is malformed: Sluice keys start with sk_sluice_ and carry a checksum")
+	errUnknownKey   = apperr.WithReason(apperr.Unauthorized, "invalid_api_key", "the API key is not valid")
+	errRevokedKey   = apperr.WithReason(apperr.Unauthorized, "revoked_api_key", "the API key has been revoked")
+	errExpiredKey   = apperr.WithReason(apperr.Unauthorized, "expired_api_key", "the API key has expired")
+)
+
+// Authenticate resolves a plain-text API token to its caller.
+func (d *Directory) Authenticate(ctx context.Context, secret string) (Caller, error) {
+	if secret == "" {
+		return Caller{}, errMissingKey
+	}
+	if !models.CheckTokenSyntax(secret) {
+		return Caller{}, errMalformedKey
+	}
+	sum := sha256.Sum256([]byte(secret))
+	now := d.now()
+
+	d.mu.RLock()
+	e, ok := d.tokens[sum]
+	d.mu.RUnlock()
+	if !ok || now.Sub(e.fetchedAt) >= d.ttl {
+		owner, err := d.store.TokenOwnerByHash(ctx, hex.EncodeToString(sum[:]))
+		if err != nil && apperr.CodeOf(err) != apperr.NotFound {
+			return Caller{}, err
+		}
+		e = tokenEntry{known: err == nil, owner: owner, limitKey: "tok:" + strconv.FormatInt(owner.ID, 10), fetchedAt: now}
+		d.remember(sum, e)
+	}
+	switch {
+	case !e.known:
+		return Caller{}, errUnknownKey
+	case e.owner.RevokedAt != nil:
+		return Caller{}, errRevokedKey
+	case e.owner.ExpiresAt != nil && !now.Before(*e.owner.ExpiresAt):
+		return Caller{}, errExpiredKey
+	}
+	tier := d.Tier(e.owner.TierName)
+	if tier == nil {
+		return Caller{}, apperr.Wrap(errUnknownTier, e.owner.TierName)
+	}
+	return Caller{TokenID: e.owner.ID, OrgID: e.owner.OrgID, UserID: e.owner.UserID, Tier: tier, LimitKey: e.limitKey}, nil
+}
+
+var errUnknownTier = apperr.New(apperr.Internal, "organization's tier is not loaded")
+
+func (d *Directory) remember(sum [sha256.Size]byte, e tokenEntry) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if len(d.tokens) >= d.maxEntries {
+		for k, old := range d.tokens {
+			if e.fetchedAt.Sub(old.fetchedAt) >= d.ttl {
+				delete(d.tokens, k)
+			}
+		}
+		if len(d.tokens) >= d.maxEntries {
+			clear(d.tokens) // all fresh: a flood of distinct keys; start over rather than grow
+		}
+	}
+	d.tokens[sum] = e
+}
+
+// ForgetToken drops a token hash (hex, as stored) from the cache, after a
+// revocation.
+func (d *Directory) ForgetToken(hash string) {
+	var sum [sha256.Size]byte
+	if n, err := hex.Decode(sum[:], []byte(hash)); err != nil || n != len(sum) {
+		return
+	}
+	d.mu.Lock()
+	delete(d.tokens, sum)
+	d.mu.Unlock()
+}
+
+// ForgetOrganization drops every cached token of an organization, after its
+// tier changed.
+func (d *Directory) ForgetOrganization(orgID int64) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for k, e := range d.tokens {
+		if e.known && e.owner.OrgID == orgID {
+			delete(d.tokens, k)
+		}
+	}
+}
+
+// ReloadTiers replaces the in-memory tiers with the database's.
+func (d *Directory) ReloadTiers(ctx context.Context) error {
+	ts, err := d.store.Tiers(ctx)
+	if err != nil {
+		return err
+	}
+	m := make(map[string]*models.Tier, len(ts))
+	for i := range ts {
+		m[ts[i].Name] = &ts[i]
+	}
+	d.tiers.Store(&m)
+	return nil
+}
+
+// Tier returns the current snapshot of a tier, nil if there is none.
+func (d *Directory) Tier(name string) *models.Tier {
+	if m := d.tiers.Load(); m != nil {
+		return (*m)[name]
+	}
+	return nil
+}

@@ -1,0 +1,123 @@
+package metering
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/testdb"
+	"github.com/sluicehq/sluice/models"
+)
+
+// flakySink fails its first few inserts, as a database restarting would.
+type flakySink struct {
+	mu       sync.Mutex
+	failures int
+	stored   map[string]models.UsageEvent
+	touched  map[int64]time.Time
+}
+
+func (s *flakySink) InsertUsageEvents(_ context.Context, evs []models.UsageEvent) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.failures > 0 {
+		s.failures--
+		return errors.New("connection refused")
+	}
+	for _, ev := range evs {
+		s.stored[ev.RequestID] = ev
+	}
+	return nil
+}
+
+func (s *flakySink) TouchAPITokens(_ context.Context, m map[int64]time.Time) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for id, at := range m {
+		if at.After(s.touched[id]) {
+			s.touched[id] = at
+		}
+	}
+	return nil
+}
+
+func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+func TestCloseDrainsEveryEventFromManyWritersDespiteFailures(t *testing.T) {
+	sink := &flakySink{failures: 2, stored: map[string]models.UsageEvent{}, touched: map[int64]time.Time{}}
+	r := NewRecorder(sink, quiet(), time.Hour, 16) // never ticks: only batch size and Close flush
+	base := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	var wg sync.WaitGroup
+	for w := range 50 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 20 {
+				ev := models.UsageEvent{RequestID: fmt.Sprintf("%d-%d", w, i), TokenID: int64(w % 3), CreatedAt: base.Add(time.Duration(i) * time.Second)}
+				if err := r.Record(ev); err != nil {
+					t.Error(err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if err := r.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if len(sink.stored) != 1000 {
+		t.Fatalf("stored %d events, want 1000", len(sink.stored))
+	}
+	for id := range int64(3) {
+		if want := base.Add(19 * time.Second); !sink.touched[id].Equal(want) {
+			t.Errorf("token %d last used %v, want %v", id, sink.touched[id], want)
+		}
+	}
+	if err := r.Record(models.UsageEvent{RequestID: "late"}); !errors.Is(err, ErrClosed) {
+		t.Fatalf("record after close: %v", err)
+	}
+}
+
+func TestRecorderStoresIntoTheDatabase(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, db *models.DB) {
+		ctx := context.Background()
+		store := models.NewStore(db)
+		o, u, err := store.CreateOrganizationWithOwner(ctx, "Acme", "free", "a@example.com", "x", models.RoleOwner)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tok, _, err := store.CreateAPIToken(ctx, o.ID, u.ID, "ci", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := NewRecorder(store, quiet(), 10*time.Millisecond, 4)
+		now := time.Now().UTC()
+		for i := range 10 {
+			ev := models.UsageEvent{RequestID: fmt.Sprint("req-", i), OrgID: o.ID, TokenID: tok.ID, Model: "sluice-local",
+				PromptTokens: 3, CompletionTokens: 4, Status: 200, CreatedAt: now}
+			if err := r.Record(ev); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// The same request id again must not be billed twice.
+		_ = r.Record(models.UsageEvent{RequestID: "req-0", OrgID: o.ID, TokenID: tok.ID, Model: "sluice-local", PromptTokens: 100, Status: 200, CreatedAt: now})
+		if err := r.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+		got, err := store.UsageSince(ctx, o.ID, now.Add(-time.Minute))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Requests != 10 || got.TotalTokens() != 70 {
+			t.Fatalf("usage %+v, want 10 requests and 70 tokens", got)
+		}
+		toks, _ := store.APITokens(ctx, o.ID)
+		if toks[0].LastUsedAt == nil {
+			t.Fatal("last used not recorded")
+		}
+	})
+}
