@@ -1,0 +1,99 @@
+// Package templates renders Sluice's pages with templ. Components take the
+// plain view models of this file, never database rows, so a page cannot leak
+// a field (a password hash, a token hash) that nobody put in its view.
+package templates
+
+// Page is what every page's frame needs.
+type Page struct {
+	Title string
+	User  *UserNav // nil for anonymous visitors
+	Flash string   // a success message, shown once
+	Error string   // a problem with the submitted form, shown above it
+}
+
+// UserNav is the signed-in user as the navigation shows them.
+type UserNav struct {
+	Email   string
+	OrgName string
+	IsAdmin bool
+}
+
+// LoginView refills the login form after a failed attempt.
+type LoginView struct {
+	Email string
+}
+
+// SignupView refills the signup form after a failed attempt.
+type SignupView struct {
+	Email        string
+	Organization string
+}
+
+// DashboardView is an organization's overview.
+type DashboardView struct {
+	OrgName       string
+	TierName      string
+	Capacity      int64
+	RefillPerSec  string // formatted, e.g. "0.5"
+	RequestsToday int64
+	TokensToday   int64
+	RequestsMonth int64
+	TokensMonth   int64
+	ActiveTokens  int
+	Tokens        []TokenRow // the latest few
+}
+
+// TokensView is the token page: the list, the create form and, right after
+// creating one, the token's secret, shown this once.
+type TokensView struct {
+	Tokens   []TokenRow
+	NewToken *NewTokenView
+	Form     TokenForm
+}
+
+// TokenRow is one API token as its owner sees it.
+type TokenRow struct {
+	ID       int64
+	Name     string
+	Prefix   string // e.g. "sk_sluice_AbC123"
+	Created  string
+	LastUsed string // "never" when unused
+	Expires  string // "never" when it does not expire
+	Status   string // active | revoked | expired
+}
+
+// NewTokenView carries a just-created token's secret.
+type NewTokenView struct {
+	Name   string
+	Secret string
+}
+
+// TokenForm refills the create form after a failed attempt.
+type TokenForm struct {
+	Name          string
+	ExpiresInDays string
+}
+
+// AdminTiersView is the admin page for tiers and organizations.
+type AdminTiersView struct {
+	Tiers     []TierRow
+	Orgs      []OrgRow
+	TierNames []string
+}
+
+// TierRow is one tier with its editable limits.
+type TierRow struct {
+	Name         string
+	Capacity     int64
+	RefillPerSec string
+	Autotune     bool
+	RefillFloor  string
+}
+
+// OrgRow is one organization for the admin.
+type OrgRow struct {
+	ID      int64
+	Name    string
+	Tier    string
+	Created string
+}
