@@ -1,0 +1,82 @@
+package handlers
+
+import (
+	"log/slog"
+	"net/http"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/sluicehq/sluice/apperr"
+)
+
+// errorBody is the management API's error shape.
+type errorBody struct {
+	Error struct {
+		Code    string `json:"code"`
+		Message string `json:"message"`
+	} `json:"error"`
+}
+
+// openAIErrorBody is OpenAI's error shape, which the /v1 API speaks so SDKs
+// understand our failures as they understand OpenAI's.
+type openAIErrorBody struct {
+	Error struct {
+		Message string  `json:"message"`
+		Type    string  `json:"type"`
+		Param   *string `json:"param"`
+		Code    string  `json:"code"`
+	} `json:"error"`
+}
+
+// publicError returns what may be shown of err and logs internal ones with
+// their cause, which never reaches the client.
+func publicError(c *gin.Context, log *slog.Logger, err error) (status int, code, message string) {
+	e := apperr.As(err)
+	status = apperr.Status(e.Code)
+	code = string(e.Code)
+	if e.Reason != "" {
+		code = e.Reason
+	}
+	message = e.Message
+	if status >= 500 {
+		rid := requestID(c)
+		log.Error("request failed", "request_id", rid, "method", c.Request.Method, "path", c.FullPath(), "err", err)
+		message = "internal error; quote request id " + rid + " when reporting it"
+	}
+	return status, code, message
+}
+
+// writeAPIError answers a management API request with err.
+func writeAPIError(c *gin.Context, log *slog.Logger, err error) {
+	status, code, message := publicError(c, log, err)
+	var body errorBody
+	body.Error.Code, body.Error.Message = code, message
+	c.AbortWithStatusJSON(status, body)
+}
+
+// writeOpenAIError answers a /v1 request with err in OpenAI's shape.
+func writeOpenAIError(c *gin.Context, log *slog.Logger, err error) {
+	status, code, message := publicError(c, log, err)
+	var body openAIErrorBody
+	body.Error.Message, body.Error.Code = message, code
+	body.Error.Type = openAIErrorType(status)
+	if p := apperr.As(err).Param; p != "" {
+		body.Error.Param = &p
+	}
+	c.AbortWithStatusJSON(status, body)
+}
+
+func openAIErrorType(status int) string {
+	switch {
+	case status == http.StatusUnauthorized:
+		return "authentication_error"
+	case status == http.StatusForbidden:
+		return "permission_error"
+	case status == http.StatusTooManyRequests:
+		return "rate_limit_exceeded"
+	case status >= 500:
+		return "server_error"
+	default:
+		return "invalid_request_error"
+	}
+}

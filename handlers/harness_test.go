@@ -1,0 +1,175 @@
+package handlers
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/accounts"
+	"github.com/sluicehq/sluice/models"
+	"github.com/sluicehq/sluice/quota"
+	"github.com/sluicehq/sluice/upstream/local"
+)
+
+// clock is a settable time source shared by the limiter and the handlers.
+type clock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
+func (c *clock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
+}
+
+// storeRecorder writes usage synchronously, so tests see it at once; the
+// batching recorder has its own tests.
+type storeRecorder struct{ store *models.Store }
+
+func (r storeRecorder) Record(ev models.UsageEvent) error {
+	ctx := context.Background()
+	if err := r.store.InsertUsageEvents(ctx, []models.UsageEvent{ev}); err != nil {
+		return err
+	}
+	return r.store.TouchAPITokens(ctx, map[int64]time.Time{ev.TokenID: ev.CreatedAt})
+}
+
+// env is a Sluice HTTP stack on a real database with a fake clock.
+type env struct {
+	t       testing.TB
+	h       http.Handler
+	store   *models.Store
+	clock   *clock
+	acc     *accounts.Service
+	dir     *accounts.Directory
+	limiter *quota.Memory
+	model   *local.Model
+}
+
+func discardLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+func newEnv(t testing.TB, db *models.DB) *env {
+	t.Helper()
+	ctx := context.Background()
+	store := models.NewStore(db)
+	clk := &clock{now: time.Now().UTC()}
+	dir, err := accounts.NewDirectory(ctx, store, time.Minute, clk.Now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	acc, err := accounts.NewService(store, dir, accounts.NewLoginThrottle(clk.Now), 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	model, err := local.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := acc.EnsureAdmin(ctx, "admin@example.com", "admin-password"); err != nil {
+		t.Fatal(err)
+	}
+	limiter := quota.NewMemory(clk.Now)
+	h := New(Deps{
+		Log: discardLog(), Store: store, Accounts: acc,
+		Sessions:  accounts.NewSessions([]byte("0123456789abcdef0123456789abcdef"), time.Hour, clk.Now),
+		Directory: dir, Limiter: limiter, Model: model, Usage: storeRecorder{store},
+		MaxBodyBytes: 4 << 10, Now: clk.Now,
+	})
+	return &env{t: t, h: h, store: store, clock: clk, acc: acc, dir: dir, limiter: limiter, model: model}
+}
+
+// request is one HTTP call in a test.
+type request struct {
+	method, path string
+	bearer       string
+	contentType  string
+	body         string
+	header       map[string]string
+}
+
+func (e *env) do(r request) *httptest.ResponseRecorder {
+	e.t.Helper()
+	req := httptest.NewRequest(r.method, r.path, strings.NewReader(r.body))
+	if r.contentType != "" {
+		req.Header.Set("Content-Type", r.contentType)
+	} else if r.body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if r.bearer != "" {
+		req.Header.Set("Authorization", "Bearer "+r.bearer)
+	}
+	for k, v := range r.header {
+		req.Header.Set(k, v)
+	}
+	w := httptest.NewRecorder()
+	e.h.ServeHTTP(w, req)
+	return w
+}
+
+// decode parses a JSON response into a map.
+func decode(t testing.TB, w *httptest.ResponseRecorder) map[string]any {
+	t.Helper()
+	var m map[string]any
+	if err := json.Unmarshal(w.Body.Bytes(), &m); err != nil {
+		t.Fatalf("response is not JSON (%d): %q", w.Code, w.Body.String())
+	}
+	return m
+}
+
+// errorCode returns error.code of a JSON error response.
+func errorCode(t testing.TB, w *httptest.ResponseRecorder) string {
+	t.Helper()
+	m := decode(t, w)
+	e, ok := m["error"].(map[string]any)
+	if !ok {
+		t.Fatalf("no error object in %q", w.Body.String())
+	}
+	code, _ := e["code"].(string)
+	return code
+}
+
+// signup creates an organization and returns its owner's session token.
+func (e *env) signup(email, org string) string {
+	e.t.Helper()
+	w := e.do(request{method: "POST", path: "/api/auth/signup",
+		body: `{"email":"` + email + `","password":"password123","organization":"` + org + `"}`})
+	if w.Code != http.StatusCreated {
+		e.t.Fatalf("signup %s: %d %s", email, w.Code, w.Body.String())
+	}
+	return decode(e.t, w)["token"].(string)
+}
+
+func (e *env) login(email, password string) string {
+	e.t.Helper()
+	w := e.do(request{method: "POST", path: "/api/auth/login", body: `{"email":"` + email + `","password":"` + password + `"}`})
+	if w.Code != http.StatusOK {
+		e.t.Fatalf("login %s: %d %s", email, w.Code, w.Body.String())
+	}
+	return decode(e.t, w)["token"].(string)
+}
+
+// apiToken creates an API token with the session and returns it and its id.
+func (e *env) apiToken(session string) (string, int64) {
+	e.t.Helper()
+	w := e.do(request{method: "POST", path: "/api/tokens", bearer: session, body: `{"name":"test"}`})
+	if w.Code != http.StatusCreated {
+		e.t.Fatalf("create token: %d %s", w.Code, w.Body.String())
+	}
+	m := decode(e.t, w)
+	return m["token"].(string), int64(m["id"].(float64))
+}
+
+const chatBody = `{"model":"sluice-local","messages":[{"role":"user","content":"hello"}]}`
+
+func (e *env) chat(key string) *httptest.ResponseRecorder {
+	return e.do(request{method: "POST", path: "/v1/chat/completions", bearer: key, body: chatBody})
+}

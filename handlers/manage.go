@@ -1,0 +1,362 @@
+package handlers
+
+import (
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/sluicehq/sluice/accounts"
+	"github.com/sluicehq/sluice/apperr"
+	"github.com/sluicehq/sluice/models"
+)
+
+// manage serves the management JSON API under /api: the dashboard's
+// operations for automation, authenticated by a session JWT bearer.
+type manage struct {
+	log          *slog.Logger
+	store        *models.Store
+	accounts     *accounts.Service
+	sessions     *accounts.Sessions
+	maxBodyBytes int64
+	now          func() time.Time
+}
+
+const userKey = "sluice.user"
+
+// authenticateSession loads the user of a bearer session token.
+func (m *manage) authenticateSession(c *gin.Context) {
+	tok := bearer(c.Request)
+	if tok == "" {
+		writeAPIError(c, m.log, apperr.WithReason(apperr.Unauthorized, "missing_session", "sign in first: send 'Authorization: Bearer <token from /api/auth/login>'"))
+		return
+	}
+	id, err := m.sessions.Parse(tok)
+	if err != nil {
+		writeAPIError(c, m.log, err)
+		return
+	}
+	u, err := m.store.User(c.Request.Context(), id)
+	if err != nil {
+		if apperr.CodeOf(err) == apperr.NotFound {
+			err = apperr.WithReason(apperr.Unauthorized, "invalid_session", "session is invalid or expired; sign in again")
+		}
+		writeAPIError(c, m.log, err)
+		return
+	}
+	c.Set(userKey, u)
+	c.Next()
+}
+
+// requireAdmin lets only admins through.
+func (m *manage) requireAdmin(c *gin.Context) {
+	if !currentUser(c).IsAdmin() {
+		writeAPIError(c, m.log, apperr.New(apperr.Forbidden, "this endpoint is for admins"))
+		return
+	}
+	c.Next()
+}
+
+func currentUser(c *gin.Context) models.User { return c.MustGet(userKey).(models.User) }
+
+// decode reads a strict JSON body: unknown fields are errors, because a
+// misspelt setting silently ignored is worse than a 400.
+func (m *manage) decode(c *gin.Context, dst any) error {
+	dec := json.NewDecoder(http.MaxBytesReader(c.Writer, c.Request.Body, m.maxBodyBytes))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(dst); err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			return apperr.WithReason(apperr.TooLarge, "request_too_large", "request body is too large")
+		}
+		if errors.Is(err, io.EOF) {
+			return apperr.WithReason(apperr.Invalid, "invalid_json", "request body is empty")
+		}
+		return apperr.WithReason(apperr.Invalid, "invalid_json", "request body is not valid JSON for this endpoint: "+decodeProblem(err))
+	}
+	return nil
+}
+
+// decodeProblem names the offending field without echoing values.
+func decodeProblem(err error) string {
+	var typ *json.UnmarshalTypeError
+	if errors.As(err, &typ) {
+		return "field '" + typ.Field + "' must be " + typ.Type.String()
+	}
+	msg := err.Error()
+	if len(msg) > 120 {
+		msg = msg[:120]
+	}
+	return msg
+}
+
+type userOut struct {
+	ID    int64       `json:"id"`
+	Email string      `json:"email"`
+	Role  models.Role `json:"role"`
+}
+
+type orgOut struct {
+	ID        int64     `json:"id"`
+	Name      string    `json:"name"`
+	Tier      string    `json:"tier"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+func toUserOut(u models.User) userOut { return userOut{ID: u.ID, Email: u.Email, Role: u.Role} }
+
+func toOrgOut(o models.Organization) orgOut {
+	return orgOut{ID: o.ID, Name: o.Name, Tier: o.Tier.Name, CreatedAt: o.CreatedAt}
+}
+
+func (m *manage) signup(c *gin.Context) {
+	var in struct {
+		Email        string `json:"email"`
+		Password     string `json:"password"`
+		Organization string `json:"organization"`
+	}
+	if err := m.decode(c, &in); err != nil {
+		writeAPIError(c, m.log, err)
+		return
+	}
+	u, o, err := m.accounts.Signup(c.Request.Context(), in.Email, in.Password, in.Organization)
+	if err != nil {
+		writeAPIError(c, m.log, err)
+		return
+	}
+	tok, expires, err := m.sessions.Issue(u)
+	if err != nil {
+		writeAPIError(c, m.log, err)
+		return
+	}
+	c.JSON(http.StatusCreated, gin.H{"token": tok, "expires_at": expires.UTC(), "user": toUserOut(u), "organization": toOrgOut(o)})
+}
+
+func (m *manage) login(c *gin.Context) {
+	var in struct {
+		Email    string `json:"email"`
+		Password string `json:"password"`
+	}
+	if err := m.decode(c, &in); err != nil {
+		writeAPIError(c, m.log, err)
+		return
+	}
+	u, err := m.accounts.Login(c.Request.Context(), in.Email, in.Password, c.ClientIP())
+	if err != nil {
+		writeAPIError(c, m.log, err)
+		return
+	}
+	tok, expires, err := m.sessions.Issue(u)
+	if err != nil {
+		writeAPIError(c, m.log, err)
+		return
+	}
+	c.JSON(http.StatusOK, gin.H{"token": tok, "expires_at": expires.UTC()})
+}
+
+type tokenOut struct {
+	ID         int64      `json:"id"`
+	Name       string     `json:"name"`
+	Prefix     string     `json:"prefix"`
+	Status     string     `json:"status"`
+	CreatedAt  time.Time  `json:"created_at"`
+	LastUsedAt *time.Time `json:"last_used_at"`
+	ExpiresAt  *time.Time `json:"expires_at"`
+	RevokedAt  *time.Time `json:"revoked_at"`
+}
+
+func (m *manage) toTokenOut(t models.APIToken) tokenOut {
+	return tokenOut{ID: t.ID, Name: t.Name, Prefix: t.Prefix, Status: t.Status(m.now()),
+		CreatedAt: t.CreatedAt, LastUsedAt: t.LastUsedAt, ExpiresAt: t.ExpiresAt, RevokedAt: t.RevokedAt}
+}
+
+func (m *manage) createToken(c *gin.Context) {
+	var in struct {
+		Name          string `json:"name"`
+		ExpiresInDays int    `json:"expires_in_days"`
+	}
+	if err := m.decode(c, &in); err != nil {
+		writeAPIError(c, m.log, err)
+		return
+	}
+	t, secret, err := m.accounts.CreateToken(c.Request.Context(), currentUser(c), in.Name, in.ExpiresInDays)
+	if err != nil {
+		writeAPIError(c, m.log, err)
+		return
+	}
+	out := struct {
+		tokenOut
+		Token string `json:"token"`
+	}{m.toTokenOut(t), secret}
+	c.JSON(http.StatusCreated, out)
+}
+
+func (m *manage) listTokens(c *gin.Context) {
+	ts, err := m.store.APITokens(c.Request.Context(), currentUser(c).OrgID)
+	if err != nil {
+		writeAPIError(c, m.log, err)
+		return
+	}
+	out := make([]tokenOut, len(ts))
+	for i, t := range ts {
+		out[i] = m.toTokenOut(t)
+	}
+	c.JSON(http.StatusOK, gin.H{"data": out})
+}
+
+func (m *manage) revokeToken(c *gin.Context) {
+	id, err := pathID(c, "id")
+	if err != nil {
+		writeAPIError(c, m.log, err)
+		return
+	}
+	t, err := m.accounts.RevokeToken(c.Request.Context(), currentUser(c), id)
+	if err != nil {
+		writeAPIError(c, m.log, err)
+		return
+	}
+	c.JSON(http.StatusOK, m.toTokenOut(t))
+}
+
+// pathID reads a positive integer path parameter; anything else cannot name
+// a row, so it is a 404 like any other missing row.
+func pathID(c *gin.Context, name string) (int64, error) {
+	id, err := strconv.ParseInt(c.Param(name), 10, 64)
+	if err != nil || id <= 0 {
+		return 0, apperr.New(apperr.NotFound, "no such %s", name)
+	}
+	return id, nil
+}
+
+type usageTotalsOut struct {
+	Requests         int64 `json:"requests"`
+	PromptTokens     int64 `json:"prompt_tokens"`
+	CompletionTokens int64 `json:"completion_tokens"`
+	TotalTokens      int64 `json:"total_tokens"`
+}
+
+func toUsageOut(u models.UsageTotals) usageTotalsOut {
+	return usageTotalsOut{u.Requests, u.PromptTokens, u.CompletionTokens, u.TotalTokens()}
+}
+
+// usage reports the caller's organization's usage today and this month, in
+// UTC; events reach the database within a second of the request.
+func (m *manage) usage(c *gin.Context) {
+	now := m.now().UTC()
+	day := time.Date(now.Year(), now.Month(), now.Day(), 0, 0, 0, 0, time.UTC)
+	month := time.Date(now.Year(), now.Month(), 1, 0, 0, 0, 0, time.UTC)
+	orgID := currentUser(c).OrgID
+	today, err := m.store.UsageSince(c.Request.Context(), orgID, day)
+	if err != nil {
+		writeAPIError(c, m.log, err)
+		return
+	}
+	thisMonth, err := m.store.UsageSince(c.Request.Context(), orgID, month)
+	if err != nil {
+		writeAPIError(c, m.log, err)
+		return
+	}
+	c.JSON(http.StatusOK, gin.H{"today": toUsageOut(today), "month": toUsageOut(thisMonth)})
+}
+
+type tierOut struct {
+	Name            string  `json:"name"`
+	Capacity        int64   `json:"capacity"`
+	RefillPerSec    float64 `json:"refill_per_sec"`
+	TokensPerMinute int64   `json:"tokens_per_minute"`
+	FreezeThreshold int     `json:"freeze_threshold"`
+	FreezeMinutes   int     `json:"freeze_minutes"`
+	Autotune        bool    `json:"autotune"`
+	RefillFloor     float64 `json:"refill_floor"`
+}
+
+func toTierOut(t models.Tier) tierOut {
+	return tierOut{t.Name, t.Capacity, t.RefillPerSec, t.TokensPerMinute, t.FreezeThreshold, t.FreezeMinutes, t.Autotune, t.RefillFloor}
+}
+
+func (m *manage) listTiers(c *gin.Context) {
+	ts, err := m.store.Tiers(c.Request.Context())
+	if err != nil {
+		writeAPIError(c, m.log, err)
+		return
+	}
+	out := make([]tierOut, len(ts))
+	for i, t := range ts {
+		out[i] = toTierOut(t)
+	}
+	c.JSON(http.StatusOK, gin.H{"data": out})
+}
+
+// updateTier changes a tier's bucket; omitted fields keep their value.
+func (m *manage) updateTier(c *gin.Context) {
+	var in struct {
+		Capacity     *int64   `json:"capacity"`
+		RefillPerSec *float64 `json:"refill_per_sec"`
+	}
+	if err := m.decode(c, &in); err != nil {
+		writeAPIError(c, m.log, err)
+		return
+	}
+	ctx := c.Request.Context()
+	cur, err := m.store.TierByName(ctx, c.Param("name"))
+	if err != nil {
+		writeAPIError(c, m.log, err)
+		return
+	}
+	l := models.TierLimits{Capacity: cur.Capacity, RefillPerSec: cur.RefillPerSec}
+	if in.Capacity != nil {
+		l.Capacity = *in.Capacity
+	}
+	if in.RefillPerSec != nil {
+		l.RefillPerSec = *in.RefillPerSec
+	}
+	t, err := m.accounts.UpdateTier(ctx, currentUser(c), cur.Name, l)
+	if err != nil {
+		writeAPIError(c, m.log, err)
+		return
+	}
+	c.JSON(http.StatusOK, toTierOut(t))
+}
+
+func (m *manage) listOrganizations(c *gin.Context) {
+	os, err := m.store.Organizations(c.Request.Context())
+	if err != nil {
+		writeAPIError(c, m.log, err)
+		return
+	}
+	out := make([]orgOut, len(os))
+	for i, o := range os {
+		out[i] = toOrgOut(o)
+	}
+	c.JSON(http.StatusOK, gin.H{"data": out})
+}
+
+func (m *manage) setOrganizationTier(c *gin.Context) {
+	id, err := pathID(c, "id")
+	if err != nil {
+		writeAPIError(c, m.log, err)
+		return
+	}
+	var in struct {
+		Tier string `json:"tier"`
+	}
+	if err := m.decode(c, &in); err != nil {
+		writeAPIError(c, m.log, err)
+		return
+	}
+	if in.Tier == "" {
+		writeAPIError(c, m.log, apperr.New(apperr.Unprocessable, "tier is required"))
+		return
+	}
+	o, err := m.accounts.SetOrganizationTier(c.Request.Context(), currentUser(c), id, in.Tier)
+	if err != nil {
+		writeAPIError(c, m.log, err)
+		return
+	}
+	c.JSON(http.StatusOK, toOrgOut(o))
+}

@@ -1,0 +1,179 @@
+// Sluice is a metered gateway for text-generation APIs. See README.md.
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/sluicehq/sluice/accounts"
+	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/handlers"
+	"github.com/sluicehq/sluice/metering"
+	"github.com/sluicehq/sluice/migrations"
+	"github.com/sluicehq/sluice/models"
+	"github.com/sluicehq/sluice/quota"
+	"github.com/sluicehq/sluice/upstream/local"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Getenv, os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "sluice:", err)
+		os.Exit(1)
+	}
+}
+
+// run builds Sluice from its configuration and serves until ctx ends, then
+// shuts down gracefully: in-flight requests finish and every usage event is
+// stored before it returns.
+func run(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer) error {
+	cfg, err := config.Load(args, getenv)
+	if err != nil {
+		return fmt.Errorf("configuration:\n%w", err)
+	}
+	log := newLogger(stdout, cfg.LogLevel)
+
+	db, err := models.Open(ctx, cfg.DatabaseURL, cfg.SQLitePath())
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	if err := prepareSchema(ctx, cfg, db, stdout); err != nil || cfg.Command == "migrate" {
+		return err
+	}
+
+	store := models.NewStore(db)
+	secret := cfg.SessionSecret
+	if secret == "" {
+		// Generated once and kept in the database, so restarts and other
+		// nodes keep accepting the same sessions.
+		if secret, err = store.SettingOrInit(ctx, "session_secret", rand.Text()+rand.Text()); err != nil {
+			return err
+		}
+	}
+	dir, err := accounts.NewDirectory(ctx, store, cfg.TokenCacheTTL, nil)
+	if err != nil {
+		return err
+	}
+	acc, err := accounts.NewService(store, dir, accounts.NewLoginThrottle(nil), cfg.BcryptCost)
+	if err != nil {
+		return err
+	}
+	created, password, err := acc.EnsureAdmin(ctx, cfg.AdminEmail, cfg.AdminPassword)
+	if err != nil {
+		return fmt.Errorf("create admin account: %w", err)
+	}
+	if created && password != "" {
+		fmt.Fprintf(stdout, "\nCreated the admin account %s with password %s\nIt is shown only this once: sign in and keep it safe.\n\n", cfg.AdminEmail, password)
+	}
+	model, err := local.New()
+	if err != nil {
+		return err
+	}
+	recorder := metering.NewRecorder(store, log, time.Second, 256)
+
+	handler := handlers.New(handlers.Deps{
+		Log: log, Store: store, Accounts: acc, Sessions: accounts.NewSessions([]byte(secret), cfg.SessionTTL, nil),
+		Directory: dir, Limiter: quota.NewMemory(nil), Model: model, Usage: recorder,
+		MaxBodyBytes: cfg.MaxBodyBytes, Health: func() error { return db.Ping(ctx) },
+	})
+	srv := &http.Server{
+		Handler:           handler,
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       60 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	ln, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		return fmt.Errorf("listen on %s (SLUICE_ADDR): %w", cfg.Addr, err)
+	}
+	fmt.Fprintf(stdout, "Sluice is listening on %s — open it in your browser.\n", browserURL(ln.Addr()))
+
+	go reloadTiersEvery(ctx, dir, cfg.TokenCacheTTL, log)
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	select {
+	case err := <-served:
+		recorder.Close(context.Background())
+		return fmt.Errorf("serve: %w", err)
+	case <-ctx.Done():
+	}
+
+	log.Info("shutting down: finishing in-flight requests")
+	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.ShutdownTimeout)
+	defer cancel()
+	errShutdown := srv.Shutdown(shutdownCtx)
+	errRecorder := recorder.Close(shutdownCtx)
+	if err := <-served; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return errors.Join(errShutdown, errRecorder)
+}
+
+// prepareSchema applies migrations when asked to (always for `sluice
+// migrate`), and otherwise refuses to serve on an older schema.
+func prepareSchema(ctx context.Context, cfg config.Config, db *models.DB, stdout io.Writer) error {
+	sqlDB, err := db.SQL()
+	if err != nil {
+		return err
+	}
+	dialect := migrations.Dialect(db.Dialect)
+	if cfg.Command == "migrate" || cfg.AutoMigrate {
+		applied, err := migrations.Apply(ctx, sqlDB, dialect)
+		if err != nil {
+			return err
+		}
+		if len(applied) > 0 || cfg.Command == "migrate" {
+			fmt.Fprintf(stdout, "Database (%s) migrated: applied %v\n", dialect, applied)
+		}
+		return nil
+	}
+	return migrations.Check(ctx, sqlDB, dialect)
+}
+
+// reloadTiersEvery refreshes tiers from the database, so an edit made on
+// another node is picked up within one interval.
+func reloadTiersEvery(ctx context.Context, dir *accounts.Directory, every time.Duration, log *slog.Logger) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if err := dir.ReloadTiers(ctx); err != nil && ctx.Err() == nil {
+				log.Warn("reloading tiers failed; keeping the last ones", "err", err)
+			}
+		}
+	}
+}
+
+// browserURL turns a listener address into a URL a person can open.
+func browserURL(addr net.Addr) string {
+	host, port, err := net.SplitHostPort(addr.String())
+	if err != nil {
+		return "http://" + addr.String()
+	}
+	if ip := net.ParseIP(host); ip == nil || ip.IsUnspecified() || ip.IsLoopback() {
+		host = "localhost"
+	}
+	return "http://" + net.JoinHostPort(host, port)
+}
+
+func newLogger(w io.Writer, level string) *slog.Logger {
+	var l slog.Level
+	_ = l.UnmarshalText([]byte(level))
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l}))
+}

@@ -1,0 +1,79 @@
+package web
+
+import (
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/sluicehq/sluice/apperr"
+	"github.com/sluicehq/sluice/templates"
+)
+
+// flashes are the fixed messages a redirect may ask for by name, so a query
+// string can never put arbitrary text on the page.
+var flashes = map[string]string{
+	"revoked": "Token revoked. Requests using it are refused from now on.",
+}
+
+// Tokens lists the organization's API tokens.
+func (p *Pages) Tokens(c *gin.Context) {
+	p.showTokens(c, http.StatusOK, "", nil, templates.TokenForm{ExpiresInDays: "0"}, flashes[c.Query("done")])
+}
+
+func (p *Pages) showTokens(c *gin.Context, status int, formErr string, created *templates.NewTokenView, form templates.TokenForm, flash string) {
+	page, u, _, err := p.page(c, "API tokens")
+	if err != nil {
+		p.fail(c, err)
+		return
+	}
+	toks, err := p.store.APITokens(c.Request.Context(), u.OrgID)
+	if err != nil {
+		p.fail(c, err)
+		return
+	}
+	page.Error, page.Flash = formErr, flash
+	render(c, status, templates.Tokens(page, templates.TokensView{Tokens: tokenRows(toks, p.now()), NewToken: created, Form: form}))
+}
+
+// CreateToken issues a token and shows its secret, this once.
+func (p *Pages) CreateToken(c *gin.Context) {
+	form := templates.TokenForm{Name: c.PostForm("name"), ExpiresInDays: strings.TrimSpace(c.PostForm("expires_in_days"))}
+	days := 0
+	if form.ExpiresInDays != "" {
+		n, err := strconv.Atoi(form.ExpiresInDays)
+		if err != nil {
+			p.showTokens(c, http.StatusUnprocessableEntity, "Expiry must be a number of days.", nil, form, "")
+			return
+		}
+		days = n
+	}
+	u, _ := userOf(c)
+	t, secret, err := p.accounts.CreateToken(c.Request.Context(), u, form.Name, days)
+	if err != nil {
+		if status := apperr.Status(apperr.CodeOf(err)); status < 500 {
+			p.showTokens(c, status, apperr.As(err).Message, nil, form, "")
+			return
+		}
+		p.fail(c, err)
+		return
+	}
+	p.showTokens(c, http.StatusCreated, "", &templates.NewTokenView{Name: t.Name, Secret: secret}, templates.TokenForm{ExpiresInDays: "0"}, "")
+}
+
+// RevokeToken revokes one of the organization's tokens; another
+// organization's token is a 404.
+func (p *Pages) RevokeToken(c *gin.Context) {
+	id, err := strconv.ParseInt(c.Param("id"), 10, 64)
+	if err != nil || id <= 0 {
+		p.fail(c, apperr.New(apperr.NotFound, "No such token."))
+		return
+	}
+	u, _ := userOf(c)
+	if _, err := p.accounts.RevokeToken(c.Request.Context(), u, id); err != nil {
+		p.fail(c, err)
+		return
+	}
+	c.Redirect(http.StatusSeeOther, "/tokens?done=revoked")
+}

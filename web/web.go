@@ -1,0 +1,98 @@
+// Package web serves the browser side of Sluice: signup and login, the
+// dashboard, API tokens and the admin pages, rendered with templ. Sessions
+// are HS256 JWTs in an HttpOnly cookie; state-changing forms are guarded
+// against cross-site requests by Go's CrossOriginProtection.
+package web
+
+import (
+	"embed"
+	"io/fs"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/a-h/templ"
+	"github.com/gin-gonic/gin"
+
+	"github.com/sluicehq/sluice/accounts"
+	"github.com/sluicehq/sluice/apperr"
+	"github.com/sluicehq/sluice/models"
+	"github.com/sluicehq/sluice/templates"
+)
+
+//go:embed static
+var static embed.FS
+
+// Static is the file system of /static/: CSS and other assets.
+func Static() http.FileSystem {
+	sub, err := fs.Sub(static, "static")
+	if err != nil {
+		panic(err) // the embed pattern above guarantees the directory
+	}
+	return http.FS(sub)
+}
+
+// Pages holds the browser handlers' dependencies.
+type Pages struct {
+	log      *slog.Logger
+	store    *models.Store
+	accounts *accounts.Service
+	sessions *accounts.Sessions
+	now      func() time.Time
+	origins  *http.CrossOriginProtection
+}
+
+// New returns the browser handlers.
+func New(log *slog.Logger, store *models.Store, acc *accounts.Service, sessions *accounts.Sessions, now func() time.Time) *Pages {
+	p := &Pages{log: log, store: store, accounts: acc, sessions: sessions, now: now, origins: http.NewCrossOriginProtection()}
+	return p
+}
+
+// render writes a component with status.
+func render(c *gin.Context, status int, comp templ.Component) {
+	c.Header("Content-Type", "text/html; charset=utf-8")
+	c.Header("Cache-Control", "no-store")
+	c.Status(status)
+	if err := comp.Render(c.Request.Context(), c.Writer); err != nil {
+		c.Error(err)
+	}
+}
+
+// RenderError answers a browser request with the error page, mapping err's
+// code to the status the same way the JSON API does.
+func RenderError(c *gin.Context, log *slog.Logger, err error) {
+	e := apperr.As(err)
+	status := apperr.Status(e.Code)
+	msg := e.Message
+	if status >= 500 {
+		log.Error("page failed", "method", c.Request.Method, "path", c.FullPath(), "err", err)
+		msg = "Something went wrong on our side. Please try again."
+	}
+	page := templates.Page{Title: strconv.Itoa(status) + " " + http.StatusText(status)}
+	if u, ok := userOf(c); ok {
+		page.User = &templates.UserNav{Email: u.Email, IsAdmin: u.IsAdmin()}
+	}
+	render(c, status, templates.ErrorPage(page, status, msg))
+	c.Abort()
+}
+
+func (p *Pages) fail(c *gin.Context, err error) { RenderError(c, p.log, err) }
+
+// GuardOrigin rejects cross-site form posts before they reach a handler.
+func (p *Pages) GuardOrigin(c *gin.Context) {
+	if err := p.origins.Check(c.Request); err != nil {
+		p.fail(c, apperr.New(apperr.Forbidden, "This form was submitted from another site, so it was refused. Reload the page and try again."))
+		return
+	}
+	c.Next()
+}
+
+func formatTime(t time.Time) string { return t.UTC().Format("2006-01-02 15:04 UTC") }
+
+func formatOptionalTime(t *time.Time, none string) string {
+	if t == nil {
+		return none
+	}
+	return formatTime(*t)
+}
