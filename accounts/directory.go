@@ -38,6 +38,10 @@ type Directory struct {
 
 	mu     sync.RWMutex
 	tokens map[[sha256.Size]byte]tokenEntry
+	// forgets counts invalidations (guarded by mu). A lookup that started
+	// before one must not cache what it read: it may be the state the
+	// invalidation was about.
+	forgets uint64
 
 	tiers atomic.Pointer[map[string]*models.Tier]
 }
@@ -80,6 +84,7 @@ func (d *Directory) Authenticate(ctx context.Context, secret string) (Caller, er
 
 	d.mu.RLock()
 	e, ok := d.tokens[sum]
+	forgets := d.forgets
 	d.mu.RUnlock()
 	if !ok || now.Sub(e.fetchedAt) >= d.ttl {
 		owner, err := d.store.TokenOwnerByHash(ctx, hex.EncodeToString(sum[:]))
@@ -87,7 +92,7 @@ func (d *Directory) Authenticate(ctx context.Context, secret string) (Caller, er
 			return Caller{}, err
 		}
 		e = tokenEntry{known: err == nil, owner: owner, limitKey: "tok:" + strconv.FormatInt(owner.ID, 10), fetchedAt: now}
-		d.remember(sum, e)
+		d.remember(sum, e, forgets)
 	}
 	switch {
 	case !e.known:
@@ -106,9 +111,12 @@ func (d *Directory) Authenticate(ctx context.Context, secret string) (Caller, er
 
 var errUnknownTier = apperr.New(apperr.Internal, "organization's tier is not loaded")
 
-func (d *Directory) remember(sum [sha256.Size]byte, e tokenEntry) {
+func (d *Directory) remember(sum [sha256.Size]byte, e tokenEntry, forgetsBefore uint64) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if d.forgets != forgetsBefore {
+		return // an invalidation raced this lookup; the next request reads again
+	}
 	if len(d.tokens) >= d.maxEntries {
 		for k, old := range d.tokens {
 			if e.fetchedAt.Sub(old.fetchedAt) >= d.ttl {
@@ -131,6 +139,7 @@ func (d *Directory) ForgetToken(hash string) {
 	}
 	d.mu.Lock()
 	delete(d.tokens, sum)
+	d.forgets++
 	d.mu.Unlock()
 }
 
@@ -139,6 +148,7 @@ func (d *Directory) ForgetToken(hash string) {
 func (d *Directory) ForgetOrganization(orgID int64) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	d.forgets++
 	for k, e := range d.tokens {
 		if e.known && e.owner.OrgID == orgID {
 			delete(d.tokens, k)

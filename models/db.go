@@ -40,6 +40,15 @@ func Open(ctx context.Context, dsn, sqlitePath string) (*DB, error) {
 		if err != nil {
 			return nil, fmt.Errorf("open postgres: %w", err)
 		}
+		sqlDB, err := g.DB()
+		if err != nil {
+			return nil, err
+		}
+		// Bounded, so a burst of cache misses queues for a connection
+		// instead of exhausting the server's max_connections.
+		sqlDB.SetMaxOpenConns(20)
+		sqlDB.SetMaxIdleConns(20)
+		sqlDB.SetConnMaxIdleTime(5 * time.Minute)
 		db := &DB{Gorm: g, Dialect: "postgres"}
 		return db, db.Ping(ctx)
 	}

@@ -1,0 +1,103 @@
+package accounts_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"golang.org/x/crypto/bcrypt"
+
+	"github.com/sluicehq/sluice/accounts"
+	"github.com/sluicehq/sluice/apperr"
+	"github.com/sluicehq/sluice/models"
+)
+
+var ctx = context.Background()
+
+// fakeClock is a clock tests move by hand; it is safe for concurrent use.
+type fakeClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func newFakeClock(t time.Time) *fakeClock { return &fakeClock{t: t} }
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+// env is a service wired the way main wires it, on one database, with the
+// directory and the login throttle on one fake clock.
+type env struct {
+	store    *models.Store
+	clock    *fakeClock
+	dir      *accounts.Directory
+	throttle *accounts.LoginThrottle
+	svc      *accounts.Service
+}
+
+// dirTTL is the directory's cache TTL in these tests.
+const dirTTL = 30 * time.Second
+
+func newEnv(t *testing.T, db *models.DB) *env {
+	t.Helper()
+	store := models.NewStore(db)
+	// CreateToken stamps expiry with the real clock, so the fake one starts
+	// at the real now.
+	clock := newFakeClock(time.Now())
+	dir, err := accounts.NewDirectory(ctx, store, dirTTL, clock.Now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	throttle := accounts.NewLoginThrottle(clock.Now)
+	svc, err := accounts.NewService(store, dir, throttle, bcrypt.MinCost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &env{store: store, clock: clock, dir: dir, throttle: throttle, svc: svc}
+}
+
+// signup creates an owner of a free organization with password "password1".
+func (e *env) signup(t *testing.T, email string) (models.User, models.Organization) {
+	t.Helper()
+	u, o, err := e.svc.Signup(ctx, email, "password1", "Org of "+email)
+	if err != nil {
+		t.Fatalf("signup %s: %v", email, err)
+	}
+	return u, o
+}
+
+// admin creates an admin account and returns it.
+func (e *env) admin(t *testing.T) models.User {
+	t.Helper()
+	if _, _, err := e.svc.EnsureAdmin(ctx, "root@example.com", "admin-password"); err != nil {
+		t.Fatal(err)
+	}
+	u, err := e.store.UserByEmail(ctx, "root@example.com")
+	if err != nil || !u.IsAdmin() {
+		t.Fatalf("admin %+v %v", u, err)
+	}
+	return u
+}
+
+// wantErr fails t unless err is an apperr with code and, when given, reason.
+func wantErr(t *testing.T, err error, code apperr.Code, reason string) *apperr.Error {
+	t.Helper()
+	if err == nil {
+		t.Fatalf("got no error, want %s %q", code, reason)
+	}
+	e := apperr.As(err)
+	if e.Code != code || (reason != "" && e.Reason != reason) {
+		t.Fatalf("got %s %q (%v), want %s %q", e.Code, e.Reason, err, code, reason)
+	}
+	return e
+}
