@@ -39,7 +39,23 @@ type Decision struct {
 // Backends (in-process, Redis) implement it so callers never learn where the
 // state lives.
 type Limiter interface {
+	// Allow spends weight tokens from key's bucket if they are all there.
 	Allow(ctx context.Context, key string, p Params, weight int64) (Decision, error)
+	// AllowBoth charges two buckets (a request's rate bucket and its
+	// tokens-per-minute bucket) together: both are charged or neither is,
+	// so a request rejected by one bucket costs nothing in the other.
+	AllowBoth(ctx context.Context, a, b Charge) (Decision, Decision, error)
+	// Adjust settles a bucket after the fact without an admission decision:
+	// delta > 0 takes more tokens (a debt, bounded at one bucket's worth
+	// below empty), delta < 0 gives tokens back (never beyond full).
+	Adjust(ctx context.Context, key string, p Params, delta int64) error
+}
+
+// Charge is what a request costs from one bucket.
+type Charge struct {
+	Key    string
+	Params Params
+	Weight int64
 }
 
 // ErrInvalidParams is returned when Params or the weight cannot describe a
@@ -127,3 +143,35 @@ func gcra(tat, now int64, s shape, weight int64) (Decision, int64) {
 		ResetAfter: time.Duration(next - now),
 	}, next
 }
+
+// uncharged turns the decision for a request that gcra admitted into the
+// decision for the same request not charged: Allowed false, the bucket as it
+// was before the charge, and no RetryAfter of its own (the other bucket's
+// decision carries it). Both backends use it, so their AllowBoth answers agree.
+func uncharged(d Decision, s shape, weight int64) Decision {
+	if d.Allowed {
+		d.Allowed = false
+		d.Remaining += weight
+		d.ResetAfter -= time.Duration(weight * s.interval)
+	}
+	return d
+}
+
+// adjust moves a TAT by delta tokens: a refund never makes the bucket fuller
+// than full (a TAT before now means full), and a debt never reaches more than
+// one burst window beyond what a full spend would (now + 2*tau), so a wrong
+// estimate cannot lock a key out for longer than twice its burst window.
+func adjust(tat, now int64, s shape, delta int64) int64 {
+	base := max(tat, now)
+	// Clamp the shift before multiplying: a huge delta would overflow, and
+	// anything beyond 2^62 ns is clamped below anyway.
+	limit := (int64(1) << 62) / s.interval
+	next := base + min(max(delta, -limit), limit)*s.interval
+	if delta < 0 {
+		return max(next, now)
+	}
+	return min(next, now+2*s.tau)
+}
+
+// shapeForAdjust validates p for Adjust, where any delta is allowed.
+func shapeForAdjust(p Params) (shape, error) { return newShape(p, 1) }

@@ -2,54 +2,78 @@ package quota
 
 import (
 	"context"
+	"hash/maphash"
 	"math"
+	"math/bits"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 )
 
-// numShards spreads keys over independent locks so that creating a bucket for
-// a new key never stalls requests for unrelated keys. A power of two, so the
-// shard index is a shift of the hash.
+// Keys are spread over numShards independent tables so that inserting a new
+// key (which takes its shard's mutex) never stalls inserts into the others.
+// A power of two, so the shard index is the top bits of the key's hash.
 const (
 	shardBits = 6
 	numShards = 1 << shardBits
 )
 
-// minSweep is the shard size below which idle buckets are not swept: small
-// maps cost nothing worth reclaiming.
-const minSweep = 64
+// minSlots is the smallest table a shard publishes.
+const minSlots = 8
 
 // retired is the TAT of a bucket that a sweep removed from its shard. No
-// real clock produces it.
+// real clock produces it, and as a time it means "full", like any past TAT.
 const retired = math.MinInt64
 
 // Memory is the in-process Limiter. Its buckets live in this process only, so
 // N instances enforce N separate limits; it is the embedded default and the
 // fallback when shared state is unreachable.
 //
+// Deciding for a key seen before takes no lock and does not allocate: one
+// hash, an atomic load of the shard's table, a probe, and a CAS on the key's
+// TAT. Only the first request of a key takes its shard's mutex. Buckets that
+// have refilled completely are evicted when their shard needs room for a new
+// key, so memory follows the keys active within their burst windows, not
+// every key ever seen.
+//
 // A Memory must not be copied after first use.
 type Memory struct {
 	now    func() time.Time
+	seed   maphash.Seed
 	shards [numShards]shard
 }
 
-// shard owns the buckets whose keys hash to it. The mutex guards only the map
-// (finding and inserting buckets); admission itself happens on the bucket's
-// atomic TAT, outside the lock.
+// shard owns the buckets whose keys hash to it. Readers load table without
+// a lock; mu serialises the writers (inserts and sweeps), which either fill
+// an empty slot of the current table or publish a whole new table.
 type shard struct {
-	mu      sync.RWMutex
-	buckets map[string]*bucket
-	sweepAt int // map size at which the next insert sweeps idle buckets
-	// Keeps each shard's lock off its neighbours' cache lines: every Allow
-	// writes the reader count of its shard's RWMutex.
+	table atomic.Pointer[table]
+	mu    sync.Mutex
+	count int // buckets in the current table; guarded by mu
+	// Keeps the table pointer, read by every Allow, off the cache lines of
+	// the neighbouring shards' mutexes, written by their inserts.
 	_ [64]byte
 }
 
-// bucket is one key's GCRA state: the theoretical arrival time in unix
-// nanoseconds, or retired. Zero is a TAT far in the past, i.e. a full bucket.
+// table is an open-addressing hash table with linear probing. A slot, once
+// filled, never changes, so a reader probing concurrently with an insert
+// either sees the new bucket or misses it and takes the locked path; buckets
+// leave only when a sweep publishes a new table without them. It is never
+// more than 3/4 full, so every probe meets an empty slot eventually.
+type table struct {
+	mask  uint64 // len(slots)-1
+	slots []atomic.Pointer[bucket]
+}
+
+// bucket is one key's GCRA state. tat is the theoretical arrival time in
+// unix nanoseconds, or retired; zero is a TAT far in the past, i.e. a full
+// bucket. hash and key are set before the bucket is published and never
+// change.
 type bucket struct {
-	tat atomic.Int64
+	tat  atomic.Int64
+	hash uint64
+	key  string
 }
 
 var _ Limiter = (*Memory)(nil)
@@ -60,13 +84,13 @@ func NewMemory(now func() time.Time) *Memory {
 	if now == nil {
 		now = time.Now
 	}
-	return &Memory{now: now}
+	// A random seed per limiter: keys cannot be chosen to collide.
+	return &Memory{now: now, seed: maphash.MakeSeed()}
 }
 
 // Allow spends weight tokens from key's bucket if they are all available, and
-// otherwise spends nothing and says how long to wait. For a key seen before it
-// takes only a shard read lock and one CAS, and does not allocate. ctx is
-// unused: nothing here waits.
+// otherwise spends nothing and says how long to wait. ctx is unused: nothing
+// here waits.
 //
 // The bucket's state is a time, not a token count, so Params may change
 // between calls: a larger Capacity is usable at once, and a different refill
@@ -77,88 +101,223 @@ func (m *Memory) Allow(ctx context.Context, key string, p Params, weight int64) 
 	if err != nil {
 		return Decision{}, err
 	}
-	now := m.now().UnixNano()
-	for {
-		if d, ok := m.bucket(key, now).spend(now, s, weight); ok {
-			return d, nil
-		}
-	}
+	return m.spendKey(key, m.now().UnixNano(), s, weight), nil
 }
 
-// spend runs GCRA on b. It reports false, having done nothing, if a sweep has
-// retired b since it was looked up; the caller then looks the key up again
-// rather than spend tokens on a bucket nobody will see again.
-func (b *bucket) spend(now int64, s shape, weight int64) (Decision, bool) {
+// AllowBoth charges a then b; if b rejects, a's charge is given back, so the
+// pair is all-or-nothing in what it leaves behind. Between the two steps
+// another request may briefly see a's tokens spent, which can only make it
+// stricter, never admit more than the buckets hold.
+//
+// When the pair is rejected both decisions say Allowed false and describe
+// their bucket as the request left it (uncharged); RetryAfter is set on each
+// bucket that could not have taken its charge, so the wait before retrying
+// is the larger of the two. The Redis backend answers alike (decideBoth).
+func (m *Memory) AllowBoth(ctx context.Context, a, b Charge) (Decision, Decision, error) {
+	sa, err := newShape(a.Params, a.Weight)
+	if err != nil {
+		return Decision{}, Decision{}, err
+	}
+	sb, err := newShape(b.Params, b.Weight)
+	if err != nil {
+		return Decision{}, Decision{}, err
+	}
+	now := m.now().UnixNano()
+	da := m.spendKey(a.Key, now, sa, a.Weight)
+	if !da.Allowed {
+		return da, m.peek(b.Key, now, sb, b.Weight), nil
+	}
+	db := m.spendKey(b.Key, now, sb, b.Weight)
+	if !db.Allowed {
+		m.adjustKey(a.Key, now, sa, -a.Weight)
+		da = uncharged(da, sa, a.Weight)
+	}
+	return da, db, nil
+}
+
+// Adjust settles key's bucket by delta tokens.
+func (m *Memory) Adjust(ctx context.Context, key string, p Params, delta int64) error {
+	s, err := shapeForAdjust(p)
+	if err != nil || delta == 0 {
+		return err
+	}
+	m.adjustKey(key, m.now().UnixNano(), s, delta)
+	return nil
+}
+
+// spendKey runs GCRA on key's bucket. A bucket that a sweep retired after
+// find returned it is never spent from: the key is looked up again, under the
+// shard's mutex, so the tokens land in the bucket every later request sees.
+func (m *Memory) spendKey(key string, now int64, s shape, weight int64) Decision {
+	sh, h := m.shard(key)
+	b := sh.find(h, key)
 	for {
+		if b == nil {
+			b = sh.findOrInsert(h, key, now)
+		}
 		tat := b.tat.Load()
 		if tat == retired {
-			return Decision{}, false
+			b = nil
+			continue
 		}
 		d, next := gcra(tat, now, s, weight)
 		// A failed CAS means another request changed the TAT between our
-		// load and store; recompute against the new value.
+		// load and store: recompute against the new value.
 		if !d.Allowed || b.tat.CompareAndSwap(tat, next) {
-			return d, true
+			return d
 		}
 	}
 }
 
-// bucket returns key's bucket, creating it (full) on first use.
-func (m *Memory) bucket(key string, now int64) *bucket {
-	sh := &m.shards[shardIndex(key)]
-	sh.mu.RLock()
-	b := sh.buckets[key]
-	sh.mu.RUnlock()
-	if b != nil {
-		return b
+// peek reports key's bucket as it stands, for a request of weight that is
+// not charged: never Allowed, and with a RetryAfter only if the bucket would
+// have rejected it too. It creates no bucket; a missing or retired one is
+// full.
+func (m *Memory) peek(key string, now int64, s shape, weight int64) Decision {
+	sh, h := m.shard(key)
+	var tat int64
+	if b := sh.find(h, key); b != nil {
+		tat = b.tat.Load()
 	}
+	d, _ := gcra(tat, now, s, weight)
+	return uncharged(d, s, weight)
+}
 
+func (m *Memory) adjustKey(key string, now int64, s shape, delta int64) {
+	sh, h := m.shard(key)
+	b := sh.find(h, key)
+	for {
+		if b != nil && b.settle(now, s, delta) {
+			return
+		}
+		if delta < 0 {
+			return // b is missing or retired, i.e. full: a refund changes nothing
+		}
+		b = sh.findOrInsert(h, key, now)
+	}
+}
+
+// settle moves b's TAT by delta tokens. It reports false, having done
+// nothing, if a sweep has retired b, for the caller to look the key up again
+// as spendKey does.
+func (b *bucket) settle(now int64, s shape, delta int64) bool {
+	for {
+		tat := b.tat.Load()
+		if tat == retired {
+			return false
+		}
+		if b.tat.CompareAndSwap(tat, adjust(tat, now, s, delta)) {
+			return true
+		}
+	}
+}
+
+// shard returns key's shard and hash.
+func (m *Memory) shard(key string) (*shard, uint64) {
+	h := maphash.String(m.seed, key)
+	return &m.shards[h>>(64-shardBits)], h
+}
+
+// find returns key's bucket from the shard's current table without locking,
+// or nil. The bucket may have been retired by a concurrent sweep; spendKey
+// and settle check.
+func (sh *shard) find(h uint64, key string) *bucket {
+	t := sh.table.Load()
+	if t == nil {
+		return nil
+	}
+	for i := h & t.mask; ; i = (i + 1) & t.mask {
+		b := t.slots[i].Load()
+		if b == nil || b.hash == h && b.key == key {
+			return b
+		}
+	}
+}
+
+// findOrInsert returns key's bucket, creating it (full) if it is missing or
+// was retired. Under the mutex the current table holds no retired bucket:
+// only sweeps retire, and they publish a table without them before
+// unlocking.
+func (sh *shard) findOrInsert(h uint64, key string, now int64) *bucket {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if b = sh.buckets[key]; b != nil {
+	if b := sh.find(h, key); b != nil {
 		return b // inserted by another request while we waited for the lock
 	}
-	if sh.buckets == nil {
-		sh.buckets = make(map[string]*bucket)
+	t := sh.table.Load()
+	if t == nil || 4*(sh.count+1) > 3*len(t.slots) {
+		t = sh.sweep(now)
 	}
-	if len(sh.buckets) >= max(sh.sweepAt, minSweep) {
-		sh.sweep(now)
-	}
-	b = new(bucket)
-	sh.buckets[key] = b
+	// Cloned so that a key sliced from a large buffer (a request header)
+	// does not keep that buffer alive.
+	b := &bucket{hash: h, key: strings.Clone(key)}
+	t.put(b)
+	sh.count++
 	return b
 }
 
-// sweep drops buckets that have refilled completely. A full bucket behaves
-// exactly like a missing one, so nothing is lost, and the map stays
-// proportional to recently active keys instead of every key ever seen.
-// Sweeping again only once the map has doubled keeps the cost amortised O(1)
-// per insert. The caller holds sh.mu for writing.
-func (sh *shard) sweep(now int64) {
-	for k, b := range sh.buckets {
-		// The CAS fails if a concurrent Allow just spent from this bucket;
-		// it is then not idle and stays.
-		if tat := b.tat.Load(); tat <= now && b.tat.CompareAndSwap(tat, retired) {
-			delete(sh.buckets, k)
+// sweep retires the buckets that have refilled completely and publishes a
+// new table holding the rest, sized so it is at most half full. A full
+// bucket behaves exactly like a missing one, so nothing is lost, and the
+// shard stays proportional to recently active keys instead of every key ever
+// seen. It runs when the table is 3/4 full, i.e. after at least a quarter of
+// the table's slots in inserts, so its cost is amortised O(1) per insert.
+// The caller holds sh.mu.
+func (sh *shard) sweep(now int64) *table {
+	old := sh.table.Load()
+	live := 0
+	if old != nil {
+		for i := range old.slots {
+			b := old.slots[i].Load()
+			if b == nil {
+				continue
+			}
+			// The CAS fails if a concurrent request just spent from this
+			// bucket; it is then not idle and stays. Once it succeeds no
+			// request can change b (spendKey and settle see retired and
+			// look the key up again, under this mutex, so in the new
+			// table).
+			if tat := b.tat.Load(); tat > now || !b.tat.CompareAndSwap(tat, retired) {
+				live++
+			}
 		}
 	}
-	sh.sweepAt = 2 * len(sh.buckets)
+	n := max(minSlots, 1<<bits.Len(uint(2*live+1)))
+	t := &table{mask: uint64(n - 1), slots: make([]atomic.Pointer[bucket], n)}
+	if old != nil {
+		for i := range old.slots {
+			if b := old.slots[i].Load(); b != nil && b.tat.Load() != retired {
+				t.put(b)
+			}
+		}
+	}
+	sh.table.Store(t)
+	sh.count = live
+	return t
 }
 
-// shardIndex hashes key with 64-bit FNV-1a, inline so that it does not
-// allocate. FNV mixes the last bytes of a key poorly into any fixed group of
-// bits, and keys often differ only at the end (sequential token ids), so a
-// Fibonacci-hashing multiply spreads every bit into the top ones used here.
-func shardIndex(key string) uint64 {
-	const (
-		offset64  = 14695981039346656037
-		prime64   = 1099511628211
-		fibonacci = 0x9e3779b97f4a7c15 // 2^64 / golden ratio
-	)
-	h := uint64(offset64)
-	for i := 0; i < len(key); i++ {
-		h ^= uint64(key[i])
-		h *= prime64
+// put stores b in t's first free slot for its hash. The caller holds the
+// shard's mutex (or t is not published yet), and b's key is not in t.
+func (t *table) put(b *bucket) {
+	for i := b.hash & t.mask; ; i = (i + 1) & t.mask {
+		if t.slots[i].Load() == nil {
+			t.slots[i].Store(b)
+			return
+		}
 	}
-	return (h * fibonacci) >> (64 - shardBits)
+}
+
+// sweepAll sweeps every shard at the current time. Sweeps otherwise run only
+// when a shard needs room for a new key; this lets tests and benchmarks
+// measure what eviction leaves behind.
+func (m *Memory) sweepAll() {
+	now := m.now().UnixNano()
+	for i := range m.shards {
+		sh := &m.shards[i]
+		sh.mu.Lock()
+		if sh.table.Load() != nil {
+			sh.sweep(now)
+		}
+		sh.mu.Unlock()
+	}
 }

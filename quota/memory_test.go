@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"math/rand/v2"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -115,6 +116,55 @@ func TestSustainedRate(t *testing.T) {
 			if admitted < tt.want || admitted > tt.want+1 {
 				t.Fatalf("admitted %d over %v, want %d (+1)", admitted, tt.duration, tt.want)
 			}
+		})
+	}
+}
+
+// TestLongRunRate runs buckets at awkward rates (T not a whole number of
+// nanoseconds) for 100k simulated seconds, polled at irregular instants with
+// random weights, and compares the tokens admitted with the ideal
+// Capacity + rate*t: never more (+1 for the rounding of T), and at least
+// 0.999 of it, so no refill is lost between polls.
+func TestLongRunRate(t *testing.T) {
+	tests := []struct {
+		name      string
+		p         Params
+		maxWeight int64
+	}{
+		{"3/s", Params{Capacity: 10, RefillPerSec: 3}, 1},
+		{"0.7/s", Params{Capacity: 5, RefillPerSec: 0.7}, 1},
+		{"3/s weights 1-4", Params{Capacity: 10, RefillPerSec: 3}, 4},
+		{"0.7/s weights 1-3", Params{Capacity: 5, RefillPerSec: 0.7}, 3},
+	}
+	const duration = 100_000 * time.Second
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			clk := newFakeClock()
+			m := NewMemory(clk.Now)
+			rng := rand.New(rand.NewPCG(1, uint64(tt.maxWeight)))
+			var admitted int64 // tokens
+			for elapsed := time.Duration(0); ; {
+				for {
+					w := 1 + rng.Int64N(tt.maxWeight)
+					if !allow(t, m, "k", tt.p, w).Allowed {
+						break
+					}
+					admitted += w
+				}
+				if elapsed == duration {
+					break
+				}
+				// Polls under 1s apart never let these buckets fill up, so
+				// any shortfall would be refill lost by the limiter.
+				step := min(1+time.Duration(rng.Int64N(int64(700*time.Millisecond))), duration-elapsed)
+				clk.Advance(step)
+				elapsed += step
+			}
+			ideal := float64(tt.p.Capacity) + tt.p.RefillPerSec*duration.Seconds()
+			if float64(admitted) > ideal+1 || float64(admitted) < 0.999*ideal {
+				t.Fatalf("admitted %d tokens in %v, want between %.0f and %.1f", admitted, duration, 0.999*ideal, ideal+1)
+			}
+			t.Logf("admitted %d tokens, ideal %.2f", admitted, ideal)
 		})
 	}
 }
