@@ -15,7 +15,11 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
 	"github.com/sluicehq/sluice/accounts"
+	"github.com/sluicehq/sluice/cluster"
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/handlers"
 	"github.com/sluicehq/sluice/metering"
@@ -62,11 +66,17 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 			return err
 		}
 	}
+	metrics := prometheus.NewRegistry()
+	adm, err := newAdmission(cfg, db, log, metrics)
+	if err != nil {
+		return err
+	}
+	defer adm.close()
 	dir, err := accounts.NewDirectory(ctx, store, cfg.TokenCacheTTL, nil)
 	if err != nil {
 		return err
 	}
-	acc, err := accounts.NewService(store, dir, accounts.NewLoginThrottle(nil), cfg.BcryptCost)
+	acc, err := accounts.NewService(store, dir, adm.bus, accounts.NewLoginThrottle(nil), cfg.BcryptCost)
 	if err != nil {
 		return err
 	}
@@ -83,10 +93,17 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	}
 	recorder := metering.NewRecorder(store, log, time.Second, 256)
 
+	inFlight, latency := &quota.InFlight{}, quota.NewLatencyWindow(1024, time.Minute, nil)
+	metrics.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_inflight_requests",
+		Help: "API requests in flight on this node."}, func() float64 { return float64(inFlight.Value()) }))
 	handler := handlers.New(handlers.Deps{
 		Log: log, Store: store, Accounts: acc, Sessions: accounts.NewSessions([]byte(secret), cfg.SessionTTL, nil),
-		Directory: dir, Limiter: quota.NewMemory(nil), Model: model, Usage: recorder,
+		Directory: dir, Limiter: adm.limiter, Model: model, Usage: recorder,
 		MaxBodyBytes: cfg.MaxBodyBytes, Health: func() error { return db.Ping(ctx) },
+		Detector: quota.NewDetector(adm.window), Scorer: quota.NewValueScorer(quota.DefaultValueRules(), nil),
+		PriorityWeights: cfg.PriorityWeights, DefaultMaxTokens: cfg.DefaultMaxTokens,
+		InFlight: inFlight, Latency: latency, Limits: adm.status,
+		Metrics: promhttp.HandlerFor(metrics, promhttp.HandlerOpts{}),
 	})
 	srv := &http.Server{
 		Handler:           handler,
@@ -101,7 +118,19 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	}
 	fmt.Fprintf(stdout, "Sluice is listening on %s — open it in your browser.\n", browserURL(ln.Addr()))
 
-	go reloadTiersEvery(ctx, dir, cfg.TokenCacheTTL, log)
+	go reloadEvery(ctx, dir, cfg.TokenCacheTTL, log)
+	if adm.listen != nil {
+		go adm.listen(ctx, func(e cluster.Event) {
+			if err := dir.Apply(ctx, e); err != nil && ctx.Err() == nil {
+				log.Warn("applying an invalidation failed; the periodic reload will catch up", "kind", e.Kind, "err", err)
+			}
+		})
+	}
+	go func() {
+		if err := runTuner(ctx, cfg, adm, acc, store, inFlight, latency, log); err != nil {
+			log.Error("auto-tuner stopped", "err", err)
+		}
+	}()
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	select {
@@ -143,9 +172,10 @@ func prepareSchema(ctx context.Context, cfg config.Config, db *models.DB, stdout
 	return migrations.Check(ctx, sqlDB, dialect)
 }
 
-// reloadTiersEvery refreshes tiers from the database, so an edit made on
-// another node is picked up within one interval.
-func reloadTiersEvery(ctx context.Context, dir *accounts.Directory, every time.Duration, log *slog.Logger) {
+// reloadEvery refreshes tiers and freezes from the database, so a change
+// made on another node is picked up within one interval even if its
+// invalidation message was lost.
+func reloadEvery(ctx context.Context, dir *accounts.Directory, every time.Duration, log *slog.Logger) {
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
@@ -153,8 +183,9 @@ func reloadTiersEvery(ctx context.Context, dir *accounts.Directory, every time.D
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			if err := dir.ReloadTiers(ctx); err != nil && ctx.Err() == nil {
-				log.Warn("reloading tiers failed; keeping the last ones", "err", err)
+			err := errors.Join(dir.ReloadTiers(ctx), dir.ReloadFreezes(ctx))
+			if err != nil && ctx.Err() == nil {
+				log.Warn("reloading tiers and freezes failed; keeping the last ones", "err", err)
 			}
 		}
 	}

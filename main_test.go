@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"regexp"
@@ -142,8 +143,11 @@ func TestEndToEnd(t *testing.T) {
 			}
 			admitted := 1
 			var last *http.Response
-			for range 40 {
-				last = c.call("POST", "/v1/chat/completions", tok.Token, body, nil)
+			for i := range 40 {
+				// Distinct prompts: a repeated one weighs more (see README).
+				themes := []string{"peace", "health", "wealth", "spring", "family", "study", "harvest", "joy"}
+				prompt := fmt.Sprintf("Write a spring couplet about %s for the %s gate", themes[i%8], []string{"east", "west", "south", "north", "inner"}[i/8])
+				last = c.call("POST", "/v1/chat/completions", tok.Token, `{"model":"sluice-local","messages":[{"role":"user","content":"`+prompt+`"}]}`, nil)
 				if last.StatusCode != 200 {
 					break
 				}
@@ -211,7 +215,7 @@ func TestServerRefusesAnOlderSchemaUntilMigrated(t *testing.T) {
 		t.Fatalf("serving on an empty Postgres: %v", err)
 	}
 	var out bytes.Buffer
-	if err := run(context.Background(), []string{"migrate"}, getenv, &out); err != nil || !strings.Contains(out.String(), "applied [1]") {
+	if err := run(context.Background(), []string{"migrate"}, getenv, &out); err != nil || !strings.Contains(out.String(), "applied [1 ") {
 		t.Fatalf("migrate: %v %s", err, out.String())
 	}
 	base, _, stop := start(t, env)

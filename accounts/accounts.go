@@ -14,6 +14,7 @@ import (
 	"golang.org/x/crypto/bcrypt"
 
 	"github.com/sluicehq/sluice/apperr"
+	"github.com/sluicehq/sluice/cluster"
 	"github.com/sluicehq/sluice/models"
 )
 
@@ -21,18 +22,21 @@ import (
 type Service struct {
 	store      *models.Store
 	dir        *Directory
+	bus        cluster.Bus
 	throttle   *LoginThrottle
 	bcryptCost int
 	dummyHash  []byte // compared against for unknown emails, so timing does not reveal them
 }
 
 // NewService returns the account service. bcryptCost is 12 in production.
-func NewService(store *models.Store, dir *Directory, throttle *LoginThrottle, bcryptCost int) (*Service, error) {
+// Changes the gateway caches (revocations, tiers, freezes) are applied to
+// dir at once and published on bus for the other nodes.
+func NewService(store *models.Store, dir *Directory, bus cluster.Bus, throttle *LoginThrottle, bcryptCost int) (*Service, error) {
 	dummy, err := bcrypt.GenerateFromPassword([]byte("not a real password"), bcryptCost)
 	if err != nil {
 		return nil, apperr.Wrap(err, "bcrypt")
 	}
-	return &Service{store: store, dir: dir, throttle: throttle, bcryptCost: bcryptCost, dummyHash: dummy}, nil
+	return &Service{store: store, dir: dir, bus: bus, throttle: throttle, bcryptCost: bcryptCost, dummyHash: dummy}, nil
 }
 
 // ValidatePassword enforces bcrypt's real limits: below 8 bytes is weak,

@@ -9,6 +9,7 @@ import (
 
 	"github.com/sluicehq/sluice/accounts"
 	"github.com/sluicehq/sluice/apperr"
+	"github.com/sluicehq/sluice/cluster"
 	"github.com/sluicehq/sluice/internal/testdb"
 	"github.com/sluicehq/sluice/models"
 )
@@ -23,7 +24,7 @@ func TestServiceHashesAtItsCost(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc, err := accounts.NewService(store, dir, accounts.NewLoginThrottle(nil), 12)
+	svc, err := accounts.NewService(store, dir, cluster.None{}, accounts.NewLoginThrottle(nil), 12)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -380,7 +381,7 @@ func TestAdminOnlyChanges(t *testing.T) {
 		member := owner
 		member.Role = models.RoleMember
 		for _, u := range []models.User{owner, member} {
-			_, err := e.svc.UpdateTier(ctx, u, "free", models.TierLimits{Capacity: 1_000_000, RefillPerSec: 1000})
+			_, err := e.svc.UpdateTier(ctx, u, "free", models.TierSettings{Capacity: 1_000_000, RefillPerSec: 1000})
 			wantErr(t, err, apperr.Forbidden, "")
 			_, err = e.svc.SetOrganizationTier(ctx, u, org.ID, "premium")
 			wantErr(t, err, apperr.Forbidden, "")
@@ -393,7 +394,7 @@ func TestAdminOnlyChanges(t *testing.T) {
 		}
 
 		admin := e.admin(t)
-		tier, err := e.svc.UpdateTier(ctx, admin, "free", models.TierLimits{Capacity: 45, RefillPerSec: 2})
+		tier, err := e.svc.UpdateTier(ctx, admin, "free", models.TierSettings{Capacity: 45, RefillPerSec: 2})
 		if err != nil || tier.Capacity != 45 {
 			t.Fatalf("admin UpdateTier: %+v %v", tier, err)
 		}
@@ -404,7 +405,7 @@ func TestAdminOnlyChanges(t *testing.T) {
 		if err != nil || o.Tier.Name != "premium" {
 			t.Fatalf("admin SetOrganizationTier: %+v %v", o, err)
 		}
-		_, err = e.svc.UpdateTier(ctx, admin, "free", models.TierLimits{Capacity: 0, RefillPerSec: 2})
+		_, err = e.svc.UpdateTier(ctx, admin, "free", models.TierSettings{Capacity: 0, RefillPerSec: 2})
 		wantErr(t, err, apperr.Unprocessable, "")
 		_, err = e.svc.SetOrganizationTier(ctx, admin, org.ID, "gold")
 		wantErr(t, err, apperr.NotFound, "")

@@ -10,7 +10,9 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/apperr"
+	"github.com/sluicehq/sluice/cluster"
 	"github.com/sluicehq/sluice/models"
+	"github.com/sluicehq/sluice/quota"
 )
 
 // Caller is who is calling the metered API: the token, its organization and
@@ -20,9 +22,12 @@ type Caller struct {
 	OrgID   int64
 	UserID  int64
 	Tier    *models.Tier // shared, read-only snapshot
-	// LimitKey names the token's buckets; built once per cache fill so the
-	// hot path does not format it per request.
-	LimitKey string
+	// LimitKey and TokensKey name the token's request and tokens-per-minute
+	// buckets; built once per cache fill so the hot path does not format
+	// them per request. The part before '|' is the same, so the Redis
+	// limiter keeps both in one hash slot.
+	LimitKey  string
+	TokensKey string
 }
 
 // Directory resolves API tokens for the gateway. It caches what the
@@ -44,12 +49,15 @@ type Directory struct {
 	forgets uint64
 
 	tiers atomic.Pointer[map[string]*models.Tier]
+
+	freezes *quota.FreezeSet
 }
 
 type tokenEntry struct {
 	known     bool
 	owner     models.TokenOwner
 	limitKey  string
+	tokensKey string
 	fetchedAt time.Time
 }
 
@@ -58,8 +66,12 @@ func NewDirectory(ctx context.Context, store *models.Store, ttl time.Duration, n
 	if now == nil {
 		now = time.Now
 	}
-	d := &Directory{store: store, ttl: ttl, now: now, maxEntries: 100_000, tokens: map[[sha256.Size]byte]tokenEntry{}}
-	return d, d.ReloadTiers(ctx)
+	d := &Directory{store: store, ttl: ttl, now: now, maxEntries: 100_000, tokens: map[[sha256.Size]byte]tokenEntry{},
+		freezes: quota.NewFreezeSet(now)}
+	if err := d.ReloadTiers(ctx); err != nil {
+		return nil, err
+	}
+	return d, d.ReloadFreezes(ctx)
 }
 
 // Errors of Authenticate; each has its own code so clients can tell them apart.
@@ -91,7 +103,8 @@ func (d *Directory) Authenticate(ctx context.Context, secret string) (Caller, er
 		if err != nil && apperr.CodeOf(err) != apperr.NotFound {
 			return Caller{}, err
 		}
-		e = tokenEntry{known: err == nil, owner: owner, limitKey: "tok:" + strconv.FormatInt(owner.ID, 10), fetchedAt: now}
+		key := "tok:" + strconv.FormatInt(owner.ID, 10)
+		e = tokenEntry{known: err == nil, owner: owner, limitKey: key, tokensKey: key + "|tpm", fetchedAt: now}
 		d.remember(sum, e, forgets)
 	}
 	switch {
@@ -106,7 +119,7 @@ func (d *Directory) Authenticate(ctx context.Context, secret string) (Caller, er
 	if tier == nil {
 		return Caller{}, apperr.Wrap(errUnknownTier, e.owner.TierName)
 	}
-	return Caller{TokenID: e.owner.ID, OrgID: e.owner.OrgID, UserID: e.owner.UserID, Tier: tier, LimitKey: e.limitKey}, nil
+	return Caller{TokenID: e.owner.ID, OrgID: e.owner.OrgID, UserID: e.owner.UserID, Tier: tier, LimitKey: e.limitKey, TokensKey: e.tokensKey}, nil
 }
 
 var errUnknownTier = apperr.New(apperr.Internal, "organization's tier is not loaded")
@@ -174,6 +187,40 @@ func (d *Directory) ReloadTiers(ctx context.Context) error {
 func (d *Directory) Tier(name string) *models.Tier {
 	if m := d.tiers.Load(); m != nil {
 		return (*m)[name]
+	}
+	return nil
+}
+
+// Frozen reports the freeze in force for a token, if any. It reads an
+// in-memory set: no database, no lock, no allocation.
+func (d *Directory) Frozen(tokenID int64) (quota.Freeze, bool) { return d.freezes.Frozen(tokenID) }
+
+// ReloadFreezes replaces the in-memory freezes with the database's active
+// ones: how freezes and lifts made on other nodes arrive.
+func (d *Directory) ReloadFreezes(ctx context.Context) error {
+	fs, err := d.store.ActiveFreezes(ctx, d.now())
+	if err != nil {
+		return err
+	}
+	set := make([]quota.Freeze, len(fs))
+	for i, f := range fs {
+		set[i] = quota.Freeze{TokenID: f.TokenID, Until: f.FrozenUntil, Reason: f.Reason}
+	}
+	d.freezes.Replace(set)
+	return nil
+}
+
+// Apply brings the caches up to date with a change another node made.
+func (d *Directory) Apply(ctx context.Context, e cluster.Event) error {
+	switch e.Kind {
+	case cluster.TokenChanged:
+		d.ForgetToken(e.Hash)
+	case cluster.OrgChanged:
+		d.ForgetOrganization(e.ID)
+	case cluster.TiersChanged:
+		return d.ReloadTiers(ctx)
+	case cluster.FreezesChanged:
+		return d.ReloadFreezes(ctx)
 	}
 	return nil
 }

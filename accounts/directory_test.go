@@ -264,7 +264,7 @@ func TestTierChangesApplyAtOnce(t *testing.T) {
 		}
 
 		// Editing the free tier's capacity.
-		if _, err := e.svc.UpdateTier(ctx, admin, "free", models.TierLimits{Capacity: 77, RefillPerSec: 1.5}); err != nil {
+		if _, err := e.svc.UpdateTier(ctx, admin, "free", models.TierSettings{Capacity: 77, RefillPerSec: 1.5}); err != nil {
 			t.Fatal(err)
 		}
 		c, err = e.dir.Authenticate(ctx, boSecret)
@@ -380,7 +380,7 @@ func TestAuthenticateConcurrent(t *testing.T) {
 		wg.Go(func() {
 			for range 5 {
 				e.dir.ForgetOrganization(tokens[0].org)
-				if _, err := e.svc.UpdateTier(ctx, admin, "free", models.TierLimits{Capacity: 40, RefillPerSec: 1}); err != nil {
+				if _, err := e.svc.UpdateTier(ctx, admin, "free", models.TierSettings{Capacity: 40, RefillPerSec: 1}); err != nil {
 					errs <- err
 				}
 				e.clock.Advance(dirTTL)

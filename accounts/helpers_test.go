@@ -10,6 +10,7 @@ import (
 
 	"github.com/sluicehq/sluice/accounts"
 	"github.com/sluicehq/sluice/apperr"
+	"github.com/sluicehq/sluice/cluster"
 	"github.com/sluicehq/sluice/models"
 )
 
@@ -59,7 +60,7 @@ func newEnv(t *testing.T, db *models.DB) *env {
 		t.Fatal(err)
 	}
 	throttle := accounts.NewLoginThrottle(clock.Now)
-	svc, err := accounts.NewService(store, dir, throttle, bcrypt.MinCost)
+	svc, err := accounts.NewService(store, dir, cluster.None{}, throttle, bcrypt.MinCost)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,11 +2,14 @@ package accounts
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"time"
 
 	"github.com/sluicehq/sluice/apperr"
+	"github.com/sluicehq/sluice/cluster"
 	"github.com/sluicehq/sluice/models"
+	"github.com/sluicehq/sluice/quota"
 )
 
 // MaxTokenDays bounds an API token's optional lifetime.
@@ -33,19 +36,22 @@ func (s *Service) RevokeToken(ctx context.Context, u models.User, id int64) (mod
 	t, err := s.store.RevokeAPIToken(ctx, u, u.OrgID, id)
 	if err == nil {
 		s.dir.ForgetToken(t.Hash)
+		s.publish(ctx, cluster.Event{Kind: cluster.TokenChanged, Hash: t.Hash})
 	}
 	return t, err
 }
 
-// UpdateTier changes a tier's limits; the next API request uses them.
-func (s *Service) UpdateTier(ctx context.Context, admin models.User, name string, l models.TierLimits) (models.Tier, error) {
+// UpdateTier changes a tier's settings; the next API request, on every
+// node, uses them.
+func (s *Service) UpdateTier(ctx context.Context, admin models.User, name string, l models.TierSettings) (models.Tier, error) {
 	if !admin.IsAdmin() {
 		return models.Tier{}, apperr.New(apperr.Forbidden, "only admins may change tiers")
 	}
-	t, err := s.store.UpdateTierLimits(ctx, admin, name, l)
+	t, err := s.store.UpdateTier(ctx, admin, name, l)
 	if err != nil {
 		return t, err
 	}
+	s.publish(ctx, cluster.Event{Kind: cluster.TiersChanged})
 	return t, s.dir.ReloadTiers(ctx)
 }
 
@@ -58,6 +64,53 @@ func (s *Service) SetOrganizationTier(ctx context.Context, admin models.User, or
 	o, err := s.store.SetOrganizationTier(ctx, admin, orgID, tier)
 	if err == nil {
 		s.dir.ForgetOrganization(orgID)
+		s.publish(ctx, cluster.Event{Kind: cluster.OrgChanged, ID: orgID})
 	}
 	return o, err
+}
+
+// Freeze suspends a caller's token after count rejections within a minute,
+// for its tier's freeze duration: persisted and audited first, then honoured
+// here at once and on other nodes as soon as they hear of it.
+func (s *Service) Freeze(ctx context.Context, c Caller, count int, now time.Time) (models.Freeze, error) {
+	until := now.Add(time.Duration(c.Tier.FreezeMinutes) * time.Minute)
+	f, err := s.store.CreateFreeze(ctx, models.Freeze{
+		TokenID: c.TokenID, OrgID: c.OrgID, WindowCount: count, FrozenFrom: now.UTC(), FrozenUntil: until.UTC(),
+		Reason: fmt.Sprintf("%d requests were rejected for exceeding the rate limit within one minute (the %s tier freezes at %d)",
+			count, c.Tier.Name, c.Tier.FreezeThreshold),
+	})
+	if err != nil {
+		return f, err
+	}
+	s.dir.freezes.Put(quota.Freeze{TokenID: f.TokenID, Until: f.FrozenUntil, Reason: f.Reason})
+	s.publish(ctx, cluster.Event{Kind: cluster.FreezesChanged})
+	return f, nil
+}
+
+// LiftFreeze ends a freeze early, on every node.
+func (s *Service) LiftFreeze(ctx context.Context, admin models.User, id int64) (models.Freeze, error) {
+	if !admin.IsAdmin() {
+		return models.Freeze{}, apperr.New(apperr.Forbidden, "only admins may lift freezes")
+	}
+	f, err := s.store.LiftFreeze(ctx, admin, id)
+	if err != nil {
+		return f, err
+	}
+	s.publish(ctx, cluster.Event{Kind: cluster.FreezesChanged})
+	return f, s.dir.ReloadFreezes(ctx)
+}
+
+// ApplyTuning stores the auto-tuner's changes and makes every node use them.
+func (s *Service) ApplyTuning(ctx context.Context, evs []models.TuningEvent) error {
+	if err := s.store.ApplyTuning(ctx, evs); err != nil {
+		return err
+	}
+	s.publish(ctx, cluster.Event{Kind: cluster.TiersChanged})
+	return s.dir.ReloadTiers(ctx)
+}
+
+// publish tells the other nodes. A lost message does not fail the change
+// itself: the bus logs it, and every node's periodic reload catches up.
+func (s *Service) publish(ctx context.Context, e cluster.Event) {
+	_ = s.bus.Publish(ctx, e)
 }

@@ -11,6 +11,7 @@ import (
 	"net/mail"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -31,6 +32,16 @@ type Config struct {
 	TokenCacheTTL   time.Duration // SLUICE_TOKEN_CACHE_TTL
 	ShutdownTimeout time.Duration // SLUICE_SHUTDOWN_TIMEOUT
 	LogLevel        string        // SLUICE_LOG_LEVEL
+
+	ExpectedNodes    int              // SLUICE_EXPECTED_NODES: share of a limit each node keeps when Redis is down
+	PriorityWeights  map[string]int64 // SLUICE_PRIORITY_WEIGHTS: X-Sluice-Priority -> request weight
+	DefaultMaxTokens int64            // SLUICE_DEFAULT_MAX_TOKENS: completion estimate when a request sets no max_tokens
+	RedisTimeout     time.Duration    // SLUICE_REDIS_TIMEOUT: one limiter call's budget before local limits take over
+	TuneInterval     time.Duration    // SLUICE_TUNE_INTERVAL: how often the auto-tuner samples load
+	MaxConcurrency   int              // SLUICE_MAX_CONCURRENCY: in-flight requests that count as full load
+	LatencyTarget    time.Duration    // SLUICE_LATENCY_TARGET: p95 latency that counts as full load
+	NodeID           string           // SLUICE_NODE_ID: this node's name in leader leases; default host name
+	RedisPrefix      string           // SLUICE_REDIS_PREFIX: namespace of Sluice's Redis keys and channel
 }
 
 // SQLitePath is where the embedded database lives.
@@ -58,6 +69,19 @@ func Load(args []string, getenv func(string) string) (Config, error) {
 		TokenCacheTTL:   r.duration("SLUICE_TOKEN_CACHE_TTL", 30*time.Second, time.Second, time.Hour),
 		ShutdownTimeout: r.duration("SLUICE_SHUTDOWN_TIMEOUT", 15*time.Second, time.Second, 10*time.Minute),
 		LogLevel:        r.oneOf("SLUICE_LOG_LEVEL", "info", "debug", "info", "warn", "error"),
+
+		ExpectedNodes:    int(r.int64("SLUICE_EXPECTED_NODES", 1, 1, 1000)),
+		PriorityWeights:  r.weights("SLUICE_PRIORITY_WEIGHTS", "low=1,normal=1,high=2"),
+		DefaultMaxTokens: r.int64("SLUICE_DEFAULT_MAX_TOKENS", 512, 1, 1_000_000),
+		RedisTimeout:     r.duration("SLUICE_REDIS_TIMEOUT", 100*time.Millisecond, time.Millisecond, 10*time.Second),
+		TuneInterval:     r.duration("SLUICE_TUNE_INTERVAL", 5*time.Second, 100*time.Millisecond, 10*time.Minute),
+		MaxConcurrency:   int(r.int64("SLUICE_MAX_CONCURRENCY", 256, 1, 1_000_000)),
+		LatencyTarget:    r.duration("SLUICE_LATENCY_TARGET", 5*time.Second, time.Millisecond, 10*time.Minute),
+		NodeID:           r.str("SLUICE_NODE_ID", ""),
+		RedisPrefix:      r.str("SLUICE_REDIS_PREFIX", "sluice:"),
+	}
+	if c.RedisURL != "" && !strings.HasPrefix(c.RedisURL, "redis://") && !strings.HasPrefix(c.RedisURL, "rediss://") {
+		r.errs = append(r.errs, errors.New("REDIS_URL: must start with redis:// or rediss://"))
 	}
 	// The embedded default migrates itself so `go run .` just works; against
 	// a shared Postgres, migrating is an explicit step (`sluice migrate`).
@@ -132,6 +156,22 @@ func (r *reader) duration(name string, def, lo, hi time.Duration) time.Duration 
 		return def
 	}
 	return d
+}
+
+// weights reads "name=weight,…" for the three priorities.
+func (r *reader) weights(name, def string) map[string]int64 {
+	v := r.str(name, def)
+	out := map[string]int64{"low": 1, "normal": 1, "high": 1}
+	for _, pair := range strings.Split(v, ",") {
+		k, w, ok := strings.Cut(strings.TrimSpace(pair), "=")
+		n, err := strconv.ParseInt(w, 10, 64)
+		if _, known := out[k]; !ok || !known || err != nil || n < 1 || n > 1000 {
+			r.errs = append(r.errs, fmt.Errorf("%s: %q must look like low=1,normal=1,high=2 (weights 1 to 1000)", name, v))
+			return map[string]int64{"low": 1, "normal": 1, "high": 2}
+		}
+		out[k] = n
+	}
+	return out
 }
 
 func (r *reader) bool(name string, def bool) bool {

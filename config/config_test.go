@@ -41,15 +41,19 @@ func TestFlagsOverrideEnvironment(t *testing.T) {
 
 func TestInvalidValuesNameTheVariable(t *testing.T) {
 	cases := map[string]map[string]string{
-		"SLUICE_ADDR":           {"SLUICE_ADDR": "8080"},
-		"SLUICE_MAX_BODY_BYTES": {"SLUICE_MAX_BODY_BYTES": "lots"},
-		"SLUICE_SESSION_TTL":    {"SLUICE_SESSION_TTL": "1"},
-		"SLUICE_AUTO_MIGRATE":   {"SLUICE_AUTO_MIGRATE": "maybe"},
-		"SLUICE_ADMIN_EMAIL":    {"SLUICE_ADMIN_EMAIL": "nobody"},
-		"SLUICE_ADMIN_PASSWORD": {"SLUICE_ADMIN_PASSWORD": "short"},
-		"SLUICE_SESSION_SECRET": {"SLUICE_SESSION_SECRET": "tooshort"},
-		"SLUICE_BCRYPT_COST":    {"SLUICE_BCRYPT_COST": "40"},
-		"SLUICE_LOG_LEVEL":      {"SLUICE_LOG_LEVEL": "loud"},
+		"SLUICE_ADDR":             {"SLUICE_ADDR": "8080"},
+		"SLUICE_MAX_BODY_BYTES":   {"SLUICE_MAX_BODY_BYTES": "lots"},
+		"SLUICE_SESSION_TTL":      {"SLUICE_SESSION_TTL": "1"},
+		"SLUICE_AUTO_MIGRATE":     {"SLUICE_AUTO_MIGRATE": "maybe"},
+		"SLUICE_ADMIN_EMAIL":      {"SLUICE_ADMIN_EMAIL": "nobody"},
+		"SLUICE_ADMIN_PASSWORD":   {"SLUICE_ADMIN_PASSWORD": "short"},
+		"SLUICE_SESSION_SECRET":   {"SLUICE_SESSION_SECRET": "tooshort"},
+		"SLUICE_BCRYPT_COST":      {"SLUICE_BCRYPT_COST": "40"},
+		"SLUICE_LOG_LEVEL":        {"SLUICE_LOG_LEVEL": "loud"},
+		"SLUICE_EXPECTED_NODES":   {"SLUICE_EXPECTED_NODES": "0"},
+		"SLUICE_PRIORITY_WEIGHTS": {"SLUICE_PRIORITY_WEIGHTS": "urgent=5"},
+		"REDIS_URL":               {"REDIS_URL": "localhost:6379"},
+		"SLUICE_TUNE_INTERVAL":    {"SLUICE_TUNE_INTERVAL": "1ms"},
 	}
 	for name, vars := range cases {
 		_, err := Load(nil, env(vars))
@@ -70,5 +74,18 @@ func TestTwoBadValuesAreBothReported(t *testing.T) {
 	c, _ := Load(nil, env(map[string]string{"SLUICE_TOKEN_CACHE_TTL": "5s"}))
 	if c.TokenCacheTTL != 5*time.Second {
 		t.Fatalf("ttl %v", c.TokenCacheTTL)
+	}
+}
+
+func TestPriorityWeights(t *testing.T) {
+	c, err := Load(nil, env(map[string]string{"SLUICE_PRIORITY_WEIGHTS": "high=3, low=2"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.PriorityWeights["high"] != 3 || c.PriorityWeights["low"] != 2 || c.PriorityWeights["normal"] != 1 {
+		t.Fatalf("%v", c.PriorityWeights)
+	}
+	if d, _ := Load(nil, env(nil)); d.PriorityWeights["high"] != 2 || d.PriorityWeights["low"] != 1 || d.ExpectedNodes != 1 {
+		t.Fatalf("defaults %v %d", d.PriorityWeights, d.ExpectedNodes)
 	}
 }

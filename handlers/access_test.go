@@ -91,7 +91,7 @@ func TestRoleTable(t *testing.T) {
 		adminStatus  int
 	}{
 		{"GET", "/admin/tiers", nil, 200},
-		{"POST", "/admin/tiers/free", url.Values{"capacity": {"30"}, "refill_per_sec": {"0.5"}}, 303},
+		{"POST", "/admin/tiers/free", freeTierForm("30", "0.5"), 303},
 		{"POST", "/admin/organizations/" + org + "/tier", url.Values{"tier": {"free"}}, 303},
 	}
 	for _, r := range pageRoutes {
@@ -114,15 +114,18 @@ func TestAdminEditsTierInTheBrowser(t *testing.T) {
 	e := newEnv(t, testdb.SQLite(t))
 	key, _ := e.apiToken(e.signup("a@example.com", "A"))
 	admin := e.browserLogin(t, "admin@example.com", "admin-password")
-	w := admin.do("POST", "/admin/tiers/free", url.Values{"capacity": {"0"}, "refill_per_sec": {"1"}}, nil)
+	w := admin.do("POST", "/admin/tiers/free", freeTierForm("0", "1"), nil)
 	if w.Code != 422 || !strings.Contains(w.Body.String(), "capacity must be between") {
 		t.Fatalf("invalid capacity: %d", w.Code)
 	}
-	w = admin.do("POST", "/admin/tiers/free", url.Values{"capacity": {"abc"}, "refill_per_sec": {"1"}}, nil)
-	if w.Code != 422 {
+	w = admin.do("POST", "/admin/tiers/free", freeTierForm("abc", "1"), nil)
+	if w.Code != 422 || !strings.Contains(w.Body.String(), "need a number: capacity") {
 		t.Fatalf("non-numeric capacity: %d", w.Code)
 	}
-	w = admin.do("POST", "/admin/tiers/free", url.Values{"capacity": {"12"}, "refill_per_sec": {"3"}}, nil)
+	form := freeTierForm("12", "3")
+	form.Set("tokens_per_minute", "900")
+	form.Del("autotune") // an unticked checkbox is not sent
+	w = admin.do("POST", "/admin/tiers/free", form, nil)
 	if w.Code != http.StatusSeeOther {
 		t.Fatalf("save: %d %s", w.Code, w.Body.String())
 	}
@@ -130,7 +133,17 @@ func TestAdminEditsTierInTheBrowser(t *testing.T) {
 	if !strings.Contains(page.Body.String(), `value="12"`) || !strings.Contains(page.Body.String(), "Tier saved") {
 		t.Fatalf("the page does not show the saved tier")
 	}
-	if w := e.chat(key); w.Header().Get("x-ratelimit-limit-requests") != "12" {
-		t.Fatalf("limit after browser edit: %s", w.Header().Get("x-ratelimit-limit-requests"))
+	if w := e.chat(key); w.Header().Get("x-ratelimit-limit-requests") != "12" || w.Header().Get("x-ratelimit-limit-tokens") != "900" {
+		t.Fatalf("limits after browser edit: %s %s", w.Header().Get("x-ratelimit-limit-requests"), w.Header().Get("x-ratelimit-limit-tokens"))
 	}
+	if free, _ := e.store.TierByName(t.Context(), "free"); free.Autotune {
+		t.Fatal("unticking autotune did not turn it off")
+	}
+}
+
+// freeTierForm is the admin tier form as a browser sends it, with the free
+// tier's defaults and the given capacity and refill.
+func freeTierForm(capacity, refill string) url.Values {
+	return url.Values{"capacity": {capacity}, "refill_per_sec": {refill}, "tokens_per_minute": {"20000"},
+		"freeze_threshold": {"20"}, "freeze_minutes": {"10"}, "autotune": {"on"}, "refill_floor": {"0.3"}}
 }

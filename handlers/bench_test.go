@@ -20,7 +20,7 @@ func benchEnv(b *testing.B) (*env, string) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	if _, err := e.acc.UpdateTier(b.Context(), admin, "free", models.TierLimits{Capacity: 1_000_000, RefillPerSec: 1_000_000}); err != nil {
+	if _, err := e.acc.UpdateTier(b.Context(), admin, "free", models.TierSettings{Capacity: 1_000_000, RefillPerSec: 1_000_000}); err != nil {
 		b.Fatal(err)
 	}
 	e.h = New(Deps{Log: discardLog(), Store: e.store, Accounts: e.acc, Sessions: nil, Directory: e.dir, Limiter: e.limiter,

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/accounts"
+	"github.com/sluicehq/sluice/cluster"
 	"github.com/sluicehq/sluice/models"
 	"github.com/sluicehq/sluice/quota"
 	"github.com/sluicehq/sluice/upstream/local"
@@ -66,7 +67,7 @@ func newEnv(t testing.TB, db *models.DB) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	acc, err := accounts.NewService(store, dir, accounts.NewLoginThrottle(clk.Now), 4)
+	acc, err := accounts.NewService(store, dir, cluster.None{}, accounts.NewLoginThrottle(clk.Now), 4)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,6 +84,9 @@ func newEnv(t testing.TB, db *models.DB) *env {
 		Sessions:  accounts.NewSessions([]byte("0123456789abcdef0123456789abcdef"), time.Hour, clk.Now),
 		Directory: dir, Limiter: limiter, Model: model, Usage: storeRecorder{store},
 		MaxBodyBytes: 4 << 10, Now: clk.Now,
+		// Flat weights, so tests count requests; the low-value rules have
+		// their own test.
+		Scorer: quota.NewValueScorer(quota.ValueRules{}, clk.Now),
 	})
 	return &env{t: t, h: h, store: store, clock: clk, acc: acc, dir: dir, limiter: limiter, model: model}
 }

@@ -25,6 +25,7 @@ type manage struct {
 	sessions     *accounts.Sessions
 	maxBodyBytes int64
 	now          func() time.Time
+	limits       func() LimiterStatus
 }
 
 const userKey = "sluice.user"
@@ -265,18 +266,19 @@ func (m *manage) usage(c *gin.Context) {
 }
 
 type tierOut struct {
-	Name            string  `json:"name"`
-	Capacity        int64   `json:"capacity"`
-	RefillPerSec    float64 `json:"refill_per_sec"`
-	TokensPerMinute int64   `json:"tokens_per_minute"`
-	FreezeThreshold int     `json:"freeze_threshold"`
-	FreezeMinutes   int     `json:"freeze_minutes"`
-	Autotune        bool    `json:"autotune"`
-	RefillFloor     float64 `json:"refill_floor"`
+	Name                  string  `json:"name"`
+	Capacity              int64   `json:"capacity"`
+	RefillPerSec          float64 `json:"refill_per_sec"`
+	EffectiveRefillPerSec float64 `json:"effective_refill_per_sec"`
+	TokensPerMinute       int64   `json:"tokens_per_minute"`
+	FreezeThreshold       int     `json:"freeze_threshold"`
+	FreezeMinutes         int     `json:"freeze_minutes"`
+	Autotune              bool    `json:"autotune"`
+	RefillFloor           float64 `json:"refill_floor"`
 }
 
 func toTierOut(t models.Tier) tierOut {
-	return tierOut{t.Name, t.Capacity, t.RefillPerSec, t.TokensPerMinute, t.FreezeThreshold, t.FreezeMinutes, t.Autotune, t.RefillFloor}
+	return tierOut{t.Name, t.Capacity, t.RefillPerSec, t.EffectiveRefill(), t.TokensPerMinute, t.FreezeThreshold, t.FreezeMinutes, t.Autotune, t.RefillFloor}
 }
 
 func (m *manage) listTiers(c *gin.Context) {
@@ -295,8 +297,13 @@ func (m *manage) listTiers(c *gin.Context) {
 // updateTier changes a tier's bucket; omitted fields keep their value.
 func (m *manage) updateTier(c *gin.Context) {
 	var in struct {
-		Capacity     *int64   `json:"capacity"`
-		RefillPerSec *float64 `json:"refill_per_sec"`
+		Capacity        *int64   `json:"capacity"`
+		RefillPerSec    *float64 `json:"refill_per_sec"`
+		TokensPerMinute *int64   `json:"tokens_per_minute"`
+		FreezeThreshold *int     `json:"freeze_threshold"`
+		FreezeMinutes   *int     `json:"freeze_minutes"`
+		Autotune        *bool    `json:"autotune"`
+		RefillFloor     *float64 `json:"refill_floor"`
 	}
 	if err := m.decode(c, &in); err != nil {
 		writeAPIError(c, m.log, err)
@@ -308,19 +315,27 @@ func (m *manage) updateTier(c *gin.Context) {
 		writeAPIError(c, m.log, err)
 		return
 	}
-	l := models.TierLimits{Capacity: cur.Capacity, RefillPerSec: cur.RefillPerSec}
-	if in.Capacity != nil {
-		l.Capacity = *in.Capacity
-	}
-	if in.RefillPerSec != nil {
-		l.RefillPerSec = *in.RefillPerSec
-	}
+	l := cur.Settings()
+	set(&l.Capacity, in.Capacity)
+	set(&l.RefillPerSec, in.RefillPerSec)
+	set(&l.TokensPerMinute, in.TokensPerMinute)
+	set(&l.FreezeThreshold, in.FreezeThreshold)
+	set(&l.FreezeMinutes, in.FreezeMinutes)
+	set(&l.Autotune, in.Autotune)
+	set(&l.RefillFloor, in.RefillFloor)
 	t, err := m.accounts.UpdateTier(ctx, currentUser(c), cur.Name, l)
 	if err != nil {
 		writeAPIError(c, m.log, err)
 		return
 	}
 	c.JSON(http.StatusOK, toTierOut(t))
+}
+
+// set overwrites *dst with *v when the request gave a value.
+func set[T any](dst *T, v *T) {
+	if v != nil {
+		*dst = *v
+	}
 }
 
 func (m *manage) listOrganizations(c *gin.Context) {

@@ -9,6 +9,7 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/sluicehq/sluice/apperr"
+	"github.com/sluicehq/sluice/quota"
 )
 
 const requestIDKey = "sluice.request_id"
@@ -72,5 +73,21 @@ func accessLog(log *slog.Logger) gin.HandlerFunc {
 			log.Debug("request", "request_id", requestID(c), "method", c.Request.Method, "route", c.FullPath(),
 				"status", c.Writer.Status(), "duration", time.Since(start))
 		}
+	}
+}
+
+// measureLoad feeds the auto-tuner's load signal: requests in flight and the
+// latency of those that were answered.
+func measureLoad(inFlight *quota.InFlight, latency *quota.LatencyWindow) gin.HandlerFunc {
+	return func(c *gin.Context) {
+		inFlight.Inc()
+		start := time.Now()
+		defer func() {
+			inFlight.Dec()
+			if c.Writer.Status() < 300 {
+				latency.Observe(time.Since(start))
+			}
+		}()
+		c.Next()
 	}
 }

@@ -32,13 +32,60 @@ type Deps struct {
 	MaxBodyBytes int64
 	Now          func() time.Time
 	Health       func() error // nil when healthy
+
+	// Admission extras; New fills the zero ones with in-process defaults.
+	Detector         *quota.Detector      // counts rejections toward freezes
+	Freezer          Freezer              // default: Accounts
+	Scorer           *quota.ValueScorer   // prices low-value prompts
+	PriorityWeights  map[string]int64     // X-Sluice-Priority -> weight
+	DefaultMaxTokens int64                // completion estimate without max_tokens
+	InFlight         *quota.InFlight      // load signal for the auto-tuner
+	Latency          *quota.LatencyWindow // load signal for the auto-tuner
+	Limits           func() LimiterStatus // where bucket state lives, for admins; nil: in process
+	Metrics          http.Handler         // Prometheus /metrics; nil: not served
+}
+
+// LimiterStatus says where the rate limiter keeps its state.
+type LimiterStatus struct {
+	Mode  string `json:"mode"` // local | shared | degraded
+	Nodes int    `json:"expected_nodes"`
+}
+
+// withDefaults fills what a caller (typically a test) left out.
+func (d Deps) withDefaults() Deps {
+	if d.Now == nil {
+		d.Now = time.Now
+	}
+	if d.Detector == nil {
+		d.Detector = quota.NewDetector(quota.NewMemoryWindow(d.Now))
+	}
+	if d.Freezer == nil {
+		d.Freezer = d.Accounts
+	}
+	if d.Scorer == nil {
+		d.Scorer = quota.NewValueScorer(quota.DefaultValueRules(), d.Now)
+	}
+	if d.PriorityWeights == nil {
+		d.PriorityWeights = map[string]int64{"low": 1, "normal": 1, "high": 2}
+	}
+	if d.DefaultMaxTokens == 0 {
+		d.DefaultMaxTokens = 512
+	}
+	if d.InFlight == nil {
+		d.InFlight = &quota.InFlight{}
+	}
+	if d.Latency == nil {
+		d.Latency = quota.NewLatencyWindow(1024, time.Minute, d.Now)
+	}
+	if d.Limits == nil {
+		d.Limits = func() LimiterStatus { return LimiterStatus{Mode: "local", Nodes: 1} }
+	}
+	return d
 }
 
 // New returns the whole HTTP handler.
 func New(d Deps) http.Handler {
-	if d.Now == nil {
-		d.Now = time.Now
-	}
+	d = d.withDefaults()
 	gin.SetMode(gin.ReleaseMode)
 	r := gin.New()
 	// Client addresses come from the connection, not from X-Forwarded-For
@@ -64,14 +111,20 @@ func New(d Deps) http.Handler {
 		c.JSON(http.StatusOK, gin.H{"status": "ok"})
 	})
 
+	if d.Metrics != nil {
+		r.GET("/metrics", gin.WrapH(d.Metrics))
+	}
+
 	// The metered, OpenAI-compatible API. Bearer = an API token.
-	a := &api{log: d.Log, dir: d.Directory, limiter: d.Limiter, model: d.Model, usage: d.Usage, maxBodyBytes: d.MaxBodyBytes, now: d.Now}
-	v1 := r.Group("/v1", a.authenticateToken, a.admit)
+	a := &api{log: d.Log, dir: d.Directory, limiter: d.Limiter, detector: d.Detector, freezer: d.Freezer, scorer: d.Scorer,
+		priorityWeights: d.PriorityWeights, defaultMaxTokens: d.DefaultMaxTokens,
+		model: d.Model, usage: d.Usage, maxBodyBytes: d.MaxBodyBytes, now: d.Now}
+	v1 := r.Group("/v1", a.authenticateToken, measureLoad(d.InFlight, d.Latency))
 	v1.POST("/chat/completions", a.chatCompletions)
-	v1.GET("/models", a.listModels)
+	v1.GET("/models", a.admit, a.listModels)
 
 	// The management API. Bearer = a session JWT from /api/auth/*.
-	m := &manage{log: d.Log, store: d.Store, accounts: d.Accounts, sessions: d.Sessions, maxBodyBytes: d.MaxBodyBytes, now: d.Now}
+	m := &manage{log: d.Log, store: d.Store, accounts: d.Accounts, sessions: d.Sessions, maxBodyBytes: d.MaxBodyBytes, now: d.Now, limits: d.Limits}
 	r.POST("/api/auth/signup", m.signup)
 	r.POST("/api/auth/login", m.login)
 	authed := r.Group("/api", m.authenticateSession)
@@ -79,14 +132,22 @@ func New(d Deps) http.Handler {
 	authed.GET("/tokens", m.listTokens)
 	authed.DELETE("/tokens/:id", m.revokeToken)
 	authed.GET("/usage", m.usage)
+	authed.GET("/freezes", m.myFreezes)
 	admin := authed.Group("/admin", m.requireAdmin)
 	admin.GET("/tiers", m.listTiers)
 	admin.PUT("/tiers/:name", m.updateTier)
 	admin.GET("/organizations", m.listOrganizations)
 	admin.PUT("/organizations/:id/tier", m.setOrganizationTier)
+	admin.GET("/freezes", m.listFreezes)
+	admin.DELETE("/freezes/:id", m.liftFreeze)
+	admin.GET("/tuning", m.listTuning)
+	admin.GET("/limiter", m.limiterState)
 
 	// The browser. Bearer = the session cookie; forms are origin-checked.
-	p := web.New(d.Log, d.Store, d.Accounts, d.Sessions, d.Now)
+	p := web.New(d.Log, d.Store, d.Accounts, d.Sessions, d.Now, func() web.LimiterState {
+		l := d.Limits()
+		return web.LimiterState{Mode: l.Mode, Nodes: l.Nodes}
+	})
 	r.StaticFS("/static", web.Static())
 	b := r.Group("/", p.LoadUser, p.GuardOrigin)
 	b.GET("/", p.Home)
@@ -104,6 +165,7 @@ func New(d Deps) http.Handler {
 	adminPages.GET("/tiers", p.AdminTiers)
 	adminPages.POST("/tiers/:name", p.UpdateTier)
 	adminPages.POST("/organizations/:id/tier", p.SetOrganizationTier)
+	adminPages.POST("/freezes/:id/lift", p.LiftFreeze)
 
 	return r
 }

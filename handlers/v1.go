@@ -1,11 +1,11 @@
 package handlers
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"io"
 	"log/slog"
-	"math"
 	"mime"
 	"net/http"
 	"strconv"
@@ -27,15 +27,25 @@ type UsageRecorder interface {
 	Record(ev models.UsageEvent) error
 }
 
+// Freezer suspends a token that keeps hitting its limits.
+type Freezer interface {
+	Freeze(ctx context.Context, c accounts.Caller, count int, now time.Time) (models.Freeze, error)
+}
+
 // api serves the metered, OpenAI-compatible /v1 endpoints.
 type api struct {
-	log          *slog.Logger
-	dir          *accounts.Directory
-	limiter      quota.Limiter
-	model        *local.Model
-	usage        UsageRecorder
-	maxBodyBytes int64
-	now          func() time.Time
+	log              *slog.Logger
+	dir              *accounts.Directory
+	limiter          quota.Limiter
+	detector         *quota.Detector
+	freezer          Freezer
+	scorer           *quota.ValueScorer
+	priorityWeights  map[string]int64
+	defaultMaxTokens int64
+	model            *local.Model
+	usage            UsageRecorder
+	maxBodyBytes     int64
+	now              func() time.Time
 }
 
 const callerKey = "sluice.caller"
@@ -60,41 +70,6 @@ func bearer(r *http.Request) string {
 		return strings.TrimSpace(h[7:])
 	}
 	return ""
-}
-
-// admit spends one request from the caller's bucket and sets OpenAI's
-// rate-limit headers, on successes and rejections alike.
-func (a *api) admit(c *gin.Context) {
-	caller := c.MustGet(callerKey).(accounts.Caller)
-	p := quota.Params{Capacity: caller.Tier.Capacity, RefillPerSec: caller.Tier.RefillPerSec}
-	d, err := a.limiter.Allow(c.Request.Context(), caller.LimitKey, p, 1)
-	if err != nil {
-		writeOpenAIError(c, a.log, apperr.Wrap(err, "rate limiter"))
-		return
-	}
-	h := c.Writer.Header()
-	h.Set("x-ratelimit-limit-requests", strconv.FormatInt(d.Limit, 10))
-	h.Set("x-ratelimit-remaining-requests", strconv.FormatInt(d.Remaining, 10))
-	h.Set("x-ratelimit-reset-requests", formatReset(d.ResetAfter))
-	if !d.Allowed {
-		h.Set("Retry-After", strconv.FormatInt(int64(math.Ceil(d.RetryAfter.Seconds())), 10))
-		h.Set("retry-after-ms", strconv.FormatInt(int64(math.Ceil(float64(d.RetryAfter)/float64(time.Millisecond))), 10))
-		writeOpenAIError(c, a.log, &apperr.Error{Code: apperr.RateLimited, Reason: "rate_limit_exceeded",
-			Message: "rate limit reached for requests on tier " + caller.Tier.Name + ": limit " +
-				strconv.FormatInt(d.Limit, 10) + " burst, " + strconv.FormatFloat(caller.Tier.RefillPerSec, 'g', -1, 64) +
-				" per second; retry after " + formatReset(d.RetryAfter)})
-		return
-	}
-	c.Next()
-}
-
-// formatReset writes a duration the way OpenAI's reset headers do ("2s",
-// "1m0s", "20ms").
-func formatReset(d time.Duration) string {
-	if d <= 0 {
-		return "0s"
-	}
-	return d.Round(time.Millisecond).String()
 }
 
 // chatRequest is the part of OpenAI's chat request Sluice reads; unknown
@@ -243,18 +218,37 @@ type chatResponse struct {
 	Usage   *usageOut    `json:"usage,omitempty"`
 }
 
-// chatCompletions answers POST /v1/chat/completions.
+// chatCompletions answers POST /v1/chat/completions: freeze check, body,
+// admission against the request and tokens-per-minute buckets, the model,
+// then the tokens bucket settled with the real usage.
 func (a *api) chatCompletions(c *gin.Context) {
 	start := a.now()
 	caller := c.MustGet(callerKey).(accounts.Caller)
+	if !a.notFrozen(c, caller) {
+		return
+	}
 	req, msgs, err := a.readChatRequest(c)
 	if err != nil {
-		writeOpenAIError(c, a.log, err)
+		// Bad requests still cost one request, so a flood of them is limited.
+		if a.admitRequests(c, caller, 1) {
+			writeOpenAIError(c, a.log, err)
+		}
+		return
+	}
+	weight, err := a.weigh(c, caller, msgs)
+	if err != nil {
+		if a.admitRequests(c, caller, 1) {
+			writeOpenAIError(c, a.log, err)
+		}
 		return
 	}
 	maxTokens := 0
 	if req.MaxCompletionTokens != nil {
 		maxTokens = *req.MaxCompletionTokens
+	}
+	estimate := estimateTokens(msgs, maxTokens, a.defaultMaxTokens)
+	if !a.admitChat(c, caller, weight, estimate) {
+		return
 	}
 	reply := a.model.Complete(msgs, maxTokens)
 	usage := usageOut{PromptTokens: reply.PromptTokens, CompletionTokens: reply.CompletionTokens, TotalTokens: reply.PromptTokens + reply.CompletionTokens}
@@ -270,6 +264,7 @@ func (a *api) chatCompletions(c *gin.Context) {
 			Usage:   &usage,
 		})
 	}
+	a.settleTokens(c, caller, estimate, int64(usage.TotalTokens))
 	a.record(c, caller, usage, start)
 }
 

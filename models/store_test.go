@@ -108,20 +108,23 @@ func TestStore(t *testing.T) {
 		}},
 		{"tier limits validated, updated and audited", func(t *testing.T, s *models.Store) {
 			o, admin, _ := s.CreateOrganizationWithOwner(ctx, "Ops", "premium", "ops@example.com", "h", models.RoleAdmin)
-			for _, bad := range []models.TierLimits{{0, 1}, {10, 0}, {10, -1}} {
-				if _, err := s.UpdateTierLimits(ctx, admin, "free", bad); apperr.CodeOf(err) != apperr.Unprocessable {
+			for _, bad := range []models.TierSettings{{Capacity: 0, RefillPerSec: 1}, {Capacity: 10, RefillPerSec: 0}, {Capacity: 10, RefillPerSec: -1}} {
+				if _, err := s.UpdateTier(ctx, admin, "free", bad); apperr.CodeOf(err) != apperr.Unprocessable {
 					t.Errorf("%+v: %v", bad, err)
 				}
 			}
-			tier, err := s.UpdateTierLimits(ctx, admin, "free", models.TierLimits{Capacity: 40, RefillPerSec: 1.5})
+			free, _ := s.TierByName(ctx, "free")
+			settings := free.Settings()
+			settings.Capacity, settings.RefillPerSec = 40, 1.5
+			tier, err := s.UpdateTier(ctx, admin, "free", settings)
 			if err != nil || tier.Capacity != 40 || tier.RefillPerSec != 1.5 {
 				t.Fatalf("%+v %v", tier, err)
 			}
 			again, _ := s.TierByName(ctx, "free")
-			if again.Capacity != 40 || again.RefillPerSec != 1.5 || !again.Autotune {
+			if again.Capacity != 40 || again.RefillPerSec != 1.5 || !again.Autotune || again.TokensPerMinute != 20000 {
 				t.Fatalf("stored %+v", again)
 			}
-			if _, err := s.UpdateTierLimits(ctx, admin, "gold", models.TierLimits{Capacity: 1, RefillPerSec: 1}); apperr.CodeOf(err) != apperr.NotFound {
+			if _, err := s.UpdateTier(ctx, admin, "gold", models.TierSettings{Capacity: 1, RefillPerSec: 1}); apperr.CodeOf(err) != apperr.NotFound {
 				t.Fatal(err)
 			}
 			log, _ := s.AuditLog(ctx, o.ID, 1)

@@ -3,6 +3,7 @@ package models
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"gorm.io/gorm"
@@ -16,29 +17,60 @@ type Tier struct {
 	Name              string
 	Capacity          int64
 	RefillPerSec      float64
-	TokensPerMinute   int64
+	TokensPerMinute   int64 // 0: no tokens-per-minute limit
 	MonthlyTokenQuota int64
-	FreezeThreshold   int
+	FreezeThreshold   int // rejections in a minute that freeze a token; 0: never
 	FreezeMinutes     int
 	Autotune          bool
 	RefillFloor       float64
-	CreatedAt         time.Time
-	UpdatedAt         time.Time
+	// EffectiveRefillPerSec is the auto-tuner's current refill, nil when the
+	// tier runs as configured.
+	EffectiveRefillPerSec *float64
+	CreatedAt             time.Time
+	UpdatedAt             time.Time
 }
 
-// TierLimits are the admin-editable bucket settings of a tier.
-type TierLimits struct {
-	Capacity     int64
-	RefillPerSec float64
+// EffectiveRefill is the refill the gateway applies now.
+func (t Tier) EffectiveRefill() float64 {
+	if t.EffectiveRefillPerSec != nil {
+		return *t.EffectiveRefillPerSec
+	}
+	return t.RefillPerSec
 }
 
-// Validate says what is wrong with the limits, in words for the admin.
-func (l TierLimits) Validate() error {
+// TierSettings are the admin-editable settings of a tier.
+type TierSettings struct {
+	Capacity        int64
+	RefillPerSec    float64
+	TokensPerMinute int64
+	FreezeThreshold int
+	FreezeMinutes   int
+	Autotune        bool
+	RefillFloor     float64
+}
+
+// Settings returns the tier's editable settings, to merge a partial update into.
+func (t Tier) Settings() TierSettings {
+	return TierSettings{t.Capacity, t.RefillPerSec, t.TokensPerMinute, t.FreezeThreshold, t.FreezeMinutes, t.Autotune, t.RefillFloor}
+}
+
+// Validate says what is wrong with the settings, in words for the admin.
+func (l TierSettings) Validate() error {
 	switch {
 	case l.Capacity < 1 || l.Capacity > 1_000_000:
 		return apperr.New(apperr.Unprocessable, "capacity must be between 1 and 1000000")
 	case !(l.RefillPerSec > 0) || l.RefillPerSec > 1_000_000:
 		return apperr.New(apperr.Unprocessable, "refill_per_sec must be greater than 0 and at most 1000000")
+	case l.TokensPerMinute < 0 || l.TokensPerMinute > 1_000_000_000:
+		return apperr.New(apperr.Unprocessable, "tokens_per_minute must be from 0 (no limit) to 1000000000")
+	case l.FreezeThreshold < 0 || l.FreezeThreshold > 1000: // quota.MaxFreezeThreshold: the shared window counts up to it
+		return apperr.New(apperr.Unprocessable, "freeze_threshold must be from 0 (never freeze) to 1000")
+	case l.FreezeMinutes < 0 || l.FreezeMinutes > 7*24*60 || l.FreezeThreshold > 0 && l.FreezeMinutes < 1:
+		return apperr.New(apperr.Unprocessable, "freeze_minutes must be from 1 to 10080 (a week) when freezing is on")
+	case !(l.RefillFloor >= 0) || l.RefillFloor > l.RefillPerSec:
+		return apperr.New(apperr.Unprocessable, "refill_floor must be from 0 to refill_per_sec")
+	case l.Autotune && !(l.RefillFloor > 0):
+		return apperr.New(apperr.Unprocessable, "an autotuned tier needs a refill_floor above 0")
 	}
 	return nil
 }
@@ -57,8 +89,9 @@ func (s *Store) TierByName(ctx context.Context, name string) (Tier, error) {
 	return t, dbErr(err, "tier "+name)
 }
 
-// UpdateTierLimits changes a tier's bucket and records who did it.
-func (s *Store) UpdateTierLimits(ctx context.Context, actor User, name string, l TierLimits) (Tier, error) {
+// UpdateTier changes a tier's settings and records who did it. The
+// auto-tuner's adjustment is dropped: the admin's values apply as given.
+func (s *Store) UpdateTier(ctx context.Context, actor User, name string, l TierSettings) (Tier, error) {
 	if err := l.Validate(); err != nil {
 		return Tier{}, err
 	}
@@ -67,13 +100,37 @@ func (s *Store) UpdateTierLimits(ctx context.Context, actor User, name string, l
 		if err := tx.Where("name = ?", name).Take(&t).Error; err != nil {
 			return dbErr(err, "tier "+name)
 		}
-		before := t
-		t.Capacity, t.RefillPerSec, t.UpdatedAt = l.Capacity, l.RefillPerSec, time.Now().UTC()
-		if err := tx.Model(&t).Select("capacity", "refill_per_sec", "updated_at").Updates(&t).Error; err != nil {
+		before := t.Settings()
+		t.Capacity, t.RefillPerSec, t.TokensPerMinute = l.Capacity, l.RefillPerSec, l.TokensPerMinute
+		t.FreezeThreshold, t.FreezeMinutes, t.Autotune, t.RefillFloor = l.FreezeThreshold, l.FreezeMinutes, l.Autotune, l.RefillFloor
+		t.EffectiveRefillPerSec, t.UpdatedAt = nil, time.Now().UTC()
+		err := tx.Model(&t).Select("capacity", "refill_per_sec", "tokens_per_minute", "freeze_threshold", "freeze_minutes",
+			"autotune", "refill_floor", "effective_refill_per_sec", "updated_at").Updates(&t).Error
+		if err != nil {
 			return dbErr(err, "tier "+name)
 		}
-		return audit(tx, actor.OrgID, actor.ID, "tier.update", name,
-			fmt.Sprintf("capacity %d -> %d, refill %g -> %g/s", before.Capacity, t.Capacity, before.RefillPerSec, t.RefillPerSec))
+		return audit(tx, actor.OrgID, actor.ID, "tier.update", name, describeChange(before, l))
 	})
 	return t, err
+}
+
+// describeChange lists the settings that changed, for the audit log.
+func describeChange(a, b TierSettings) string {
+	var parts []string
+	add := func(name string, from, to any) {
+		if from != to {
+			parts = append(parts, fmt.Sprintf("%s %v -> %v", name, from, to))
+		}
+	}
+	add("capacity", a.Capacity, b.Capacity)
+	add("refill_per_sec", a.RefillPerSec, b.RefillPerSec)
+	add("tokens_per_minute", a.TokensPerMinute, b.TokensPerMinute)
+	add("freeze_threshold", a.FreezeThreshold, b.FreezeThreshold)
+	add("freeze_minutes", a.FreezeMinutes, b.FreezeMinutes)
+	add("autotune", a.Autotune, b.Autotune)
+	add("refill_floor", a.RefillFloor, b.RefillFloor)
+	if len(parts) == 0 {
+		return "no change"
+	}
+	return strings.Join(parts, ", ")
 }

@@ -2,6 +2,7 @@ package templates
 
 import (
 	"fmt"
+	"math"
 	"net/url"
 	"strconv"
 
@@ -73,6 +74,87 @@ func statusClass(status string) string {
 	default:
 		return "badge-neutral"
 	}
+}
+
+// freezeStatusClass picks a badge style for a freeze status. An active
+// freeze is a problem, unlike an active token, so it gets its own palette.
+func freezeStatusClass(status string) string {
+	switch status {
+	case "active":
+		return "badge-freeze-active"
+	case "lifted":
+		return "badge-freeze-lifted"
+	case "expired":
+		return "badge-freeze-expired"
+	default:
+		return "badge-neutral"
+	}
+}
+
+// orDash shows an empty value as a dash rather than as nothing.
+func orDash(s string) string {
+	if s == "" {
+		return "—"
+	}
+	return s
+}
+
+// tokenLabel shows a freeze's token prefix, or says it is unknown.
+func tokenLabel(prefix string) string {
+	if prefix == "" {
+		return "unknown token"
+	}
+	return prefix + "…"
+}
+
+// effectiveDiffers says whether the auto-tuner holds a tier's refill below
+// its configured value. An empty effective refill means "as configured".
+func effectiveDiffers(t TierRow) bool {
+	return t.EffectiveRefill != "" && t.EffectiveRefill != t.RefillPerSec
+}
+
+// Limiter modes as the admin page tells them apart.
+const (
+	limiterLocal    = "local"
+	limiterShared   = "shared"
+	limiterDegraded = "degraded"
+)
+
+// limiterMode normalises the limiter state: Degraded wins over the mode it
+// degraded from; an unknown mode gives "" and the page says nothing.
+func limiterMode(l LimiterState) string {
+	if l.Degraded || l.Mode == limiterDegraded {
+		return limiterDegraded
+	}
+	switch l.Mode {
+	case limiterLocal, limiterShared:
+		return l.Mode
+	}
+	return ""
+}
+
+// nodeShare is the part of every limit one node enforces while Redis is
+// unreachable, e.g. "1/3".
+func nodeShare(nodes int) string {
+	if nodes < 1 {
+		return "a share"
+	}
+	return fmt.Sprintf("1/%d", nodes)
+}
+
+// loadPercent writes a load fraction such as "0.92" as "92%"; anything that
+// is not a number is shown as given.
+func loadPercent(load string) string {
+	f, err := strconv.ParseFloat(load, 64)
+	if err != nil || math.IsNaN(f) || math.IsInf(f, 0) {
+		return load
+	}
+	return strconv.FormatFloat(math.Round(f*100), 'f', 0, 64) + "%"
+}
+
+// liftFreezeURL is where a freeze's lift form posts.
+func liftFreezeURL(id int64) templ.SafeURL {
+	return templ.URL(fmt.Sprintf("/admin/freezes/%d/lift", id))
 }
 
 // revokeURL is where a token's revoke form posts.

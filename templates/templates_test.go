@@ -505,8 +505,10 @@ func TestTokensCreateForm(t *testing.T) {
 func TestAdminTiers(t *testing.T) {
 	v := AdminTiersView{
 		Tiers: []TierRow{
-			{Name: "free", Capacity: 60, RefillPerSec: "1", Autotune: true, RefillFloor: "0.25"},
-			{Name: "pro", Capacity: 600, RefillPerSec: "12.5"},
+			{Name: "free", Capacity: 60, RefillPerSec: "1", EffectiveRefill: "1", TokensPerMinute: 20000,
+				FreezeThreshold: 20, FreezeMinutes: 10, Autotune: true, RefillFloor: "0.25"},
+			{Name: "pro", Capacity: 600, RefillPerSec: "12.5", EffectiveRefill: "12.5", TokensPerMinute: 0,
+				FreezeThreshold: 0, FreezeMinutes: 15, RefillFloor: "0"},
 		},
 		Orgs: []OrgRow{
 			{ID: 3, Name: "Acme", Tier: "free", Created: "2025-01-01"},
@@ -535,12 +537,51 @@ func TestAdminTiers(t *testing.T) {
 			if attr(refill, "value") != tier.RefillPerSec || attr(refill, "step") != "any" || attr(refill, "min") != "0.001" {
 				t.Errorf("refill = %s", outer(refill))
 			}
-			wantAuto := "off"
-			if tier.Autotune {
-				wantAuto = "on"
+			fields := []struct{ name, value, min, step string }{
+				{"capacity", fmt.Sprint(tier.Capacity), "1", "1"},
+				{"refill_per_sec", tier.RefillPerSec, "0.001", "any"},
+				{"tokens_per_minute", fmt.Sprint(tier.TokensPerMinute), "0", "1"},
+				{"freeze_threshold", fmt.Sprint(tier.FreezeThreshold), "0", "1"},
+				{"freeze_minutes", fmt.Sprint(tier.FreezeMinutes), "1", "1"},
+				{"refill_floor", tier.RefillFloor, "0", "any"},
 			}
-			if got := strings.TrimSpace(form.Find(`[data-testid="tier-autotune"]`).Text()); got != wantAuto {
-				t.Errorf("autotune = %q, want %q", got, wantAuto)
+			for _, f := range fields {
+				in := form.Find(fmt.Sprintf(`input[name=%q]`, f.name))
+				if in.Length() != 1 {
+					t.Errorf("field %s: found %d, want 1", f.name, in.Length())
+					continue
+				}
+				if attr(in, "type") != "number" || attr(in, "value") != f.value || attr(in, "min") != f.min || attr(in, "step") != f.step {
+					t.Errorf("field %s = %s, want number value=%q min=%q step=%q", f.name, outer(in), f.value, f.min, f.step)
+				}
+				id := attr(in, "id")
+				if id == "" || form.Find(fmt.Sprintf(`label[for=%q]`, id)).Length() != 1 {
+					t.Errorf("field %s has no label", f.name)
+				}
+			}
+			hints := map[string]string{
+				"tokens_per_minute": "0 = no limit",
+				"freeze_threshold":  "rejections in a minute that freeze a token; 0 = never",
+			}
+			for name, want := range hints {
+				in := form.Find(fmt.Sprintf(`input[name=%q]`, name))
+				hint := form.Find("#" + attr(in, "aria-describedby"))
+				if got := strings.TrimSpace(hint.Text()); got != want {
+					t.Errorf("%s hint = %q, want %q", name, got, want)
+				}
+			}
+			auto := form.Find(`input[name="autotune"]`)
+			if auto.Length() != 1 || attr(auto, "type") != "checkbox" || attr(auto, "value") != "on" {
+				t.Fatalf("autotune = %s, want a checkbox with value on", outer(auto))
+			}
+			if _, checked := auto.Attr("checked"); checked != tier.Autotune {
+				t.Errorf("autotune checked = %v, want %v", checked, tier.Autotune)
+			}
+			if !auto.Is(`[data-testid="tier-autotune"]`) {
+				t.Errorf("autotune checkbox lost its test id: %s", outer(auto))
+			}
+			if form.Find(`[data-testid="tier-effective"]`).Length() != 0 {
+				t.Error("effective refill shown while it equals the configured one")
 			}
 			if form.Find(`button[type="submit"]`).Length() != 1 {
 				t.Error("no save button")
@@ -563,6 +604,328 @@ func TestAdminTiers(t *testing.T) {
 				t.Errorf("selected = %s, want %s", outer(selected), org.Tier)
 			}
 		})
+	}
+}
+
+func TestAdminTierEffective(t *testing.T) {
+	tests := []struct {
+		name       string
+		configured string
+		effective  string
+		want       string // "" when no notice is expected
+	}{
+		{name: "lowered", configured: "0.5", effective: "0.3", want: "effective now: 0.3/s (lowered by the auto-tuner)"},
+		{name: "as configured", configured: "0.5", effective: "0.5"},
+		{name: "not reported", configured: "0.5", effective: ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			v := AdminTiersView{Tiers: []TierRow{{Name: "free", Capacity: 30, RefillPerSec: tt.configured, EffectiveRefill: tt.effective, FreezeMinutes: 10}}}
+			doc, _ := render(t, AdminTiers(Page{Title: "Admin", User: admin()}, v))
+			form := byTestID(doc, "tier-form-free")
+			eff := form.Find(`[data-testid="tier-effective"]`)
+			refill := form.Find(`input[name="refill_per_sec"]`)
+			if attr(refill, "value") != tt.configured {
+				t.Errorf("refill input = %s, want the configured %s", outer(refill), tt.configured)
+			}
+			if tt.want == "" {
+				if eff.Length() != 0 {
+					t.Errorf("effective shown: %s", outer(eff))
+				}
+				return
+			}
+			if got := strings.Join(strings.Fields(eff.Text()), " "); eff.Length() != 1 || got != tt.want {
+				t.Errorf("effective = %q, want %q", got, tt.want)
+			}
+			if id := attr(eff, "id"); id == "" || attr(refill, "aria-describedby") != id {
+				t.Errorf("refill input not described by the effective note: %s", outer(refill))
+			}
+		})
+	}
+}
+
+func TestAdminLimiterState(t *testing.T) {
+	tests := []struct {
+		name  string
+		state LimiterState
+		want  string // "" when nothing should be said
+		alert bool
+	}{
+		{name: "local", state: LimiterState{Mode: "local", Nodes: 1}, want: "Limits are kept in this process (single node)."},
+		{name: "shared", state: LimiterState{Mode: "shared", Nodes: 3}, want: "Limits are shared through Redis across 3 nodes."},
+		{name: "shared one node", state: LimiterState{Mode: "shared", Nodes: 1}, want: "Limits are shared through Redis across 1 node."},
+		{
+			name: "degraded", state: LimiterState{Mode: "degraded", Nodes: 4, Degraded: true}, alert: true,
+			want: "Redis is unreachable: each node enforces 1/4 of every limit locally until it returns.",
+		},
+		{
+			name: "degraded flag only", state: LimiterState{Mode: "shared", Nodes: 2, Degraded: true}, alert: true,
+			want: "Redis is unreachable: each node enforces 1/2 of every limit locally until it returns.",
+		},
+		{name: "unknown", state: LimiterState{}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			doc, _ := render(t, AdminTiers(Page{Title: "Admin", User: admin()}, AdminTiersView{Limiter: tt.state}))
+			line := byTestID(doc, "limiter-state")
+			if tt.want == "" {
+				if line.Length() != 0 {
+					t.Errorf("limiter state shown for an unknown mode: %s", outer(line))
+				}
+				return
+			}
+			if line.Length() != 1 {
+				t.Fatalf("limiter-state: found %d, want 1", line.Length())
+			}
+			if got := strings.Join(strings.Fields(line.Text()), " "); got != tt.want {
+				t.Errorf("limiter state = %q, want %q", got, tt.want)
+			}
+			role, hasRole := line.Attr("role")
+			if tt.alert {
+				if role != "alert" || !line.HasClass("notice-warning") {
+					t.Errorf("degraded state is not a warning alert: %s", outer(line))
+				}
+			} else if hasRole {
+				t.Errorf("calm state has role %q", role)
+			}
+			if n := doc.Find(`[role="alert"]`).Length(); n != map[bool]int{true: 1, false: 0}[tt.alert] {
+				t.Errorf("alerts on the page = %d", n)
+			}
+		})
+	}
+}
+
+func TestAdminFreezes(t *testing.T) {
+	freezes := []FreezeRow{
+		{ID: 7, TokenID: 11, TokenPrefix: "sk_sluice_AAAAAA", OrgName: "Acme", Reason: "42 rejections in a minute", Count: 42, From: "2025-03-01 10:00", Until: "2025-03-01 10:10", Status: "active"},
+		{ID: 8, TokenID: 12, TokenPrefix: "sk_sluice_BBBBBB", OrgName: "Globex", Reason: "burst", Count: 25, From: "2025-02-01 09:00", Until: "2025-02-01 09:10", Status: "lifted"},
+		{ID: 9, TokenID: 13, TokenPrefix: "", OrgName: "Initech", Reason: "burst", Count: 21, From: "2025-01-01 08:00", Until: "2025-01-01 08:10", Status: "expired"},
+		{ID: 10, TokenID: 14, TokenPrefix: "sk_sluice_DDDDDD", OrgName: "Acme", Reason: "again", Count: 30, From: "2025-03-02 10:00", Until: "2025-03-02 10:10", Status: "active"},
+	}
+	doc, _ := render(t, AdminTiers(Page{Title: "Admin", User: admin()}, AdminTiersView{Freezes: freezes}))
+	section := byTestID(doc, "admin-freezes")
+	if section.Length() != 1 {
+		t.Fatal("no freezes section")
+	}
+	if section.Find(`[data-testid="freezes-empty"]`).Length() != 0 {
+		t.Error("empty state shown alongside freezes")
+	}
+	rows := section.Find(`[data-testid="admin-freeze-row"]`)
+	if rows.Length() != len(freezes) {
+		t.Fatalf("freeze rows = %d, want %d", rows.Length(), len(freezes))
+	}
+	if n := section.Find(`[data-testid="lift-freeze"]`).Length(); n != 2 {
+		t.Errorf("lift forms = %d, want 2 (one per active freeze)", n)
+	}
+	rows.Each(func(i int, tr *goquery.Selection) {
+		f := freezes[i]
+		t.Run(fmt.Sprint(f.ID), func(t *testing.T) {
+			text := strings.Join(strings.Fields(tr.Text()), " ")
+			for _, want := range []string{f.OrgName, f.Reason, fmt.Sprint(f.Count), f.From, f.Until} {
+				if !strings.Contains(text, want) {
+					t.Errorf("row %q lacks %q", text, want)
+				}
+			}
+			wantToken := f.TokenPrefix + "…"
+			if f.TokenPrefix == "" {
+				wantToken = "unknown token"
+			}
+			if got := tr.Find("code").Text(); got != wantToken {
+				t.Errorf("token = %q, want %q", got, wantToken)
+			}
+			badge := tr.Find(`[data-testid="freeze-status"]`)
+			if !badge.HasClass("badge") || !badge.HasClass("badge-freeze-"+f.Status) || strings.TrimSpace(badge.Text()) != f.Status {
+				t.Errorf("badge = %s", outer(badge))
+			}
+			lift := tr.Find(`[data-testid="lift-freeze"]`)
+			if f.Status != "active" {
+				if lift.Length() != 0 {
+					t.Errorf("lift offered for a %s freeze", f.Status)
+				}
+				return
+			}
+			want := fmt.Sprintf("/admin/freezes/%d/lift", f.ID)
+			if !lift.Is("form") || attr(lift, "method") != "post" || attr(lift, "action") != want {
+				t.Errorf("lift = %s, want a POST form to %s", outer(lift), want)
+			}
+			if attr(lift, "data-freeze-id") != fmt.Sprint(f.ID) {
+				t.Errorf("lift data-freeze-id = %q, want %d", attr(lift, "data-freeze-id"), f.ID)
+			}
+			if lift.Find(`button[type="submit"]`).Length() != 1 {
+				t.Error("lift form has no submit button")
+			}
+		})
+	})
+}
+
+func TestAdminEmptySections(t *testing.T) {
+	doc, _ := render(t, AdminTiers(Page{Title: "Admin", User: admin()}, AdminTiersView{}))
+	if got := strings.TrimSpace(byTestID(doc, "admin-freezes").Find(`[data-testid="freezes-empty"]`).Text()); got != "No freezes." {
+		t.Errorf("freezes empty state = %q", got)
+	}
+	tuning := byTestID(doc, "admin-tuning")
+	const want = "No changes yet: the tuner lowers autotuned tiers' refill when load stays above 80% and restores it when calm."
+	if got := strings.TrimSpace(tuning.Find(`[data-testid="tuning-empty"]`).Text()); got != want {
+		t.Errorf("tuning empty state = %q", got)
+	}
+	if doc.Find("table").Length() != 0 || byTestID(doc, "lift-freeze").Length() != 0 {
+		t.Error("tables shown on an empty admin page")
+	}
+}
+
+func TestAdminTuning(t *testing.T) {
+	rows := []TuningRow{
+		{At: "2025-03-01 10:00", Tier: "free", From: "0.5", To: "0.4", Load: "0.92"},
+		{At: "2025-03-01 10:05", Tier: "free", From: "0.4", To: "0.5", Load: "0.31"},
+	}
+	doc, _ := render(t, AdminTiers(Page{Title: "Admin", User: admin()}, AdminTiersView{Tuning: rows}))
+	tuning := byTestID(doc, "admin-tuning")
+	if tuning.Find(`[data-testid="tuning-empty"]`).Length() != 0 {
+		t.Error("empty state shown alongside changes")
+	}
+	trs := tuning.Find(`[data-testid="tuning-row"]`)
+	if trs.Length() != len(rows) {
+		t.Fatalf("tuning rows = %d, want %d", trs.Length(), len(rows))
+	}
+	wantLoad := []string{"92%", "31%"}
+	trs.Each(func(i int, tr *goquery.Selection) {
+		r := rows[i]
+		text := strings.Join(strings.Fields(tr.Text()), " ")
+		for _, want := range []string{r.At, r.Tier} {
+			if !strings.Contains(text, want) {
+				t.Errorf("row %d = %q, lacks %q", i, text, want)
+			}
+		}
+		if got, want := strings.TrimSpace(tr.Find(`[data-testid="tuning-change"]`).Text()), r.From+" → "+r.To; got != want {
+			t.Errorf("row %d change = %q, want %q", i, got, want)
+		}
+		if got := strings.TrimSpace(tr.Find(`[data-testid="tuning-load"]`).Text()); got != wantLoad[i] {
+			t.Errorf("row %d load = %q, want %q", i, got, wantLoad[i])
+		}
+	})
+}
+
+func TestDashboardTiersLimits(t *testing.T) {
+	tests := []struct {
+		name      string
+		tpm       int64
+		effective string
+		wantTPM   string // "" when the tier has no tokens-per-minute limit
+	}{
+		{name: "as configured, tpm", tpm: 20000, wantTPM: "20,000 tokens per minute"},
+		{name: "tuned, no tpm", effective: "0.3"},
+		{name: "tuned, tpm", tpm: 1, effective: "0.3", wantTPM: "1 token per minute"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			v := DashboardView{OrgName: "Acme", TierName: "free", Capacity: 30, RefillPerSec: "0.5", TokensPerMinute: tt.tpm, EffectiveRefill: tt.effective}
+			doc, _ := render(t, Dashboard(Page{Title: "Dashboard", User: member()}, v))
+			tier := strings.Join(strings.Fields(byTestID(doc, "tier").Text()), " ")
+			if !strings.Contains(tier, "refills 0.5 per second") {
+				t.Errorf("tier = %q", tier)
+			}
+			if tt.wantTPM == "" {
+				if byTestID(doc, "tier-tpm").Length() != 0 || strings.Contains(tier, "per minute") {
+					t.Errorf("tokens per minute shown without a limit: %q", tier)
+				}
+			} else if !strings.Contains(tier, tt.wantTPM) {
+				t.Errorf("tier = %q, want it to contain %q", tier, tt.wantTPM)
+			}
+			notice := byTestID(doc, "tuned-notice")
+			if tt.effective == "" {
+				if notice.Length() != 0 {
+					t.Errorf("tuned notice shown as configured: %s", outer(notice))
+				}
+				return
+			}
+			want := "Busy period: your tier's refill is temporarily 0.3 per second (normally 0.5). It is restored automatically when load drops."
+			if got := strings.Join(strings.Fields(notice.Text()), " "); notice.Length() != 1 || got != want {
+				t.Errorf("tuned notice = %q, want %q", got, want)
+			}
+		})
+	}
+}
+
+func TestDashboardFreezes(t *testing.T) {
+	t.Run("none", func(t *testing.T) {
+		doc, _ := render(t, Dashboard(Page{Title: "Dashboard", User: member()}, DashboardView{OrgName: "Acme"}))
+		if byTestID(doc, "freezes").Length() != 0 || byTestID(doc, "freeze-row").Length() != 0 {
+			t.Error("freezes card shown without freezes")
+		}
+	})
+	t.Run("some", func(t *testing.T) {
+		freezes := []FreezeRow{
+			{ID: 1, TokenPrefix: "sk_sluice_AAAAAA", Reason: "40 rejections in a minute", Until: "10:10", Status: "active"},
+			{ID: 2, TokenPrefix: "sk_sluice_BBBBBB", Reason: "25 rejections in a minute", Until: "09:10", Status: "lifted"},
+			{ID: 3, TokenPrefix: "sk_sluice_CCCCCC", Reason: "21 rejections in a minute", Until: "08:10", Status: "expired"},
+		}
+		doc, _ := render(t, Dashboard(Page{Title: "Dashboard", User: member()}, DashboardView{OrgName: "Acme", Freezes: freezes}))
+		card := byTestID(doc, "freezes")
+		if card.Length() != 1 {
+			t.Fatal("no freezes card")
+		}
+		const explain = "A token that keeps hitting its rate limit is frozen for a while to protect the service. It thaws by itself at the time shown."
+		if got := strings.Join(strings.Fields(card.Text()), " "); !strings.Contains(got, explain) {
+			t.Errorf("freezes card lacks the explanation: %q", got)
+		}
+		rows := card.Find(`[data-testid="freeze-row"]`)
+		if rows.Length() != len(freezes) {
+			t.Fatalf("freeze rows = %d, want %d", rows.Length(), len(freezes))
+		}
+		if card.Find("form").Length() != 0 {
+			t.Error("a member is offered a form on a freeze")
+		}
+		rows.Each(func(i int, tr *goquery.Selection) {
+			f := freezes[i]
+			if got := tr.Find(`[data-testid="freeze-reason"]`).Text(); got != f.Reason {
+				t.Errorf("row %d reason = %q, want %q", i, got, f.Reason)
+			}
+			if got := tr.Find("code").Text(); got != f.TokenPrefix+"…" {
+				t.Errorf("row %d token = %q", i, got)
+			}
+			if !strings.Contains(tr.Text(), f.Until) {
+				t.Errorf("row %d lacks until %q", i, f.Until)
+			}
+			badge := tr.Find(`[data-testid="freeze-status"]`)
+			if !badge.HasClass("badge-freeze-"+f.Status) || strings.TrimSpace(badge.Text()) != f.Status {
+				t.Errorf("row %d badge = %s", i, outer(badge))
+			}
+		})
+	})
+}
+
+// TestFreezeTextIsEscaped puts markup in a freeze's free text and checks it
+// lands as text in its own cell.
+func TestFreezeTextIsEscaped(t *testing.T) {
+	const evil = `<script>alert(1)</script>`
+	f := FreezeRow{ID: 5, TokenPrefix: "sk_sluice_AAAAAA", OrgName: evil, Reason: evil, Status: "active"}
+	t.Run("admin", func(t *testing.T) {
+		doc, html := render(t, AdminTiers(Page{Title: "Admin", User: admin()}, AdminTiersView{Freezes: []FreezeRow{f}}))
+		if doc.Find("script").Length() != 0 || strings.Contains(html, evil) {
+			t.Fatal("freeze text rendered as markup")
+		}
+		cells := byTestID(doc, "admin-freeze-row").Find("td")
+		if cells.Eq(0).Text() != evil || cells.Eq(2).Text() != evil {
+			t.Errorf("org / reason cells = %q / %q", cells.Eq(0).Text(), cells.Eq(2).Text())
+		}
+	})
+	t.Run("dashboard", func(t *testing.T) {
+		doc, html := render(t, Dashboard(Page{Title: "Dashboard", User: member()}, DashboardView{OrgName: "Acme", Freezes: []FreezeRow{f}}))
+		if doc.Find("script").Length() != 0 || strings.Contains(html, evil) {
+			t.Fatal("freeze text rendered as markup")
+		}
+		if got := byTestID(doc, "freeze-reason").Text(); got != evil {
+			t.Errorf("reason = %q", got)
+		}
+	})
+}
+
+func TestLoadPercent(t *testing.T) {
+	tests := map[string]string{"0.92": "92%", "0.805": "81%", "1": "100%", "0": "0%", "busy": "busy", "": "", "NaN": "NaN"}
+	for in, want := range tests {
+		if got := loadPercent(in); got != want {
+			t.Errorf("loadPercent(%q) = %q, want %q", in, got, want)
+		}
 	}
 }
 
@@ -603,8 +966,9 @@ func TestUserStringsAreEscaped(t *testing.T) {
 		{"login", Login(p, LoginView{Email: evilAttr})},
 		{"signup", Signup(p, SignupView{Email: evilAttr, Organization: evilAttr})},
 		{"dashboard", Dashboard(p, DashboardView{
-			OrgName: evil, TierName: evil, RefillPerSec: evil,
-			Tokens: []TokenRow{{Name: evil, Prefix: evil, LastUsed: evil, Status: evil}},
+			OrgName: evil, TierName: evil, RefillPerSec: evil, EffectiveRefill: evil,
+			Tokens:  []TokenRow{{Name: evil, Prefix: evil, LastUsed: evil, Status: evil}},
+			Freezes: []FreezeRow{{ID: 1, TokenPrefix: evil, OrgName: evil, Reason: evil, Until: evil, Status: evil}},
 		})},
 		{"tokens", Tokens(p, TokensView{
 			NewToken: &NewTokenView{Name: evil, Secret: evil},
@@ -612,9 +976,15 @@ func TestUserStringsAreEscaped(t *testing.T) {
 			Tokens:   []TokenRow{{ID: 1, Name: evil, Prefix: evil, Created: evil, LastUsed: evil, Expires: evil, Status: "active"}},
 		})},
 		{"admin", AdminTiers(p, AdminTiersView{
-			Tiers:     []TierRow{{Name: evilAttr, RefillPerSec: evilAttr, RefillFloor: evil}},
+			Tiers:     []TierRow{{Name: evilAttr, RefillPerSec: evilAttr, EffectiveRefill: evil, RefillFloor: evilAttr}},
 			Orgs:      []OrgRow{{ID: 1, Name: evil, Tier: evilAttr, Created: evil}},
 			TierNames: []string{evilAttr},
+			Freezes: []FreezeRow{
+				{ID: 1, TokenPrefix: evil, OrgName: evil, Reason: evil, From: evil, Until: evil, Status: "active"},
+				{ID: 2, TokenPrefix: evil, OrgName: evil, Reason: evil, From: evil, Until: evil, Status: evil},
+			},
+			Tuning:  []TuningRow{{At: evil, Tier: evil, From: evil, To: evil, Load: evil}},
+			Limiter: LimiterState{Mode: evil},
 		})},
 		{"error", ErrorPage(p, 500, evil)},
 	}

@@ -41,6 +41,12 @@ type DashboardView struct {
 	TokensMonth   int64
 	ActiveTokens  int
 	Tokens        []TokenRow // the latest few
+	// TokensPerMinute is the tier's tokens-per-minute limit, 0 for none.
+	TokensPerMinute int64
+	// EffectiveRefill is set when the auto-tuner has lowered the refill
+	// under load, e.g. "0.3"; empty when the tier runs as configured.
+	EffectiveRefill string
+	Freezes         []FreezeRow // the organization's latest freezes
 }
 
 // TokensView is the token page: the list, the create form and, right after
@@ -79,15 +85,51 @@ type AdminTiersView struct {
 	Tiers     []TierRow
 	Orgs      []OrgRow
 	TierNames []string
+	Freezes   []FreezeRow  // latest freezes of every organization
+	Tuning    []TuningRow  // the auto-tuner's latest changes
+	Limiter   LimiterState // where bucket state lives right now
+}
+
+// LimiterState describes the rate limiter's backend for admins.
+type LimiterState struct {
+	Mode     string // "local" (one node, in memory), "shared" (Redis) or "degraded" (Redis unreachable: local at a per-node share)
+	Nodes    int    // SLUICE_EXPECTED_NODES
+	Degraded bool
+}
+
+// FreezeRow is one freeze of a token.
+type FreezeRow struct {
+	ID          int64
+	TokenID     int64
+	TokenPrefix string // e.g. "sk_sluice_AbC123"; empty if unknown
+	OrgName     string // shown to admins; empty on a user's own dashboard
+	Reason      string
+	Count       int    // rejections in the window that triggered it
+	From        string // formatted time
+	Until       string
+	Status      string // active | lifted | expired
+}
+
+// TuningRow is one auto-tuner change.
+type TuningRow struct {
+	At   string
+	Tier string
+	From string // refill per second before, e.g. "0.5"
+	To   string
+	Load string // e.g. "0.92"
 }
 
 // TierRow is one tier with its editable limits.
 type TierRow struct {
-	Name         string
-	Capacity     int64
-	RefillPerSec string
-	Autotune     bool
-	RefillFloor  string
+	Name            string
+	Capacity        int64
+	RefillPerSec    string
+	EffectiveRefill string // what applies now; differs from RefillPerSec while the auto-tuner holds it down
+	TokensPerMinute int64
+	FreezeThreshold int
+	FreezeMinutes   int
+	Autotune        bool
+	RefillFloor     string
 }
 
 // OrgRow is one organization for the admin.

@@ -45,6 +45,16 @@ func (p *Pages) Dashboard(c *gin.Context) {
 			view.ActiveTokens++
 		}
 	}
+	view.TokensPerMinute = o.Tier.TokensPerMinute
+	if eff := o.Tier.EffectiveRefill(); eff != o.Tier.RefillPerSec {
+		view.EffectiveRefill = formatRate(eff)
+	}
+	freezes, err := p.store.OrganizationFreezes(ctx, u.OrgID, 10)
+	if err != nil {
+		p.fail(c, err)
+		return
+	}
+	view.Freezes = p.freezeRows(c, freezes, nil)
 	rows := tokenRows(toks, now)
 	view.Tokens = rows[:min(len(rows), 5)]
 	render(c, http.StatusOK, templates.Dashboard(page, view))

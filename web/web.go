@@ -41,12 +41,18 @@ type Pages struct {
 	sessions *accounts.Sessions
 	now      func() time.Time
 	origins  *http.CrossOriginProtection
+	limits   func() LimiterState
 }
 
-// New returns the browser handlers.
-func New(log *slog.Logger, store *models.Store, acc *accounts.Service, sessions *accounts.Sessions, now func() time.Time) *Pages {
-	p := &Pages{log: log, store: store, accounts: acc, sessions: sessions, now: now, origins: http.NewCrossOriginProtection()}
-	return p
+// LimiterState is where bucket state lives, as the admin page shows it.
+type LimiterState struct {
+	Mode  string // local | shared | degraded
+	Nodes int
+}
+
+// New returns the browser handlers. limits reports the rate limiter's state.
+func New(log *slog.Logger, store *models.Store, acc *accounts.Service, sessions *accounts.Sessions, now func() time.Time, limits func() LimiterState) *Pages {
+	return &Pages{log: log, store: store, accounts: acc, sessions: sessions, now: now, origins: http.NewCrossOriginProtection(), limits: limits}
 }
 
 // render writes a component with status.

@@ -79,7 +79,7 @@ func (m *Model) Complete(msgs []Message, maxTokens int) Reply {
 	content, cut := truncateTokens(m.answer(prompt), maxTokens)
 	r := Reply{
 		Content:          content,
-		PromptTokens:     promptTokens(msgs),
+		PromptTokens:     PromptTokens(msgs),
 		CompletionTokens: CountTokens(content),
 		FinishReason:     finishStop,
 	}
@@ -89,8 +89,9 @@ func (m *Model) Complete(msgs []Message, maxTokens int) Reply {
 	return r
 }
 
-// promptTokens applies the documented usage rule for the request side.
-func promptTokens(msgs []Message) int {
+// PromptTokens applies the documented usage rule for the request side; the
+// gateway uses it to estimate a request before admitting it.
+func PromptTokens(msgs []Message) int {
 	n := 0
 	for _, msg := range msgs {
 		n += CountTokens(msg.Content) + messageOverheadTokens

@@ -1,0 +1,131 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice/accounts"
+	"github.com/sluicehq/sluice/cluster"
+	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/handlers"
+	"github.com/sluicehq/sluice/models"
+	"github.com/sluicehq/sluice/quota"
+)
+
+// tunerLockKey is the Postgres advisory lock that elects the tuner's leader
+// when there is no Redis.
+const tunerLockKey = 7234612
+
+// admission is a node's quota machinery: in process for a single node, or
+// shared through Redis for a cluster.
+type admission struct {
+	limiter quota.Limiter
+	window  quota.RejectionWindow
+	bus     cluster.Bus
+	leader  quota.Leader
+	listen  func(ctx context.Context, apply func(cluster.Event)) // nil without Redis
+	status  func() handlers.LimiterStatus
+	close   func()
+}
+
+// newAdmission builds the limiter, rejection window, invalidation bus and
+// tuner leader for cfg. Redis being down at start is not an error: the
+// degrading limiter starts on local limits and switches when Redis answers.
+func newAdmission(cfg config.Config, db *models.DB, log *slog.Logger, metrics *prometheus.Registry) (*admission, error) {
+	degraded := prometheus.NewGauge(prometheus.GaugeOpts{Name: "sluice_limiter_degraded",
+		Help: "1 while Redis is unreachable and limits are enforced locally at a per-node share."})
+	metrics.MustRegister(degraded)
+	if cfg.RedisURL == "" {
+		leader := models.NewAdvisoryLeader(db, tunerLockKey)
+		return &admission{
+			limiter: quota.NewMemory(nil), window: quota.NewMemoryWindow(nil), bus: cluster.None{}, leader: leader,
+			status: func() handlers.LimiterStatus { return handlers.LimiterStatus{Mode: "local", Nodes: cfg.ExpectedNodes} },
+			close:  leader.Resign,
+		}, nil
+	}
+	opts, err := redis.ParseURL(cfg.RedisURL)
+	if err != nil {
+		return nil, fmt.Errorf("REDIS_URL: %w", err)
+	}
+	// Short timeouts: a slow Redis must turn into local limits quickly,
+	// not into slow requests.
+	opts.DialTimeout, opts.ReadTimeout, opts.WriteTimeout = cfg.RedisTimeout*5, cfg.RedisTimeout, cfg.RedisTimeout
+	// No retries: a retried EVALSHA could run the script twice and charge
+	// twice. Deadlines from the request context are honoured.
+	opts.MaxRetries, opts.DialerRetries, opts.ContextTimeoutEnabled = -1, 1, true
+	client := redis.NewClient(opts)
+	local := quota.NewMemory(nil)
+	limiter := quota.NewDegrading(quota.NewRedis(client, cfg.RedisPrefix+"q:"), local, quota.DegradingOptions{
+		Share: cfg.ExpectedNodes, Timeout: cfg.RedisTimeout, Logger: log,
+		OnStateChange: func(d bool) {
+			if d {
+				degraded.Set(1)
+			} else {
+				degraded.Set(0)
+			}
+		},
+	})
+	fallbacks := prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_limiter_local_fallbacks_total",
+		Help: "Admissions decided by local limits because Redis was unreachable."}, func() float64 { return float64(limiter.Fallbacks()) })
+	metrics.MustRegister(fallbacks)
+	bus := cluster.NewRedis(client, cfg.RedisPrefix+"invalidate", log)
+	nodeID := cfg.NodeID
+	if nodeID == "" {
+		host, _ := os.Hostname()
+		nodeID = fmt.Sprintf("%s-%d", host, os.Getpid())
+	}
+	lease := quota.NewRedisLease(client, cfg.RedisPrefix+"tuner-leader", nodeID, 3*cfg.TuneInterval)
+	return &admission{
+		limiter: limiter,
+		window:  quota.FallbackWindow{Shared: quota.NewRedisWindow(client, cfg.RedisPrefix), Local: quota.NewMemoryWindow(nil), Timeout: cfg.RedisTimeout},
+		bus:     bus,
+		leader:  lease,
+		listen:  bus.Listen,
+		status: func() handlers.LimiterStatus {
+			return handlers.LimiterStatus{Mode: limiter.State(), Nodes: cfg.ExpectedNodes}
+		},
+		close: func() {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			defer cancel()
+			lease.Release(ctx)
+			client.Close()
+		},
+	}, nil
+}
+
+// runTuner samples this node's load and, while it leads, lowers or restores
+// autotuned tiers' refill.
+func runTuner(ctx context.Context, cfg config.Config, a *admission, acc *accounts.Service, store *models.Store,
+	inFlight *quota.InFlight, latency *quota.LatencyWindow, log *slog.Logger) error {
+	return quota.RunTuner(ctx, quota.TunerRunConfig{
+		Interval: cfg.TuneInterval,
+		Leader:   a.leader,
+		Log:      log,
+		Sample: func(context.Context) (quota.LoadSample, error) {
+			return quota.LoadSample{InFlight: inFlight.Value(), Concurrency: cfg.MaxConcurrency,
+				P95: latency.P95(), LatencyTarget: cfg.LatencyTarget}, nil
+		},
+		Tiers: func(ctx context.Context) ([]quota.TunedTier, error) {
+			ts, err := store.Tiers(ctx)
+			out := make([]quota.TunedTier, len(ts))
+			for i, t := range ts {
+				out[i] = quota.TunedTier{Name: t.Name, Configured: t.RefillPerSec, Floor: t.RefillFloor, Effective: t.EffectiveRefill(), Autotune: t.Autotune}
+			}
+			return out, err
+		},
+		Apply: func(ctx context.Context, evs []quota.TuningEvent) error {
+			rows := make([]models.TuningEvent, len(evs))
+			for i, e := range evs {
+				rows[i] = models.TuningEvent{Tier: e.Tier, FromRefill: e.From, ToRefill: e.To, Load: e.Load, CreatedAt: e.At.UTC()}
+				log.Info("auto-tuner changed a tier's refill", "tier", e.Tier, "from", e.From, "to", e.To, "load", e.Load)
+			}
+			return acc.ApplyTuning(ctx, rows)
+		},
+	})
+}
