@@ -1,0 +1,251 @@
+package upstream
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"sync/atomic"
+	"time"
+)
+
+// attemptKind is how one attempt ended, as far as Do is concerned.
+type attemptKind int
+
+const (
+	attemptDone    attemptKind = iota // an answer for the caller
+	attemptRetry                      // a failure worth retrying after a backoff
+	attemptRefused                    // the key was refused (401/403): another key at once
+	attemptGone                       // the caller's context ended
+	attemptFatal                      // an error no retry can fix
+)
+
+type attemptResult struct {
+	kind attemptKind
+	resp *Response
+	err  error
+}
+
+// drainBytes is how much of an error body is read so the connection can be
+// reused; the rest is discarded with the connection.
+const drainBytes = 64 << 10
+
+// defaultRateLimitRest rests a key that answered 429 without saying for how
+// long (capped by MaxBackoff).
+const defaultRateLimitRest = time.Second
+
+// attempt sends req through key e, which the caller has claimed (probe: it
+// holds the breaker's probe), within timeout, and records the outcome in the
+// key's health and the model's degradation rule.
+func (p *Pool) attempt(ctx context.Context, e *keyEntry, probe bool, req Request, timeout time.Duration) attemptResult {
+	actx, cancel := context.WithCancel(ctx)
+	var timedOut atomic.Bool
+	timer := time.AfterFunc(timeout, func() {
+		timedOut.Store(true)
+		cancel()
+	})
+	stop := func() {
+		timer.Stop()
+		cancel()
+	}
+	hreq, err := http.NewRequestWithContext(actx, http.MethodPost, e.url, bytes.NewReader(req.Body))
+	if err != nil {
+		stop()
+		e.h.abandoned(probe)
+		return attemptResult{kind: attemptFatal, err: fmt.Errorf("upstream: cannot build a request for key %q", e.key.Name)}
+	}
+	hreq.Header.Set("Authorization", "Bearer "+e.key.Secret)
+	hreq.Header.Set("Content-Type", "application/json")
+	if req.Stream {
+		hreq.Header.Set("Accept", "text/event-stream")
+	} else {
+		hreq.Header.Set("Accept", "application/json")
+	}
+
+	e.h.sent()
+	start := p.opts.Now()
+	resp, err := p.opts.Client.Do(hreq)
+	if err != nil {
+		stop()
+		return p.lost(ctx, e, probe, req, start, timedOut.Load(), err)
+	}
+	took := p.opts.Now().Sub(start)
+	status := resp.StatusCode
+	switch classify(status) {
+	case classOK:
+		if req.Stream {
+			// The attempt timeout covers the wait for the headers only;
+			// from here the stall timer watches the body.
+			if !timer.Stop() {
+				resp.Body.Close()
+				cancel()
+				return p.lost(ctx, e, probe, req, start, true, ErrTimeout)
+			}
+			e.h.answered(status, probe, true)
+			p.models.observe(req.Model, false, p.opts.Now())
+			return attemptResult{kind: attemptDone, resp: &Response{
+				Status:  status,
+				Header:  resp.Header,
+				Stream:  p.newStreamBody(ctx, e, req, resp.Body, cancel),
+				KeyID:   e.key.ID,
+				Latency: took,
+			}}
+		}
+		body, err := readBody(resp.Body, MaxResponseBytes)
+		resp.Body.Close()
+		stop()
+		switch {
+		case errors.Is(err, ErrTooLarge):
+			e.h.inFlight.Add(-1)
+			e.h.answered(status, probe, true)
+			return attemptResult{kind: attemptFatal, err: fmt.Errorf("%w: over %d bytes from key %q", ErrTooLarge, MaxResponseBytes, e.key.Name)}
+		case err != nil:
+			return p.lost(ctx, e, probe, req, start, timedOut.Load(), err)
+		}
+		e.h.inFlight.Add(-1)
+		e.h.answered(status, probe, true)
+		p.models.observe(req.Model, false, p.opts.Now())
+		return attemptResult{kind: attemptDone, resp: &Response{Status: status, Header: resp.Header, Body: body, KeyID: e.key.ID, Latency: took}}
+
+	case classClientError:
+		body, err := readBody(resp.Body, MaxResponseBytes)
+		resp.Body.Close()
+		stop()
+		if err != nil && !errors.Is(err, ErrTooLarge) {
+			return p.lost(ctx, e, probe, req, start, timedOut.Load(), err)
+		}
+		e.h.inFlight.Add(-1)
+		e.h.answered(status, probe, false)
+		p.models.observe(req.Model, false, p.opts.Now())
+		return attemptResult{kind: attemptDone, resp: &Response{Status: status, Header: resp.Header, Body: body, KeyID: e.key.ID, Latency: took}}
+	}
+
+	// A failure: keep only what the key's health needs.
+	discard(resp.Body)
+	stop()
+	e.h.inFlight.Add(-1)
+	now := p.opts.Now()
+	aerr := &AttemptError{KeyID: e.key.ID, KeyName: e.key.Name, Status: status}
+	ra, hasRA := retryAfter(resp.Header, now)
+	switch classify(status) {
+	case classRefused:
+		reason := fmt.Sprintf("the provider refused the key: %d %s", status, http.StatusText(status))
+		if e.h.refused(status, reason, probe) {
+			p.opts.Log.Warn("upstream key disabled", "key", e.key.Name, "key_id", e.key.ID, "status", status, "request_id", req.ID)
+			if p.opts.OnDisabled != nil {
+				p.opts.OnDisabled(e.key.ID, reason)
+			}
+		}
+		p.models.observe(req.Model, false, now)
+		return attemptResult{kind: attemptRefused, err: aerr}
+	case classRateLimited:
+		if !hasRA {
+			ra = defaultRateLimitRest
+		}
+		e.h.rateLimited(now, min(ra, p.opts.MaxBackoff), probe)
+		if e.key.RPM > 0 {
+			// Empty the requests bucket too, so other gateway instances
+			// sharing the limiter hold back as well (best effort).
+			rp := rpmParams(e.key.RPM)
+			_ = p.opts.Limiter.Adjust(ctx, e.reqKey, rp, rp.Capacity)
+		}
+		p.models.observe(req.Model, false, now)
+		return attemptResult{kind: attemptRetry, err: aerr}
+	}
+	var rest time.Duration
+	if hasRA {
+		rest = min(ra, p.opts.MaxBackoff)
+	}
+	p.keyFailed(e, probe, req, status, fmt.Sprintf("%d %s", status, http.StatusText(status)), rest, status >= 500 && took > p.opts.SlowFailure)
+	return attemptResult{kind: attemptRetry, err: aerr}
+}
+
+// lost ends an attempt that got no usable answer: the caller went away (not
+// the key's fault), it timed out, or the connection failed.
+func (p *Pool) lost(ctx context.Context, e *keyEntry, probe bool, req Request, start time.Time, timedOut bool, err error) attemptResult {
+	e.h.inFlight.Add(-1)
+	if ctx.Err() != nil {
+		e.h.abandoned(probe)
+		return attemptResult{kind: attemptGone, err: ctx.Err()}
+	}
+	took := p.opts.Now().Sub(start)
+	cause := withoutURL(err)
+	what := "connection error"
+	if timedOut {
+		cause = ErrTimeout
+		what = "timeout"
+	}
+	p.keyFailed(e, probe, req, 0, what, 0, timedOut && took > p.opts.SlowFailure)
+	return attemptResult{kind: attemptRetry, err: &AttemptError{KeyID: e.key.ID, KeyName: e.key.Name, Err: cause}}
+}
+
+// keyFailed records a failed attempt in the key's breaker and the model's
+// degradation rule, logging the state changes.
+func (p *Pool) keyFailed(e *keyEntry, probe bool, req Request, status int, what string, rest time.Duration, slow bool) {
+	now := p.opts.Now()
+	if opened, reason := e.h.failed(now, status, what, probe, rest); opened {
+		p.opts.Log.Warn("upstream key breaker opened", "key", e.key.Name, "key_id", e.key.ID,
+			"reason", reason, "cool_down", p.opts.Breaker.CoolDown, "request_id", req.ID)
+	}
+	if p.models.observe(req.Model, slow, now) {
+		p.opts.Log.Warn("upstream model degraded: answering from the local model", "model", req.Model,
+			"cool_down", p.opts.Breaker.CoolDown, "request_id", req.ID)
+	}
+}
+
+// withoutURL drops the URL from a client error: a base URL may carry
+// credentials in its query or user info, and the key's name says enough.
+func withoutURL(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return fmt.Errorf("%s: %w", ue.Op, ue.Err)
+	}
+	return err
+}
+
+// class is what a status means for the pool.
+type class int
+
+const (
+	classOK          class = iota // 2xx
+	classRefused                  // 401, 403: the key is refused
+	classRateLimited              // 429: the key rests, the breaker is untouched
+	classFailure                  // 408, 409, 5xx, and 1xx/3xx (a misconfigured base URL): retried
+	classClientError              // other 4xx: the request's fault, returned as is
+)
+
+func classify(status int) class {
+	switch {
+	case status >= 200 && status < 300:
+		return classOK
+	case status == http.StatusUnauthorized || status == http.StatusForbidden:
+		return classRefused
+	case status == http.StatusTooManyRequests:
+		return classRateLimited
+	case status == http.StatusRequestTimeout || status == http.StatusConflict || status >= 500 || status < 400:
+		return classFailure
+	}
+	return classClientError
+}
+
+// readBody reads at most limit bytes, or fails with ErrTooLarge.
+func readBody(r io.Reader, limit int64) ([]byte, error) {
+	b, err := io.ReadAll(io.LimitReader(r, limit+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(b)) > limit {
+		return b[:limit], ErrTooLarge
+	}
+	return b, nil
+}
+
+// discard reads a little of an unwanted body, so a short one leaves the
+// connection reusable, and closes it.
+func discard(body io.ReadCloser) {
+	_, _ = io.CopyN(io.Discard, body, drainBytes)
+	body.Close()
+}

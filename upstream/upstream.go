@@ -1,0 +1,85 @@
+// Package upstream sends generation requests to the operator's providers:
+// any OpenAI-compatible base URL, through a pool of provider keys that Sluice
+// paces with per-key buckets (so providers never see a burst they would
+// refuse), retries only what is worth retrying, and stops using a key whose
+// breaker is open. The built-in local model lives in upstream/local.
+package upstream
+
+import (
+	"errors"
+	"net/http"
+	"time"
+)
+
+// Key is one provider key as the pool uses it. Secret is the decrypted API
+// key: it is sent to the provider and never logged or returned.
+type Key struct {
+	ID      int64
+	Name    string
+	BaseURL string // e.g. "https://api.openai.com/v1"; a path prefix is kept
+	Secret  string
+	Weight  int      // share of traffic among healthy keys, >= 1
+	RPM     int64    // provider's requests per minute for this key; 0 = unknown (not paced)
+	TPM     int64    // provider's tokens per minute; 0 = unknown
+	Models  []string // models this key serves; empty = any model
+}
+
+// KeyState is a key's health as admins see it.
+type KeyState string
+
+// The states of a key.
+const (
+	Healthy  KeyState = "healthy"  // in rotation
+	Cooling  KeyState = "cooling"  // its buckets are empty for now; back in rotation when they refill
+	Open     KeyState = "open"     // breaker open after failures; one probe after the cool-down
+	Disabled KeyState = "disabled" // the provider refused the key (401/403): an admin must act
+)
+
+// KeyStatus is a key's state for the admin pages.
+type KeyStatus struct {
+	ID         int64
+	Name       string
+	State      KeyState
+	Reason     string    // why it is open or disabled
+	Until      time.Time // end of the cool-down while open
+	Requests   int64     // sent through this key since start
+	Failures   int64     // of which failed
+	LastStatus int       // last HTTP status from the provider, 0 for none
+}
+
+// Request is one chat completion to send upstream.
+type Request struct {
+	Model    string
+	Body     []byte // the JSON body to send, as the client wrote it (history prepended for sessions)
+	Stream   bool
+	Estimate int64  // tokens the request may use (prompt + max_tokens), for the keys' TPM buckets
+	ID       string // the gateway's request id, for logs
+}
+
+// Response is the provider's answer. For a stream, Body is the live SSE body
+// and must be closed; otherwise Body holds the whole JSON body, already read.
+type Response struct {
+	Status   int
+	Header   http.Header
+	Body     []byte        // non-streaming: the whole body
+	Stream   StreamBody    // streaming: the body, read as it arrives
+	KeyID    int64         // the key that answered
+	Attempts int           // 1 + retries
+	Latency  time.Duration // time to the response headers of the successful attempt
+}
+
+// StreamBody is a streaming response body.
+type StreamBody interface {
+	Read(p []byte) (int, error)
+	Close() error
+}
+
+// Errors the gateway maps to its answers.
+var (
+	// ErrNoKey: no configured key serves the model.
+	ErrNoKey = errors.New("upstream: no provider key serves this model")
+	// ErrUnavailable: every key for the model is open, disabled or
+	// exhausted, or the retry budget ran out; the gateway falls back to the
+	// local model or answers 503, as the tier says.
+	ErrUnavailable = errors.New("upstream: every provider key for this model is unavailable")
+)
