@@ -1,0 +1,143 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net/http/httptest"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/upstream/mock"
+)
+
+// rowRE matches a table row: target, concurrency, rate, requests, ...,
+// client 429s, upstream requests, upstream 429s.
+var rowRE = regexp.MustCompile(`(?m)^\| (\w+) \| (\d+) \| (\S+) \| (\d+) \| [\d.]+ \| [\d.]+ \| [\d.]+ \| ([\d.]+) \| (\d+) \| (\d+) \| (\d+) \|$`)
+
+func rows(t *testing.T, out string) [][]string {
+	t.Helper()
+	m := rowRE.FindAllStringSubmatch(out, -1)
+	if len(m) == 0 {
+		t.Fatalf("no table rows in:\n%s", out)
+	}
+	return m
+}
+
+func atoi(s string) int { n, _ := strconv.Atoi(s); return n }
+
+func TestRunDirect(t *testing.T) {
+	m := mock.New(mock.Config{Keys: map[string]float64{"sk-a": 1000}})
+	srv := httptest.NewServer(m)
+	defer srv.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Second)
+	defer cancel()
+
+	var out bytes.Buffer
+	err := run(ctx, []string{
+		"-direct", srv.URL + "/v1", "-direct-key", "sk-a",
+		"-concurrency", "10", "-rate", "50", "-duration", "1s",
+		"-mock-stats", srv.URL + "/_stats",
+	}, func(string) string { return "" }, &out)
+	if err != nil {
+		t.Fatalf("run: %v\n%s", err, out.String())
+	}
+	rs := rows(t, out.String())
+	if len(rs) != 1 {
+		t.Fatalf("%d rows:\n%s", len(rs), out.String())
+	}
+	r := rs[0]
+	n := atoi(r[4])
+	if r[1] != "direct" || r[2] != "10" || r[3] != "50/s" || n < 45 || n > 55 {
+		t.Errorf("row %q: want direct, 10, 50/s, about 50 requests\n%s", r[0], out.String())
+	}
+	if r[5] != "0.00" || r[6] != "0" || atoi(r[7]) != n || r[8] != "0" {
+		t.Errorf("row %q: want no errors and every request counted upstream", r[0])
+	}
+	if got := m.Stats().Keys["sk-a"].OK; int(got) != n {
+		t.Errorf("mock answered %d, table says %d", got, n)
+	}
+}
+
+func TestRunInterleavesWithServedProxy(t *testing.T) {
+	// A tight bucket on sk-b: round-robin over both keys makes the direct
+	// target see 429s; the proxy goes through to the same mock.
+	m := mock.New(mock.Config{Keys: map[string]float64{"sk-a": 1000, "sk-b": 1}})
+	srv := httptest.NewServer(m)
+	defer srv.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Second)
+	defer cancel()
+
+	var out bytes.Buffer
+	err := run(ctx, []string{
+		"-direct", srv.URL + "/v1", "-direct-keys", "sk-a,sk-b",
+		"-serve-proxy", "127.0.0.1:0",
+		"-concurrency", "5", "-rate", "40", "-duration", "250ms", "-rounds", "2",
+		"-mock-stats", srv.URL + "/_stats",
+	}, func(string) string { return "" }, &out)
+	if err != nil {
+		t.Fatalf("run: %v\n%s", err, out.String())
+	}
+	var order []string
+	for _, line := range strings.Split(out.String(), "\n") {
+		if f := strings.Fields(line); len(f) > 4 && f[0] == "run" {
+			order = append(order, f[4])
+		}
+	}
+	if strings.Join(order, " ") != "direct proxy direct proxy" {
+		t.Errorf("run order %q\n%s", order, out.String())
+	}
+	rs := rows(t, out.String())
+	if len(rs) != 2 || rs[0][1] != "direct" || rs[1][1] != "proxy" {
+		t.Fatalf("rows:\n%s", out.String())
+	}
+	for _, r := range rs {
+		if n := atoi(r[4]); n < 12 || n > 24 || atoi(r[6]) == 0 || r[6] != r[8] || atoi(r[7]) != n {
+			t.Errorf("row %q: want about 20 requests, some 429s seen by client and upstream alike", r[0])
+		}
+	}
+	if st := m.Stats(); st.Total.Requests != int64(atoi(rs[0][4])+atoi(rs[1][4])) {
+		t.Errorf("mock saw %d requests", st.Total.Requests)
+	}
+}
+
+func TestParseFlags(t *testing.T) {
+	tests := []struct {
+		args    string
+		wantErr string
+	}{
+		{"-direct http://127.0.0.1:9090/v1 -direct-key sk-a", ""},
+		{"-sluice http://localhost:8080/v1 -sluice-key sk_sluice_x -concurrency 1,2 -rate 0,100", ""},
+		{"-direct http://[::1]:9090/v1 -direct-keys sk-a,sk-b -serve-proxy :0", ""},
+		{"", "nothing to load"},
+		{"-direct http://127.0.0.1:9090/v1", "-direct needs -direct-key"},
+		{"-direct http://127.0.0.1:9090/v1 -direct-key a -direct-keys a,b", "not both"},
+		{"-direct http://example.com/v1 -direct-key a", "not a loopback"},
+		{"-direct http://example.com/v1 -direct-key a -allow-remote", ""},
+		{"-sluice ftp://127.0.0.1/v1 -sluice-key k", "not an http(s) URL"},
+		{"-direct http://127.0.0.1:1/v1 -direct-key a -concurrency 0", "-concurrency"},
+		{"-direct http://127.0.0.1:1/v1 -direct-key a -rate -5", "-rate"},
+		{"-direct http://127.0.0.1:1/v1 -direct-key a -body {", "not valid JSON"},
+		{"-direct http://127.0.0.1:1/v1 -direct-key a -mock-stats http://10.0.0.1/_stats", "-mock-stats"},
+	}
+	for _, tt := range tests {
+		_, err := parseFlags(strings.Fields(tt.args), func(string) string { return "" }, io.Discard)
+		if (err == nil) != (tt.wantErr == "") || (err != nil && !strings.Contains(err.Error(), tt.wantErr)) {
+			t.Errorf("%q: error %v, want %q", tt.args, err, tt.wantErr)
+		}
+	}
+	env := map[string]string{"LOADGEN_SLUICE_KEY": "s", "LOADGEN_CONCURRENCY": "7"}
+	cfg, err := parseFlags(strings.Fields("-direct http://127.0.0.1:9090/v1/ -direct-keys sk-a,sk-b -sluice http://127.0.0.1:8080/v1 -proxy http://127.0.0.1:9091/v1 -concurrency 50,100 -rate 0,1000 -model m -stream"),
+		func(k string) string { return env[k] }, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if names := targetNames(cfg.targets); names != "direct, sluice, proxy" || cfg.targets[0].Base != "http://127.0.0.1:9090/v1" ||
+		strings.Join(cfg.targets[2].Keys, ",") != "sk-a,sk-b" || cfg.targets[1].Keys[0] != "s" || len(cfg.settings) != 4 ||
+		cfg.settings[1] != (setting{50, 1000}) || !strings.Contains(string(cfg.body), `"model":"m"`) || !strings.Contains(string(cfg.body), `"stream":true`) {
+		t.Errorf("config %+v body %s", cfg, cfg.body)
+	}
+}

@@ -1,0 +1,436 @@
+package mock
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+)
+
+const chatBody = `{"model":"gpt-test","messages":[{"role":"system","content":"be brief"},{"role":"user","content":"write a spring couplet about good fortune and long life please"}]}`
+
+// do sends one request to h and returns the recorded answer.
+func do(t *testing.T, h http.Handler, method, path, key, body string, hdr ...string) *httptest.ResponseRecorder {
+	t.Helper()
+	req := httptest.NewRequest(method, path, strings.NewReader(body))
+	if key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	return rec
+}
+
+// errorOf decodes an OpenAI error body.
+func errorOf(t *testing.T, rec *httptest.ResponseRecorder) openAIError {
+	t.Helper()
+	var e openAIError
+	if err := json.Unmarshal(rec.Body.Bytes(), &e); err != nil {
+		t.Fatalf("error body %q: %v", rec.Body.String(), err)
+	}
+	return e
+}
+
+func TestAuth(t *testing.T) {
+	s := New(Config{Keys: map[string]float64{"sk-a": 0}})
+	tests := []struct {
+		name, method, path, auth string
+		status                   int
+		code, message            string
+	}{
+		{"no key", "POST", "/v1/chat/completions", "", 401, "invalid_api_key", "You didn't provide an API key."},
+		{"unknown key", "POST", "/v1/chat/completions", "Bearer sk-b", 401, "invalid_api_key", "Incorrect API key provided."},
+		{"not bearer", "POST", "/v1/chat/completions", "sk-a", 401, "invalid_api_key", "Incorrect API key provided."},
+		{"good key", "POST", "/v1/chat/completions", "Bearer sk-a", 200, "", ""},
+		{"models without key", "GET", "/v1/models", "", 401, "invalid_api_key", "You didn't provide an API key."},
+		{"models", "GET", "/v1/models", "Bearer sk-a", 200, "", ""},
+		{"stats need no key", "GET", "/_stats", "", 200, "", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			req := httptest.NewRequest(tt.method, tt.path, strings.NewReader(chatBody))
+			if tt.auth != "" {
+				req.Header.Set("Authorization", tt.auth)
+			}
+			rec := httptest.NewRecorder()
+			s.ServeHTTP(rec, req)
+			if rec.Code != tt.status {
+				t.Fatalf("status %d, want %d: %s", rec.Code, tt.status, rec.Body)
+			}
+			if tt.code == "" {
+				return
+			}
+			e := errorOf(t, rec)
+			if e.Error.Code != tt.code || e.Error.Type != "invalid_request_error" || e.Error.Message != tt.message {
+				t.Errorf("error %+v, want code %s message %q", e.Error, tt.code, tt.message)
+			}
+		})
+	}
+	st := s.Stats()
+	if st.Total.Requests != 4 || st.Keys["sk-a"].Requests != 1 || st.Keys["sk-a"].OK != 1 {
+		t.Errorf("stats %+v: want 4 chat requests in total, 1 (ok) for sk-a", st)
+	}
+}
+
+func TestBucket(t *testing.T) {
+	t0 := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	now := t0
+	s := New(Config{Keys: map[string]float64{"sk-a": 2, "sk-b": 2}, Now: func() time.Time { return now }})
+	steps := []struct {
+		at                               time.Duration
+		key                              string
+		status                           int
+		remaining, reset, retry, retryMs string // "" = header absent
+	}{
+		{0, "sk-a", 200, "1", "500ms", "", ""},
+		{0, "sk-a", 200, "0", "1s", "", ""},
+		{0, "sk-a", 429, "0", "1s", "1", "500"},
+		{0, "sk-b", 200, "1", "500ms", "", ""}, // keys have their own buckets
+		{250 * time.Millisecond, "sk-a", 429, "0", "750ms", "1", "250"},
+		{500 * time.Millisecond, "sk-a", 200, "0", "1s", "", ""},
+		{3 * time.Second, "sk-a", 200, "1", "500ms", "", ""}, // refilled, never above the burst
+		{3 * time.Second, "sk-a", 200, "0", "1s", "", ""},
+		{3 * time.Second, "sk-a", 429, "0", "1s", "1", "500"},
+	}
+	for i, st := range steps {
+		now = t0.Add(st.at)
+		rec := do(t, s, "POST", "/v1/chat/completions", st.key, chatBody)
+		h := rec.Header()
+		got := []string{h.Get("x-ratelimit-limit-requests"), h.Get("x-ratelimit-remaining-requests"),
+			h.Get("x-ratelimit-reset-requests"), h.Get("Retry-After"), h.Get("retry-after-ms")}
+		want := []string{"120", st.remaining, st.reset, st.retry, st.retryMs}
+		if rec.Code != st.status || strings.Join(got, "|") != strings.Join(want, "|") {
+			t.Fatalf("step %d (%s at +%s): status %d headers %q, want %d %q", i, st.key, st.at, rec.Code, got, st.status, want)
+		}
+		if rec.Code == 429 {
+			e := errorOf(t, rec)
+			if e.Error.Type != "rate_limit_exceeded" || e.Error.Code != "rate_limit_exceeded" || e.Error.Message == "" {
+				t.Fatalf("step %d: error %+v", i, e.Error)
+			}
+		}
+	}
+	st := s.Stats()
+	if got := st.Keys["sk-a"]; got != (Counts{Requests: 8, OK: 5, Status429: 3}) {
+		t.Errorf("sk-a counts %+v", got)
+	}
+	if got := st.Total; got != (Counts{Requests: 9, OK: 6, Status429: 3}) {
+		t.Errorf("total counts %+v", got)
+	}
+}
+
+func TestBucketFractionalRate(t *testing.T) {
+	now := time.Unix(1000, 0)
+	s := New(Config{Keys: map[string]float64{"sk-a": 0.5}, Now: func() time.Time { return now }})
+	if rec := do(t, s, "POST", "/v1/chat/completions", "sk-a", chatBody); rec.Code != 200 {
+		t.Fatalf("first request: %d", rec.Code)
+	}
+	rec := do(t, s, "POST", "/v1/chat/completions", "sk-a", chatBody)
+	if rec.Code != 429 || rec.Header().Get("Retry-After") != "2" || rec.Header().Get("x-ratelimit-limit-requests") != "30" {
+		t.Fatalf("second request: %d %v", rec.Code, rec.Header())
+	}
+}
+
+func TestLatency(t *testing.T) {
+	s := New(Config{Keys: map[string]float64{"sk-a": 0}, Latency: 30 * time.Millisecond})
+	start := time.Now()
+	if rec := do(t, s, "POST", "/v1/chat/completions", "sk-a", chatBody); rec.Code != 200 {
+		t.Fatalf("status %d", rec.Code)
+	}
+	if d := time.Since(start); d < 30*time.Millisecond {
+		t.Errorf("answered after %s, want >= 30ms", d)
+	}
+
+	// Jitter stays within Latency ± Jitter and repeats with the seed.
+	cfg := Config{Latency: 20 * time.Millisecond, Jitter: 10 * time.Millisecond, Seed: 7}
+	a, b := New(cfg), New(cfg)
+	lo, hi := time.Hour, time.Duration(0)
+	for range 1000 {
+		d := a.delay()
+		if d != b.delay() {
+			t.Fatal("same seed, different jitter")
+		}
+		lo, hi = min(lo, d), max(hi, d)
+	}
+	if lo < 10*time.Millisecond || hi > 30*time.Millisecond || hi-lo < 15*time.Millisecond {
+		t.Errorf("delays in [%s, %s], want spread over [10ms, 30ms]", lo, hi)
+	}
+}
+
+func TestFailureRate(t *testing.T) {
+	count := func() int64 {
+		s := New(Config{Keys: map[string]float64{"sk-a": 0}, FailureRate: 0.2, Seed: 42})
+		for range 1000 {
+			rec := do(t, s, "POST", "/v1/chat/completions", "sk-a", chatBody)
+			if rec.Code == 500 {
+				if e := errorOf(t, rec); e.Error.Type != "server_error" {
+					t.Fatalf("500 body %s", rec.Body)
+				}
+			} else if rec.Code != 200 {
+				t.Fatalf("status %d", rec.Code)
+			}
+		}
+		st := s.Stats().Keys["sk-a"]
+		if st.OK+st.Status5xx != 1000 {
+			t.Fatalf("counts %+v", st)
+		}
+		return st.Status5xx
+	}
+	n := count()
+	if n < 160 || n > 240 {
+		t.Errorf("%d of 1000 failed, want about 200", n)
+	}
+	if again := count(); again != n {
+		t.Errorf("same seed gave %d then %d failures", n, again)
+	}
+}
+
+func TestCompletion(t *testing.T) {
+	s := New(Config{Keys: map[string]float64{"sk-a": 0}})
+	tests := []struct {
+		name, body, content string
+		prompt              int
+	}{
+		{"string content", chatBody, "mock reply to: write a spring couplet about good fortun", 13},
+		{"parts content", `{"model":"gpt-test","messages":[{"role":"user","content":[{"type":"text","text":"hello there"},{"type":"image_url","image_url":{"url":"x"}},{"type":"text","text":"friend"}]}]}`,
+			"mock reply to: hello there friend", 3},
+		{"no user message", `{"model":"gpt-test","messages":[]}`, "mock reply to: ", 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rec := do(t, s, "POST", "/v1/chat/completions", "sk-a", tt.body)
+			var got struct {
+				Object, Model string
+				Choices       []struct {
+					Message      struct{ Role, Content string }
+					FinishReason string `json:"finish_reason"`
+				}
+				Usage usage
+			}
+			if err := json.Unmarshal(rec.Body.Bytes(), &got); err != nil || rec.Code != 200 {
+				t.Fatalf("%d %s: %v", rec.Code, rec.Body, err)
+			}
+			if got.Object != "chat.completion" || got.Model != "gpt-test" || len(got.Choices) != 1 ||
+				got.Choices[0].Message.Role != "assistant" || got.Choices[0].Message.Content != tt.content ||
+				got.Choices[0].FinishReason != "stop" {
+				t.Fatalf("answer %+v", got)
+			}
+			completion := len(strings.Fields(tt.content))
+			if got.Usage != (usage{tt.prompt, completion, tt.prompt + completion}) {
+				t.Errorf("usage %+v, want prompt %d completion %d", got.Usage, tt.prompt, completion)
+			}
+		})
+	}
+	if rec := do(t, s, "POST", "/v1/chat/completions", "sk-a", `{"model":`); rec.Code != 400 {
+		t.Errorf("bad JSON: %d", rec.Code)
+	}
+	if rec := do(t, s, "GET", "/v1/chat/completions", "sk-a", ""); rec.Code != 405 {
+		t.Errorf("GET chat: %d", rec.Code)
+	}
+}
+
+// events reads an SSE body into its data payloads, checking the framing.
+func events(t *testing.T, body io.Reader) []string {
+	t.Helper()
+	var data []string
+	sc := bufio.NewScanner(body)
+	blank := true
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" {
+			blank = true
+			continue
+		}
+		payload, ok := strings.CutPrefix(line, "data: ")
+		if !ok || !blank {
+			t.Fatalf("line %q: want one \"data: \" line per event", line)
+		}
+		blank = false
+		data = append(data, payload)
+	}
+	return data
+}
+
+func TestStream(t *testing.T) {
+	srv := httptest.NewServer(New(Config{Keys: map[string]float64{"sk-a": 0}, StreamChunks: 3, ChunkDelay: time.Millisecond}))
+	defer srv.Close()
+	for _, includeUsage := range []bool{true, false} {
+		body := strings.Replace(chatBody, `{"model"`, `{"stream":true,"stream_options":{"include_usage":`+map[bool]string{true: "true", false: "false"}[includeUsage]+`},"model"`, 1)
+		req, _ := http.NewRequest("POST", srv.URL+"/v1/chat/completions", strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer sk-a")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ct := resp.Header.Get("Content-Type"); resp.StatusCode != 200 || ct != "text/event-stream" {
+			t.Fatalf("status %d content type %q", resp.StatusCode, ct)
+		}
+		data := events(t, resp.Body)
+		resp.Body.Close()
+		if len(data) == 0 || data[len(data)-1] != "[DONE]" {
+			t.Fatalf("events %q: want [DONE] last", data)
+		}
+		var chunks []chunk
+		for _, d := range data[:len(data)-1] {
+			var c chunk
+			if err := json.Unmarshal([]byte(d), &c); err != nil {
+				t.Fatalf("event %q: %v", d, err)
+			}
+			if c.Object != "chat.completion.chunk" || c.Model != "gpt-test" || (len(chunks) > 0 && c.ID != chunks[0].ID) {
+				t.Fatalf("chunk %+v", c)
+			}
+			chunks = append(chunks, c)
+		}
+		want := 1 + 3 + 1 // role, content deltas, finish
+		if includeUsage {
+			want++
+		}
+		if len(chunks) != want {
+			t.Fatalf("%d chunks, want %d: %q", len(chunks), want, data)
+		}
+		if chunks[0].Choices[0].Delta.Role != "assistant" {
+			t.Errorf("first chunk %+v: want the role", chunks[0])
+		}
+		var content strings.Builder
+		for _, c := range chunks[1:4] {
+			if c.Choices[0].Delta.Content == nil || c.Choices[0].FinishReason != nil {
+				t.Fatalf("content chunk %+v", c)
+			}
+			content.WriteString(*c.Choices[0].Delta.Content)
+		}
+		if content.String() != "mock reply to: write a spring couplet about good fortun" {
+			t.Errorf("streamed content %q", content.String())
+		}
+		if fr := chunks[4].Choices[0].FinishReason; fr == nil || *fr != "stop" {
+			t.Errorf("finish chunk %+v", chunks[4])
+		}
+		if includeUsage {
+			u := chunks[5]
+			if len(u.Choices) != 0 || u.Usage == nil || *u.Usage != (usage{13, 10, 23}) {
+				t.Errorf("usage chunk %q", data[5])
+			}
+		}
+	}
+}
+
+func TestPathPrefix(t *testing.T) {
+	s := New(Config{Keys: map[string]float64{"sk-a": 0}})
+	tests := []struct {
+		method, path string
+		status       int
+	}{
+		{"POST", "/v1/chat/completions", 200},
+		{"POST", "/chat/completions", 200},
+		{"POST", "/openai/deployments/x/v1/chat/completions", 200},
+		{"POST", "/v1/chat/completions/", 200},
+		{"GET", "/v1/models", 200},
+		{"GET", "/proxy/v1/models/", 200},
+		{"GET", "/mock/_stats", 200},
+		{"POST", "/v1/embeddings", 404},
+		{"POST", "/v1/chat/completionsx", 404},
+	}
+	for _, tt := range tests {
+		if rec := do(t, s, tt.method, tt.path, "sk-a", chatBody); rec.Code != tt.status {
+			t.Errorf("%s %s: %d, want %d: %s", tt.method, tt.path, rec.Code, tt.status, rec.Body)
+		}
+	}
+}
+
+func TestHooks(t *testing.T) {
+	now := time.Unix(1000, 0)
+	s := New(Config{Keys: map[string]float64{"sk-a": 1}, Now: func() time.Time { return now }})
+	tests := []struct {
+		name       string
+		hdr        []string
+		status     int
+		typ, code  string
+		retryAfter string
+	}{
+		{"503", []string{"X-Mock-Status", "503"}, 503, "server_error", "service_unavailable", ""},
+		{"429 with Retry-After", []string{"X-Mock-Status", "429", "X-Mock-Retry-After", "3600"}, 429, "rate_limit_exceeded", "rate_limit_exceeded", "3600"},
+		{"429 without Retry-After", []string{"X-Mock-Status", "429"}, 429, "rate_limit_exceeded", "rate_limit_exceeded", ""},
+		{"401", []string{"X-Mock-Status", "401"}, 401, "invalid_request_error", "invalid_api_key", ""},
+		{"bad status", []string{"X-Mock-Status", "200"}, 400, "invalid_request_error", "bad_request", ""},
+		{"bad stall", []string{"X-Mock-Stall", "forever"}, 400, "invalid_request_error", "bad_request", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rec := do(t, s, "POST", "/v1/chat/completions", "sk-a", chatBody, tt.hdr...)
+			e := errorOf(t, rec)
+			if rec.Code != tt.status || e.Error.Type != tt.typ || e.Error.Code != tt.code || rec.Header().Get("Retry-After") != tt.retryAfter {
+				t.Errorf("%d %+v Retry-After %q", rec.Code, e.Error, rec.Header().Get("Retry-After"))
+			}
+		})
+	}
+	// Hooks take nothing from the bucket: its one request is still there.
+	if rec := do(t, s, "POST", "/v1/chat/completions", "sk-a", chatBody); rec.Code != 200 {
+		t.Errorf("after hooks: %d", rec.Code)
+	}
+	if got := s.Stats().Keys["sk-a"]; got != (Counts{Requests: 7, OK: 1, Status429: 2, Status5xx: 1}) {
+		t.Errorf("counts %+v", got)
+	}
+}
+
+func TestStall(t *testing.T) {
+	s := New(Config{Keys: map[string]float64{"sk-a": 0}})
+	returned := make(chan struct{}, 2)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.ServeHTTP(w, r)
+		returned <- struct{}{}
+	}))
+	defer srv.Close()
+	for _, body := range []string{strings.Replace(chatBody, `{"model"`, `{"stream":true,"model"`, 1), chatBody} {
+		ctx, cancel := context.WithCancel(context.Background())
+		req, _ := http.NewRequestWithContext(ctx, "POST", srv.URL+"/v1/chat/completions", strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer sk-a")
+		req.Header.Set("X-Mock-Stall", "after-first-chunk")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.StatusCode != 200 {
+			t.Fatalf("status %d", resp.StatusCode)
+		}
+		if strings.Contains(body, "stream") {
+			line, err := bufio.NewReader(resp.Body).ReadString('\n')
+			if err != nil || !strings.HasPrefix(line, "data: {") || !strings.Contains(line, `"role":"assistant"`) {
+				t.Fatalf("first line %q, %v", line, err)
+			}
+		}
+		select {
+		case <-returned:
+			t.Fatal("handler returned while the client was still there")
+		case <-time.After(50 * time.Millisecond):
+		}
+		cancel()
+		resp.Body.Close()
+		select {
+		case <-returned:
+		case <-time.After(5 * time.Second):
+			t.Fatal("handler still blocked after the client went away")
+		}
+	}
+}
+
+func TestStatsEndpoint(t *testing.T) {
+	s := New(Config{Keys: map[string]float64{"sk-a": 1, "sk-b": 0}, Now: func() time.Time { return time.Unix(0, 0) }})
+	do(t, s, "POST", "/v1/chat/completions", "sk-a", chatBody)
+	do(t, s, "POST", "/v1/chat/completions", "sk-a", chatBody)
+	do(t, s, "POST", "/v1/chat/completions", "sk-b", chatBody, "X-Mock-Status", "502")
+	rec := do(t, s, "GET", "/_stats", "", "")
+	var got Stats
+	if err := json.Unmarshal(rec.Body.Bytes(), &got); err != nil {
+		t.Fatal(err)
+	}
+	want := Stats{Total: Counts{3, 1, 1, 1}, Keys: map[string]Counts{"sk-a": {2, 1, 1, 0}, "sk-b": {1, 0, 0, 1}}}
+	if got.Total != want.Total || got.Keys["sk-a"] != want.Keys["sk-a"] || got.Keys["sk-b"] != want.Keys["sk-b"] {
+		t.Errorf("stats %+v, want %+v", got, want)
+	}
+}
