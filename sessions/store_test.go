@@ -1,0 +1,327 @@
+package sessions_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"reflect"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice/sessions"
+)
+
+// fakeClock is a test clock that only moves when told to.
+type fakeClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func newFakeClock() *fakeClock {
+	return &fakeClock{t: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+}
+
+// testRedis connects to TEST_REDIS_URL and returns a key prefix unique to
+// this test run, so parallel runs and other packages never share keys.
+func testRedis(t *testing.T) (*redis.Client, string) {
+	t.Helper()
+	url := os.Getenv("TEST_REDIS_URL")
+	if url == "" {
+		t.Skip("TEST_REDIS_URL not set; skipping Redis test (e.g. TEST_REDIS_URL=redis://127.0.0.1:6379/0)")
+	}
+	opts, err := redis.ParseURL(url)
+	if err != nil {
+		t.Fatalf("parse TEST_REDIS_URL: %v", err)
+	}
+	client := redis.NewClient(opts)
+	t.Cleanup(func() { _ = client.Close() })
+	if err := client.Ping(context.Background()).Err(); err != nil {
+		t.Fatalf("ping redis at %s: %v", url, err)
+	}
+	prefix := fmt.Sprintf("test:sessions:%s:%d:", t.Name(), time.Now().UnixNano())
+	t.Cleanup(func() {
+		ctx := context.Background()
+		iter := client.Scan(ctx, 0, prefix+"*", 100).Iterator()
+		for iter.Next(ctx) {
+			client.Del(ctx, iter.Val())
+		}
+	})
+	return client, prefix
+}
+
+// stores runs fn against every Store implementation available.
+func stores(t *testing.T, fn func(t *testing.T, s sessions.Store)) {
+	t.Run("memory", func(t *testing.T) {
+		fn(t, sessions.NewMemory(0, nil))
+	})
+	t.Run("redis", func(t *testing.T) {
+		client, prefix := testRedis(t)
+		fn(t, sessions.NewRedis(client, prefix, 0))
+	})
+}
+
+var history = []sessions.Message{
+	{Role: "system", Content: "be brief"},
+	{Role: "user", Content: "hi"},
+	{Role: "assistant", Content: "hello"},
+}
+
+func TestStoreRoundTrip(t *testing.T) {
+	stores(t, func(t *testing.T, st sessions.Store) {
+		ctx := context.Background()
+		s := sessions.Scope{OrgID: 1, TokenID: 10, ID: "chat-1"}
+		if _, ok, err := st.Load(ctx, s); ok || err != nil {
+			t.Fatalf("Load before Save = ok %v, err %v", ok, err)
+		}
+		if err := st.Save(ctx, s, history); err != nil {
+			t.Fatalf("Save: %v", err)
+		}
+		got, ok, err := st.Load(ctx, s)
+		if err != nil || !ok || !reflect.DeepEqual(got, history) {
+			t.Fatalf("Load = %v, %v, %v; want %v", got, ok, err, history)
+		}
+		// Save replaces the history.
+		if err := st.Save(ctx, s, history[:1]); err != nil {
+			t.Fatalf("Save: %v", err)
+		}
+		if got, _, _ := st.Load(ctx, s); !reflect.DeepEqual(got, history[:1]) {
+			t.Fatalf("Load after second Save = %v", got)
+		}
+		// An empty history is still a session.
+		if err := st.Save(ctx, s, nil); err != nil {
+			t.Fatalf("Save(nil): %v", err)
+		}
+		if got, ok, _ := st.Load(ctx, s); !ok || len(got) != 0 {
+			t.Fatalf("Load of empty session = %v, %v", got, ok)
+		}
+		deleted, err := st.Delete(ctx, s)
+		if err != nil || !deleted {
+			t.Fatalf("Delete = %v, %v; want true", deleted, err)
+		}
+		if _, ok, _ := st.Load(ctx, s); ok {
+			t.Fatal("session still there after Delete")
+		}
+		if deleted, _ := st.Delete(ctx, s); deleted {
+			t.Fatal("second Delete reported a deletion")
+		}
+	})
+}
+
+func TestStoreIsolation(t *testing.T) {
+	stores(t, func(t *testing.T, st sessions.Store) {
+		ctx := context.Background()
+		owner := sessions.Scope{OrgID: 1, TokenID: 10, ID: "shared-id"}
+		others := map[string]sessions.Scope{
+			"other token":         {OrgID: 1, TokenID: 11, ID: "shared-id"},
+			"other org":           {OrgID: 2, TokenID: 10, ID: "shared-id"},
+			"other org and token": {OrgID: 2, TokenID: 11, ID: "shared-id"},
+			"other id":            {OrgID: 1, TokenID: 10, ID: "shared-id2"},
+		}
+		if err := st.Save(ctx, owner, history); err != nil {
+			t.Fatalf("Save: %v", err)
+		}
+		for name, other := range others {
+			if got, ok, err := st.Load(ctx, other); ok || err != nil {
+				t.Errorf("%s: Load = %v, %v, %v; want no session", name, got, ok, err)
+			}
+			if deleted, err := st.Delete(ctx, other); deleted || err != nil {
+				t.Errorf("%s: Delete = %v, %v; want nothing deleted", name, deleted, err)
+			}
+		}
+		// Another scope saving under the same id creates its own session and
+		// leaves the owner's untouched.
+		intruder := others["other token"]
+		if err := st.Save(ctx, intruder, []sessions.Message{{Role: "user", Content: "mine"}}); err != nil {
+			t.Fatalf("Save: %v", err)
+		}
+		if got, ok, _ := st.Load(ctx, owner); !ok || !reflect.DeepEqual(got, history) {
+			t.Fatalf("owner's session changed: %v, %v", got, ok)
+		}
+		if got, _, _ := st.Load(ctx, intruder); len(got) != 1 || got[0].Content != "mine" {
+			t.Fatalf("intruder's session = %v", got)
+		}
+	})
+}
+
+func TestStoreRejectsInvalidID(t *testing.T) {
+	stores(t, func(t *testing.T, st sessions.Store) {
+		ctx := context.Background()
+		bad := sessions.Scope{OrgID: 1, TokenID: 1, ID: "a b"}
+		if _, _, err := st.Load(ctx, bad); !errors.Is(err, sessions.ErrInvalidID) {
+			t.Errorf("Load err = %v, want ErrInvalidID", err)
+		}
+		if err := st.Save(ctx, bad, history); !errors.Is(err, sessions.ErrInvalidID) {
+			t.Errorf("Save err = %v, want ErrInvalidID", err)
+		}
+		if _, err := st.Delete(ctx, bad); !errors.Is(err, sessions.ErrInvalidID) {
+			t.Errorf("Delete err = %v, want ErrInvalidID", err)
+		}
+	})
+}
+
+func TestMemoryTTLWithInjectedClock(t *testing.T) {
+	ctx := context.Background()
+	clock := newFakeClock()
+	st := sessions.NewMemory(0, clock.Now) // DefaultTTL
+	s := sessions.Scope{OrgID: 1, TokenID: 1, ID: "ttl"}
+
+	if err := st.Save(ctx, s, history); err != nil {
+		t.Fatalf("Save: %v", err)
+	}
+	clock.Advance(sessions.DefaultTTL - time.Second)
+	if _, ok, _ := st.Load(ctx, s); !ok {
+		t.Fatal("session expired before the TTL")
+	}
+	// Load does not refresh; Save does.
+	if err := st.Save(ctx, s, history); err != nil {
+		t.Fatalf("Save: %v", err)
+	}
+	clock.Advance(sessions.DefaultTTL - time.Second)
+	if _, ok, _ := st.Load(ctx, s); !ok {
+		t.Fatal("Save did not refresh the TTL")
+	}
+	clock.Advance(time.Second)
+	if _, ok, _ := st.Load(ctx, s); ok {
+		t.Fatal("session idle for the TTL still loads")
+	}
+
+	// An expired session cannot be deleted either: it is already gone.
+	if err := st.Save(ctx, s, history); err != nil {
+		t.Fatalf("Save: %v", err)
+	}
+	clock.Advance(sessions.DefaultTTL)
+	if deleted, _ := st.Delete(ctx, s); deleted {
+		t.Fatal("Delete of an expired session reported a deletion")
+	}
+}
+
+func TestMemorySweepsExpiredOnWrite(t *testing.T) {
+	ctx := context.Background()
+	clock := newFakeClock()
+	st := sessions.NewMemory(time.Minute, clock.Now)
+	for i := range 10 {
+		if err := st.Save(ctx, sessions.Scope{OrgID: 1, TokenID: 1, ID: fmt.Sprint("s", i)}, history); err != nil {
+			t.Fatalf("Save: %v", err)
+		}
+	}
+	clock.Advance(time.Minute)
+	if err := st.Save(ctx, sessions.Scope{OrgID: 1, TokenID: 1, ID: "fresh"}, history); err != nil {
+		t.Fatalf("Save: %v", err)
+	}
+	if n := st.Len(); n != 1 {
+		t.Fatalf("Len after expiry and a write = %d, want 1", n)
+	}
+}
+
+func TestMemoryConcurrent(t *testing.T) {
+	ctx := context.Background()
+	st := sessions.NewMemory(time.Minute, nil)
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			for i := range 300 {
+				s := sessions.Scope{OrgID: int64(g % 2), TokenID: int64(g), ID: fmt.Sprint("c", i%7)}
+				msgs, _, err := st.Load(ctx, s)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				msgs = sessions.Append(msgs, []sessions.Message{{Role: "user", Content: "q"}}, sessions.Message{Role: "assistant", Content: "a"})
+				if err := st.Save(ctx, s, msgs); err != nil {
+					t.Error(err)
+					return
+				}
+				if i%50 == 0 {
+					_, _ = st.Delete(ctx, s)
+				}
+			}
+		})
+	}
+	wg.Wait()
+}
+
+func TestRedisTTL(t *testing.T) {
+	ctx := context.Background()
+	client, prefix := testRedis(t)
+	st := sessions.NewRedis(client, prefix, 0) // DefaultTTL
+	s := sessions.Scope{OrgID: 7, TokenID: 8, ID: "ttl:check"}
+	key := prefix + "{7:8}:ttl:check"
+
+	if err := st.Save(ctx, s, history); err != nil {
+		t.Fatalf("Save: %v", err)
+	}
+	pttl, err := client.PTTL(ctx, key).Result()
+	if err != nil || pttl <= sessions.DefaultTTL-5*time.Second || pttl > sessions.DefaultTTL {
+		t.Fatalf("PTTL(%s) = %v, %v; want about %v", key, pttl, err, sessions.DefaultTTL)
+	}
+	// Age the key, then check Save restarts the TTL and Load does not.
+	if err := client.PExpire(ctx, key, time.Minute).Err(); err != nil {
+		t.Fatalf("PEXPIRE: %v", err)
+	}
+	if _, ok, _ := st.Load(ctx, s); !ok {
+		t.Fatal("Load missed")
+	}
+	if pttl, _ := client.PTTL(ctx, key).Result(); pttl > time.Minute {
+		t.Fatalf("Load refreshed the TTL to %v", pttl)
+	}
+	if err := st.Save(ctx, s, history); err != nil {
+		t.Fatalf("Save: %v", err)
+	}
+	if pttl, _ := client.PTTL(ctx, key).Result(); pttl <= sessions.DefaultTTL-5*time.Second {
+		t.Fatalf("Save did not refresh the TTL: PTTL %v", pttl)
+	}
+	// A session whose key expires is gone.
+	if err := client.PExpire(ctx, key, 20*time.Millisecond).Err(); err != nil {
+		t.Fatalf("PEXPIRE: %v", err)
+	}
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		_, ok, err := st.Load(ctx, s)
+		if err != nil {
+			t.Fatalf("Load: %v", err)
+		}
+		if !ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("session still loads after its key expired")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestRedisCustomTTLAndCorruptValue(t *testing.T) {
+	ctx := context.Background()
+	client, prefix := testRedis(t)
+	st := sessions.NewRedis(client, prefix, 90*time.Second)
+	s := sessions.Scope{OrgID: 1, TokenID: 2, ID: "x"}
+	if err := st.Save(ctx, s, history); err != nil {
+		t.Fatalf("Save: %v", err)
+	}
+	key := prefix + "{1:2}:x"
+	if pttl, _ := client.PTTL(ctx, key).Result(); pttl <= 85*time.Second || pttl > 90*time.Second {
+		t.Fatalf("PTTL = %v, want about 90s", pttl)
+	}
+	if err := client.Set(ctx, key, "not json", time.Minute).Err(); err != nil {
+		t.Fatalf("SET: %v", err)
+	}
+	if _, _, err := st.Load(ctx, s); err == nil {
+		t.Fatal("Load of a corrupt value returned no error")
+	}
+}
