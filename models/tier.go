@@ -26,8 +26,11 @@ type Tier struct {
 	// EffectiveRefillPerSec is the auto-tuner's current refill, nil when the
 	// tier runs as configured.
 	EffectiveRefillPerSec *float64
-	CreatedAt             time.Time
-	UpdatedAt             time.Time
+	// UpstreamFallback is what the tier gets when every provider key is
+	// unavailable: "local" (sluice-local answers) or "error" (503).
+	UpstreamFallback string
+	CreatedAt        time.Time
+	UpdatedAt        time.Time
 }
 
 // EffectiveRefill is the refill the gateway applies now.
@@ -47,11 +50,14 @@ type TierSettings struct {
 	FreezeMinutes   int
 	Autotune        bool
 	RefillFloor     float64
+	// UpstreamFallback: "local" or "error"; empty keeps the tier's current
+	// choice (callers that predate it send none).
+	UpstreamFallback string
 }
 
 // Settings returns the tier's editable settings, to merge a partial update into.
 func (t Tier) Settings() TierSettings {
-	return TierSettings{t.Capacity, t.RefillPerSec, t.TokensPerMinute, t.FreezeThreshold, t.FreezeMinutes, t.Autotune, t.RefillFloor}
+	return TierSettings{t.Capacity, t.RefillPerSec, t.TokensPerMinute, t.FreezeThreshold, t.FreezeMinutes, t.Autotune, t.RefillFloor, t.UpstreamFallback}
 }
 
 // Validate says what is wrong with the settings, in words for the admin.
@@ -71,6 +77,8 @@ func (l TierSettings) Validate() error {
 		return apperr.New(apperr.Unprocessable, "refill_floor must be from 0 to refill_per_sec")
 	case l.Autotune && !(l.RefillFloor > 0):
 		return apperr.New(apperr.Unprocessable, "an autotuned tier needs a refill_floor above 0")
+	case l.UpstreamFallback != "" && l.UpstreamFallback != "local" && l.UpstreamFallback != "error":
+		return apperr.New(apperr.Unprocessable, "upstream_fallback must be local or error")
 	}
 	return nil
 }
@@ -103,9 +111,12 @@ func (s *Store) UpdateTier(ctx context.Context, actor User, name string, l TierS
 		before := t.Settings()
 		t.Capacity, t.RefillPerSec, t.TokensPerMinute = l.Capacity, l.RefillPerSec, l.TokensPerMinute
 		t.FreezeThreshold, t.FreezeMinutes, t.Autotune, t.RefillFloor = l.FreezeThreshold, l.FreezeMinutes, l.Autotune, l.RefillFloor
+		if l.UpstreamFallback != "" {
+			t.UpstreamFallback = l.UpstreamFallback
+		}
 		t.EffectiveRefillPerSec, t.UpdatedAt = nil, time.Now().UTC()
 		err := tx.Model(&t).Select("capacity", "refill_per_sec", "tokens_per_minute", "freeze_threshold", "freeze_minutes",
-			"autotune", "refill_floor", "effective_refill_per_sec", "updated_at").Updates(&t).Error
+			"autotune", "refill_floor", "upstream_fallback", "effective_refill_per_sec", "updated_at").Updates(&t).Error
 		if err != nil {
 			return dbErr(err, "tier "+name)
 		}
@@ -129,6 +140,9 @@ func describeChange(a, b TierSettings) string {
 	add("freeze_minutes", a.FreezeMinutes, b.FreezeMinutes)
 	add("autotune", a.Autotune, b.Autotune)
 	add("refill_floor", a.RefillFloor, b.RefillFloor)
+	if b.UpstreamFallback != "" {
+		add("upstream_fallback", a.UpstreamFallback, b.UpstreamFallback)
+	}
 	if len(parts) == 0 {
 		return "no change"
 	}

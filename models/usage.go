@@ -18,6 +18,9 @@ type UsageEvent struct {
 	CompletionTokens int
 	Status           int
 	LatencyMs        int
+	Cached           bool   // answered from the response cache
+	Fallback         bool   // answered by sluice-local because providers were unavailable
+	UpstreamKeyID    *int64 // the provider key that answered, nil for local answers
 	CreatedAt        time.Time
 }
 

@@ -1,0 +1,129 @@
+package models
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"strings"
+	"time"
+
+	"gorm.io/gorm"
+
+	"github.com/sluicehq/sluice/apperr"
+)
+
+// UpstreamKey is an operator's provider key. The key itself is stored only
+// sealed (KeyCiphertext); KeyLast4 is all that is ever shown again.
+type UpstreamKey struct {
+	ID             int64
+	Name           string
+	BaseURL        string
+	KeyCiphertext  string
+	KeyLast4       string
+	Weight         int
+	RPM            int64  `gorm:"column:rpm"`
+	TPM            int64  `gorm:"column:tpm"`
+	Models         string // comma-separated; empty = any model
+	DisabledReason string
+	DisabledAt     *time.Time
+	CreatedAt      time.Time
+}
+
+// ModelList splits Models.
+func (k UpstreamKey) ModelList() []string {
+	var out []string
+	for _, m := range strings.Split(k.Models, ",") {
+		if m = strings.TrimSpace(m); m != "" {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// UpstreamKeyInput is what an admin submits for a new key.
+type UpstreamKeyInput struct {
+	Name    string
+	BaseURL string
+	APIKey  string
+	Weight  int
+	RPM     int64
+	TPM     int64
+	Models  []string
+}
+
+// Validate says what is wrong with the input, in words for the admin.
+func (in UpstreamKeyInput) Validate() error {
+	u, err := url.Parse(in.BaseURL)
+	switch {
+	case strings.TrimSpace(in.Name) == "" || len(in.Name) > 100:
+		return apperr.New(apperr.Unprocessable, "name must be 1 to 100 characters")
+	case err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.Fragment != "":
+		return apperr.New(apperr.Unprocessable, "base_url must be an http(s) URL such as https://api.openai.com/v1")
+	case len(in.APIKey) < 8 || len(in.APIKey) > 512 || strings.ContainsAny(in.APIKey, " \t\r\n"):
+		return apperr.New(apperr.Unprocessable, "api_key must be 8 to 512 characters without spaces")
+	case in.Weight < 1 || in.Weight > 1000:
+		return apperr.New(apperr.Unprocessable, "weight must be from 1 to 1000")
+	case in.RPM < 0 || in.TPM < 0:
+		return apperr.New(apperr.Unprocessable, "rpm and tpm must be 0 (unknown) or more")
+	}
+	for _, m := range in.Models {
+		if m == "" || strings.ContainsAny(m, ", ") {
+			return apperr.New(apperr.Unprocessable, "models must be names without commas or spaces")
+		}
+	}
+	return nil
+}
+
+// CreateUpstreamKey stores a key sealed by seal and audits it.
+func (s *Store) CreateUpstreamKey(ctx context.Context, admin User, in UpstreamKeyInput, seal func(string) string) (UpstreamKey, error) {
+	if err := in.Validate(); err != nil {
+		return UpstreamKey{}, err
+	}
+	k := UpstreamKey{
+		Name: strings.TrimSpace(in.Name), BaseURL: strings.TrimRight(in.BaseURL, "/"),
+		KeyCiphertext: seal(in.APIKey), KeyLast4: in.APIKey[len(in.APIKey)-4:],
+		Weight: in.Weight, RPM: in.RPM, TPM: in.TPM, Models: strings.Join(in.Models, ","), CreatedAt: time.Now().UTC(),
+	}
+	err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		if err := tx.Create(&k).Error; err != nil {
+			return dbErr(err, "upstream key "+k.Name)
+		}
+		return audit(tx, admin.OrgID, admin.ID, "upstream.create", fmt.Sprint(k.ID), k.Name+" "+k.BaseURL+" …"+k.KeyLast4)
+	})
+	return k, err
+}
+
+// UpstreamKeys lists every provider key.
+func (s *Store) UpstreamKeys(ctx context.Context) ([]UpstreamKey, error) {
+	var ks []UpstreamKey
+	err := s.db.WithContext(ctx).Order("id").Find(&ks).Error
+	return ks, dbErr(err, "upstream keys")
+}
+
+// DeleteUpstreamKey removes a provider key.
+func (s *Store) DeleteUpstreamKey(ctx context.Context, admin User, id int64) error {
+	return s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		var k UpstreamKey
+		if err := tx.Where("id = ?", id).Take(&k).Error; err != nil {
+			return dbErr(err, "upstream key")
+		}
+		if err := tx.Delete(&k).Error; err != nil {
+			return dbErr(err, "upstream key")
+		}
+		return audit(tx, admin.OrgID, admin.ID, "upstream.delete", fmt.Sprint(id), k.Name)
+	})
+}
+
+// DisableUpstreamKey marks a key the provider refused, so it stays out of
+// rotation (on every node, after restarts) until an admin replaces it.
+func (s *Store) DisableUpstreamKey(ctx context.Context, id int64, reason string) error {
+	return s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		now := time.Now().UTC()
+		res := tx.Model(&UpstreamKey{}).Where("id = ? AND disabled_at IS NULL", id).
+			Updates(map[string]any{"disabled_at": now, "disabled_reason": reason})
+		if res.Error != nil || res.RowsAffected == 0 {
+			return dbErr(res.Error, "upstream key")
+		}
+		return audit(tx, 0, 0, "upstream.disable", fmt.Sprint(id), reason)
+	})
+}
