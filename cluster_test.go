@@ -19,7 +19,7 @@ import (
 // unless redisURL is empty, one Redis namespace.
 func clusterEnv(t *testing.T, redisURL string) map[string]string {
 	env := map[string]string{
-		"DATABASE_URL": testdb.PostgresURL(t), "SLUICE_AUTO_MIGRATE": "true", "SLUICE_BCRYPT_COST": "4",
+		"DATABASE_URL": testdb.PostgresURL(t), "SLUICE_AUTO_MIGRATE": "true", "SLUICE_BCRYPT_COST": "4", "SLUICE_MASTER_KEY": testMasterKey,
 		"SLUICE_ADMIN_PASSWORD": "admin-password", "SLUICE_SESSION_SECRET": strings.Repeat("s", 32),
 		"SLUICE_REDIS_PREFIX": "t" + rand.Text() + ":",
 		// Generous: under -race on two cores a shared call can be slow, and

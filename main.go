@@ -93,6 +93,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	}
 	recorder := metering.NewRecorder(store, log, time.Second, 256)
 
+	gen, err := newGeneration(ctx, cfg, db, store, adm, log)
+	if err != nil {
+		return err
+	}
+	defer gen.close()
+
 	inFlight, latency := &quota.InFlight{}, quota.NewLatencyWindow(1024, time.Minute, nil)
 	metrics.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_inflight_requests",
 		Help: "API requests in flight on this node."}, func() float64 { return float64(inFlight.Value()) }))
@@ -103,7 +109,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		Detector: quota.NewDetector(adm.window), Scorer: quota.NewValueScorer(quota.DefaultValueRules(), nil),
 		PriorityWeights: cfg.PriorityWeights, DefaultMaxTokens: cfg.DefaultMaxTokens,
 		InFlight: inFlight, Latency: latency, Limits: adm.status,
-		Metrics: promhttp.HandlerFor(metrics, promhttp.HandlerOpts{}),
+		Metrics:  promhttp.HandlerFor(metrics, promhttp.HandlerOpts{}),
+		Upstream: gen.pool, Cache: gen.cache, CacheTTL: cfg.CacheTTL, Conversations: gen.sessions, SessionBudget: cfg.ChatSessionBudget,
+		Providers: gen.providers, PoolStatus: gen.pool.Status,
 	})
 	srv := &http.Server{
 		Handler:           handler,
@@ -121,7 +129,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	go reloadEvery(ctx, dir, cfg.TokenCacheTTL, log)
 	if adm.listen != nil {
 		go adm.listen(ctx, func(e cluster.Event) {
-			if err := dir.Apply(ctx, e); err != nil && ctx.Err() == nil {
+			err := dir.Apply(ctx, e)
+			if e.Kind == cluster.UpstreamsChanged {
+				err = gen.providers.Reload(ctx)
+			}
+			if err != nil && ctx.Err() == nil {
 				log.Warn("applying an invalidation failed; the periodic reload will catch up", "kind", e.Kind, "err", err)
 			}
 		})

@@ -94,7 +94,7 @@ func TestEndToEnd(t *testing.T) {
 			return map[string]string{"SLUICE_DATA_DIR": t.TempDir(), "SLUICE_BCRYPT_COST": "4"}
 		},
 		"postgres": func(t *testing.T) map[string]string {
-			return map[string]string{"DATABASE_URL": testdb.PostgresURL(t), "SLUICE_AUTO_MIGRATE": "true", "SLUICE_BCRYPT_COST": "4",
+			return map[string]string{"DATABASE_URL": testdb.PostgresURL(t), "SLUICE_AUTO_MIGRATE": "true", "SLUICE_BCRYPT_COST": "4", "SLUICE_MASTER_KEY": testMasterKey,
 				"SLUICE_DATA_DIR": t.TempDir()}
 		},
 	}
@@ -208,7 +208,7 @@ func TestInvalidConfigurationStopsStartUp(t *testing.T) {
 
 func TestServerRefusesAnOlderSchemaUntilMigrated(t *testing.T) {
 	url := testdb.PostgresURL(t)
-	env := map[string]string{"DATABASE_URL": url, "SLUICE_BCRYPT_COST": "4"}
+	env := map[string]string{"DATABASE_URL": url, "SLUICE_BCRYPT_COST": "4", "SLUICE_MASTER_KEY": testMasterKey}
 	getenv := func(k string) string { return env[k] }
 	err := run(context.Background(), []string{"-addr", "127.0.0.1:0"}, getenv, io.Discard)
 	if err == nil || !strings.Contains(err.Error(), "sluice migrate") {
@@ -226,3 +226,7 @@ func TestServerRefusesAnOlderSchemaUntilMigrated(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// testMasterKey seals provider keys in tests that run on Postgres, where a
+// master key is required.
+const testMasterKey = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff"

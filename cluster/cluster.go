@@ -18,10 +18,11 @@ type Kind string
 
 // The kinds of change nodes tell each other about.
 const (
-	TokenChanged   Kind = "token"   // Hash: the token's SHA-256 (hex); revoked
-	OrgChanged     Kind = "org"     // ID: the organization; moved to another tier
-	TiersChanged   Kind = "tiers"   // a tier's settings or the tuner's refill
-	FreezesChanged Kind = "freezes" // a token frozen or a freeze lifted
+	TokenChanged     Kind = "token"     // Hash: the token's SHA-256 (hex); revoked
+	OrgChanged       Kind = "org"       // ID: the organization; moved to another tier
+	TiersChanged     Kind = "tiers"     // a tier's settings or the tuner's refill
+	FreezesChanged   Kind = "freezes"   // a token frozen or a freeze lifted
+	UpstreamsChanged Kind = "upstreams" // a provider key added, deleted or disabled
 )
 
 // Event is one invalidation.

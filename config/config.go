@@ -13,6 +13,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/sluicehq/sluice/secrets"
 )
 
 // Config is every setting of a Sluice process.
@@ -42,6 +44,15 @@ type Config struct {
 	LatencyTarget    time.Duration    // SLUICE_LATENCY_TARGET: p95 latency that counts as full load
 	NodeID           string           // SLUICE_NODE_ID: this node's name in leader leases; default host name
 	RedisPrefix      string           // SLUICE_REDIS_PREFIX: namespace of Sluice's Redis keys and channel
+
+	MasterKey          []byte        // SLUICE_MASTER_KEY: seals provider keys; generated in the data dir when embedded
+	UpstreamAttempt    time.Duration // SLUICE_UPSTREAM_ATTEMPT_TIMEOUT: one provider attempt
+	UpstreamBudget     time.Duration // SLUICE_UPSTREAM_BUDGET: all attempts of one request
+	UpstreamMaxBackoff time.Duration // SLUICE_UPSTREAM_MAX_BACKOFF: cap of a retry wait, Retry-After included
+	CacheTTL           time.Duration // SLUICE_CACHE_TTL: how long a cached answer is served
+	CacheMaxBytes      int64         // SLUICE_CACHE_MAX_BYTES: in-process cache size
+	ChatSessionTTL     time.Duration // SLUICE_CHAT_SESSION_TTL: idle time after which an X-Sluice-Session is forgotten
+	ChatSessionBudget  int           // SLUICE_CHAT_SESSION_TOKENS: history kept in front of a request, in tokens
 }
 
 // SQLitePath is where the embedded database lives.
@@ -79,6 +90,23 @@ func Load(args []string, getenv func(string) string) (Config, error) {
 		LatencyTarget:    r.duration("SLUICE_LATENCY_TARGET", 5*time.Second, time.Millisecond, 10*time.Minute),
 		NodeID:           r.str("SLUICE_NODE_ID", ""),
 		RedisPrefix:      r.str("SLUICE_REDIS_PREFIX", "sluice:"),
+
+		UpstreamAttempt:    r.duration("SLUICE_UPSTREAM_ATTEMPT_TIMEOUT", 8*time.Second, 100*time.Millisecond, 10*time.Minute),
+		UpstreamBudget:     r.duration("SLUICE_UPSTREAM_BUDGET", 30*time.Second, 100*time.Millisecond, 30*time.Minute),
+		UpstreamMaxBackoff: r.duration("SLUICE_UPSTREAM_MAX_BACKOFF", 8*time.Second, time.Millisecond, 10*time.Minute),
+		CacheTTL:           r.duration("SLUICE_CACHE_TTL", 5*time.Minute, time.Second, 24*time.Hour),
+		CacheMaxBytes:      r.int64("SLUICE_CACHE_MAX_BYTES", 64<<20, 1<<20, 64<<30),
+		ChatSessionTTL:     r.duration("SLUICE_CHAT_SESSION_TTL", 30*time.Minute, time.Second, 30*24*time.Hour),
+		ChatSessionBudget:  int(r.int64("SLUICE_CHAT_SESSION_TOKENS", 4096, 64, 1_000_000)),
+	}
+	if v := getenv("SLUICE_MASTER_KEY"); v != "" {
+		key, err := secrets.ParseMasterKey(v)
+		if err != nil {
+			r.errs = append(r.errs, fmt.Errorf("SLUICE_MASTER_KEY: %w", err))
+		}
+		c.MasterKey = key
+	} else if c.DatabaseURL != "" {
+		r.errs = append(r.errs, errors.New("SLUICE_MASTER_KEY: required with DATABASE_URL (it seals provider keys; e.g. openssl rand -hex 32)"))
 	}
 	if c.RedisURL != "" && !strings.HasPrefix(c.RedisURL, "redis://") && !strings.HasPrefix(c.RedisURL, "rediss://") {
 		r.errs = append(r.errs, errors.New("REDIS_URL: must start with redis:// or rediss://"))

@@ -14,6 +14,8 @@ import (
 	"github.com/sluicehq/sluice/accounts"
 	"github.com/sluicehq/sluice/apperr"
 	"github.com/sluicehq/sluice/models"
+	"github.com/sluicehq/sluice/providers"
+	"github.com/sluicehq/sluice/upstream"
 )
 
 // manage serves the management JSON API under /api: the dashboard's
@@ -26,6 +28,8 @@ type manage struct {
 	maxBodyBytes int64
 	now          func() time.Time
 	limits       func() LimiterStatus
+	providers    *providers.Service
+	poolStatus   func() []upstream.KeyStatus
 }
 
 const userKey = "sluice.user"
@@ -275,10 +279,11 @@ type tierOut struct {
 	FreezeMinutes         int     `json:"freeze_minutes"`
 	Autotune              bool    `json:"autotune"`
 	RefillFloor           float64 `json:"refill_floor"`
+	UpstreamFallback      string  `json:"upstream_fallback"`
 }
 
 func toTierOut(t models.Tier) tierOut {
-	return tierOut{t.Name, t.Capacity, t.RefillPerSec, t.EffectiveRefill(), t.TokensPerMinute, t.FreezeThreshold, t.FreezeMinutes, t.Autotune, t.RefillFloor}
+	return tierOut{t.Name, t.Capacity, t.RefillPerSec, t.EffectiveRefill(), t.TokensPerMinute, t.FreezeThreshold, t.FreezeMinutes, t.Autotune, t.RefillFloor, t.UpstreamFallback}
 }
 
 func (m *manage) listTiers(c *gin.Context) {
@@ -304,6 +309,7 @@ func (m *manage) updateTier(c *gin.Context) {
 		FreezeMinutes   *int     `json:"freeze_minutes"`
 		Autotune        *bool    `json:"autotune"`
 		RefillFloor     *float64 `json:"refill_floor"`
+		Fallback        *string  `json:"upstream_fallback"`
 	}
 	if err := m.decode(c, &in); err != nil {
 		writeAPIError(c, m.log, err)
@@ -323,6 +329,7 @@ func (m *manage) updateTier(c *gin.Context) {
 	set(&l.FreezeMinutes, in.FreezeMinutes)
 	set(&l.Autotune, in.Autotune)
 	set(&l.RefillFloor, in.RefillFloor)
+	set(&l.UpstreamFallback, in.Fallback)
 	t, err := m.accounts.UpdateTier(ctx, currentUser(c), cur.Name, l)
 	if err != nil {
 		writeAPIError(c, m.log, err)

@@ -14,7 +14,11 @@ import (
 	"github.com/sluicehq/sluice/accounts"
 	"github.com/sluicehq/sluice/apperr"
 	"github.com/sluicehq/sluice/models"
+	"github.com/sluicehq/sluice/providers"
 	"github.com/sluicehq/sluice/quota"
+	"github.com/sluicehq/sluice/respcache"
+	"github.com/sluicehq/sluice/sessions"
+	"github.com/sluicehq/sluice/upstream"
 	"github.com/sluicehq/sluice/upstream/local"
 	"github.com/sluicehq/sluice/web"
 )
@@ -43,6 +47,15 @@ type Deps struct {
 	Latency          *quota.LatencyWindow // load signal for the auto-tuner
 	Limits           func() LimiterStatus // where bucket state lives, for admins; nil: in process
 	Metrics          http.Handler         // Prometheus /metrics; nil: not served
+
+	// Generation extras; nil ones are off.
+	Upstream      Upstream        // provider key pool
+	Cache         respcache.Cache // response cache
+	CacheTTL      time.Duration
+	Conversations sessions.Store // X-Sluice-Session histories
+	SessionBudget int            // tokens of history kept in front of a request
+	Providers     *providers.Service
+	PoolStatus    func() []upstream.KeyStatus
 }
 
 // LimiterStatus says where the rate limiter keeps its state.
@@ -76,6 +89,15 @@ func (d Deps) withDefaults() Deps {
 	}
 	if d.Latency == nil {
 		d.Latency = quota.NewLatencyWindow(1024, time.Minute, d.Now)
+	}
+	if d.CacheTTL == 0 {
+		d.CacheTTL = respcache.DefaultTTL
+	}
+	if d.SessionBudget == 0 {
+		d.SessionBudget = 4096
+	}
+	if d.PoolStatus == nil {
+		d.PoolStatus = func() []upstream.KeyStatus { return nil }
 	}
 	if d.Limits == nil {
 		d.Limits = func() LimiterStatus { return LimiterStatus{Mode: "local", Nodes: 1} }
@@ -118,13 +140,17 @@ func New(d Deps) http.Handler {
 	// The metered, OpenAI-compatible API. Bearer = an API token.
 	a := &api{log: d.Log, dir: d.Directory, limiter: d.Limiter, detector: d.Detector, freezer: d.Freezer, scorer: d.Scorer,
 		priorityWeights: d.PriorityWeights, defaultMaxTokens: d.DefaultMaxTokens,
-		model: d.Model, usage: d.Usage, maxBodyBytes: d.MaxBodyBytes, now: d.Now}
+		model: d.Model, upstream: d.Upstream, cache: d.Cache, cacheTTL: d.CacheTTL, sessions: d.Conversations, sessionBudget: d.SessionBudget,
+		usage: d.Usage, maxBodyBytes: d.MaxBodyBytes, now: d.Now}
 	v1 := r.Group("/v1", a.authenticateToken, measureLoad(d.InFlight, d.Latency))
 	v1.POST("/chat/completions", a.chatCompletions)
 	v1.GET("/models", a.admit, a.listModels)
+	v1.GET("/sessions/:id", a.admit, a.getSession)
+	v1.DELETE("/sessions/:id", a.admit, a.deleteSession)
 
 	// The management API. Bearer = a session JWT from /api/auth/*.
-	m := &manage{log: d.Log, store: d.Store, accounts: d.Accounts, sessions: d.Sessions, maxBodyBytes: d.MaxBodyBytes, now: d.Now, limits: d.Limits}
+	m := &manage{log: d.Log, store: d.Store, accounts: d.Accounts, sessions: d.Sessions, maxBodyBytes: d.MaxBodyBytes, now: d.Now, limits: d.Limits,
+		providers: d.Providers, poolStatus: d.PoolStatus}
 	r.POST("/api/auth/signup", m.signup)
 	r.POST("/api/auth/login", m.login)
 	authed := r.Group("/api", m.authenticateSession)
@@ -142,12 +168,17 @@ func New(d Deps) http.Handler {
 	admin.DELETE("/freezes/:id", m.liftFreeze)
 	admin.GET("/tuning", m.listTuning)
 	admin.GET("/limiter", m.limiterState)
+	admin.GET("/upstreams", m.listUpstreams)
+	admin.POST("/upstreams", m.createUpstream)
+	admin.DELETE("/upstreams/:id", m.deleteUpstream)
 
 	// The browser. Bearer = the session cookie; forms are origin-checked.
-	p := web.New(d.Log, d.Store, d.Accounts, d.Sessions, d.Now, func() web.LimiterState {
-		l := d.Limits()
-		return web.LimiterState{Mode: l.Mode, Nodes: l.Nodes}
-	})
+	p := web.New(web.Deps{Log: d.Log, Store: d.Store, Accounts: d.Accounts, Sessions: d.Sessions,
+		Providers: d.Providers, PoolStatus: d.PoolStatus, Now: d.Now,
+		Limits: func() web.LimiterState {
+			l := d.Limits()
+			return web.LimiterState{Mode: l.Mode, Nodes: l.Nodes}
+		}})
 	r.StaticFS("/static", web.Static())
 	b := r.Group("/", p.LoadUser, p.GuardOrigin)
 	b.GET("/", p.Home)
@@ -166,6 +197,9 @@ func New(d Deps) http.Handler {
 	adminPages.POST("/tiers/:name", p.UpdateTier)
 	adminPages.POST("/organizations/:id/tier", p.SetOrganizationTier)
 	adminPages.POST("/freezes/:id/lift", p.LiftFreeze)
+	adminPages.GET("/upstreams", p.AdminUpstreams)
+	adminPages.POST("/upstreams", p.CreateUpstream)
+	adminPages.POST("/upstreams/:id/delete", p.DeleteUpstream)
 
 	return r
 }

@@ -1,6 +1,7 @@
 package handlers
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -11,7 +12,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/gin-gonic/gin"
 
@@ -19,12 +19,24 @@ import (
 	"github.com/sluicehq/sluice/apperr"
 	"github.com/sluicehq/sluice/models"
 	"github.com/sluicehq/sluice/quota"
+	"github.com/sluicehq/sluice/respcache"
+	"github.com/sluicehq/sluice/sessions"
+	"github.com/sluicehq/sluice/upstream"
 	"github.com/sluicehq/sluice/upstream/local"
 )
 
 // UsageRecorder takes usage events off the request path.
 type UsageRecorder interface {
 	Record(ev models.UsageEvent) error
+}
+
+// Upstream is the pool of provider keys.
+type Upstream interface {
+	Serves(model string) bool
+	Models() []string
+	Do(ctx context.Context, req upstream.Request) (*upstream.Response, error)
+	// Settle corrects a key's token bucket once the real usage is known.
+	Settle(ctx context.Context, keyID, estimate, actual int64) error
 }
 
 // Freezer suspends a token that keeps hitting its limits.
@@ -43,6 +55,11 @@ type api struct {
 	priorityWeights  map[string]int64
 	defaultMaxTokens int64
 	model            *local.Model
+	upstream         Upstream
+	cache            respcache.Cache // nil: no response cache
+	cacheTTL         time.Duration
+	sessions         sessions.Store // nil: no session namespaces
+	sessionBudget    int
 	usage            UsageRecorder
 	maxBodyBytes     int64
 	now              func() time.Time
@@ -93,39 +110,44 @@ type chatMessage struct {
 
 // readChatRequest decodes and validates a chat request, mapping every kind
 // of bad input to a 400 or 413 that says what is wrong.
-func (a *api) readChatRequest(c *gin.Context) (chatRequest, []local.Message, error) {
+// It also returns the raw body, which is what goes upstream.
+func (a *api) readChatRequest(c *gin.Context) (chatRequest, []local.Message, []byte, error) {
 	var req chatRequest
 	mt, _, err := mime.ParseMediaType(c.GetHeader("Content-Type"))
 	if err != nil || mt != "application/json" {
-		return req, nil, apperr.Field(apperr.Invalid, "invalid_content_type", "", "Content-Type must be application/json")
+		return req, nil, nil, apperr.Field(apperr.Invalid, "invalid_content_type", "", "Content-Type must be application/json")
 	}
-	body := http.MaxBytesReader(c.Writer, c.Request.Body, a.maxBodyBytes)
-	dec := json.NewDecoder(body)
-	if err := dec.Decode(&req); err != nil {
+	body, err := io.ReadAll(http.MaxBytesReader(c.Writer, c.Request.Body, a.maxBodyBytes))
+	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
-			return req, nil, apperr.Field(apperr.TooLarge, "request_too_large", "", "request body is larger than "+strconv.FormatInt(a.maxBodyBytes, 10)+" bytes")
+			return req, nil, nil, apperr.Field(apperr.TooLarge, "request_too_large", "", "request body is larger than "+strconv.FormatInt(a.maxBodyBytes, 10)+" bytes")
 		}
-		return req, nil, apperr.Field(apperr.Invalid, "invalid_json", "", "request body is not valid JSON: "+jsonProblem(err))
+		return req, nil, nil, apperr.Field(apperr.Invalid, "invalid_body", "", "the request body could not be read")
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	if err := dec.Decode(&req); err != nil {
+		return req, nil, nil, apperr.Field(apperr.Invalid, "invalid_json", "", "request body is not valid JSON: "+jsonProblem(err))
 	}
 	if _, err := dec.Token(); err != io.EOF {
-		return req, nil, apperr.Field(apperr.Invalid, "invalid_json", "", "request body must be one JSON object")
+		return req, nil, nil, apperr.Field(apperr.Invalid, "invalid_json", "", "request body must be one JSON object")
 	}
+	isLocal := req.Model == local.ModelID
 	switch {
 	case req.Model == "":
-		return req, nil, apperr.Field(apperr.Invalid, "missing_model", "model", "you must provide a model parameter")
-	case req.Model != local.ModelID:
-		return req, nil, apperr.Field(apperr.NotFound, "model_not_found", "model", "the model '"+req.Model+"' does not exist or you do not have access to it; GET /v1/models lists yours")
+		return req, nil, nil, apperr.Field(apperr.Invalid, "missing_model", "model", "you must provide a model parameter")
+	case !isLocal && (a.upstream == nil || !a.upstream.Serves(req.Model)):
+		return req, nil, nil, apperr.Field(apperr.NotFound, "model_not_found", "model", "the model '"+req.Model+"' does not exist or you do not have access to it; GET /v1/models lists yours")
 	case len(req.Messages) == 0:
-		return req, nil, apperr.Field(apperr.Invalid, "invalid_messages", "messages", "messages must be a non-empty array")
+		return req, nil, nil, apperr.Field(apperr.Invalid, "invalid_messages", "messages", "messages must be a non-empty array")
 	case req.N != nil && *req.N != 1:
-		return req, nil, apperr.Field(apperr.Invalid, "unsupported_n", "n", "only n=1 is supported")
+		return req, nil, nil, apperr.Field(apperr.Invalid, "unsupported_n", "n", "only n=1 is supported")
 	}
 	if req.MaxCompletionTokens == nil {
 		req.MaxCompletionTokens = req.MaxTokens
 	}
 	if m := req.MaxCompletionTokens; m != nil && *m < 1 {
-		return req, nil, apperr.Field(apperr.Invalid, "invalid_max_tokens", "max_tokens", "max_tokens must be at least 1")
+		return req, nil, nil, apperr.Field(apperr.Invalid, "invalid_max_tokens", "max_tokens", "max_tokens must be at least 1")
 	}
 	msgs := make([]local.Message, len(req.Messages))
 	for i, m := range req.Messages {
@@ -133,20 +155,22 @@ func (a *api) readChatRequest(c *gin.Context) (chatRequest, []local.Message, err
 		switch m.Role {
 		case "system", "developer", "user", "assistant", "tool":
 		default:
-			return req, nil, apperr.Field(apperr.Invalid, "invalid_role", param+".role", "role must be one of system, developer, user, assistant, tool")
+			return req, nil, nil, apperr.Field(apperr.Invalid, "invalid_role", param+".role", "role must be one of system, developer, user, assistant, tool")
 		}
-		text, err := contentText(m.Content)
+		text, err := contentText(m.Content, isLocal)
 		if err != nil {
-			return req, nil, apperr.Field(apperr.Invalid, "invalid_content", param+".content", err.Error())
+			return req, nil, nil, apperr.Field(apperr.Invalid, "invalid_content", param+".content", err.Error())
 		}
 		msgs[i] = local.Message{Role: m.Role, Content: text}
 	}
-	return req, msgs, nil
+	return req, msgs, body, nil
 }
 
 // contentText accepts OpenAI's two content forms: a string, or an array of
-// parts of which Sluice understands the text ones.
-func contentText(raw json.RawMessage) (string, error) {
+// parts. The local model reads only text parts; for a provider, other parts
+// (images, audio) travel on untouched and only the text counts toward the
+// estimate.
+func contentText(raw json.RawMessage, textOnly bool) (string, error) {
 	if len(raw) == 0 || string(raw) == "null" {
 		return "", nil
 	}
@@ -164,7 +188,10 @@ func contentText(raw json.RawMessage) (string, error) {
 	var b strings.Builder
 	for _, p := range parts {
 		if p.Type != "text" {
-			return "", errors.New("content part type '" + p.Type + "' is not supported; send text parts")
+			if !textOnly {
+				continue
+			}
+			return "", errors.New("content part type '" + p.Type + "' is not supported by " + local.ModelID + "; send text parts")
 		}
 		if b.Len() > 0 {
 			b.WriteByte('\n')
@@ -218,113 +245,6 @@ type chatResponse struct {
 	Usage   *usageOut    `json:"usage,omitempty"`
 }
 
-// chatCompletions answers POST /v1/chat/completions: freeze check, body,
-// admission against the request and tokens-per-minute buckets, the model,
-// then the tokens bucket settled with the real usage.
-func (a *api) chatCompletions(c *gin.Context) {
-	start := a.now()
-	caller := c.MustGet(callerKey).(accounts.Caller)
-	if !a.notFrozen(c, caller) {
-		return
-	}
-	req, msgs, err := a.readChatRequest(c)
-	if err != nil {
-		// Bad requests still cost one request, so a flood of them is limited.
-		if a.admitRequests(c, caller, 1) {
-			writeOpenAIError(c, a.log, err)
-		}
-		return
-	}
-	weight, err := a.weigh(c, caller, msgs)
-	if err != nil {
-		if a.admitRequests(c, caller, 1) {
-			writeOpenAIError(c, a.log, err)
-		}
-		return
-	}
-	maxTokens := 0
-	if req.MaxCompletionTokens != nil {
-		maxTokens = *req.MaxCompletionTokens
-	}
-	estimate := estimateTokens(msgs, maxTokens, a.defaultMaxTokens)
-	if !a.admitChat(c, caller, weight, estimate) {
-		return
-	}
-	reply := a.model.Complete(msgs, maxTokens)
-	usage := usageOut{PromptTokens: reply.PromptTokens, CompletionTokens: reply.CompletionTokens, TotalTokens: reply.PromptTokens + reply.CompletionTokens}
-	id := "chatcmpl-" + strings.TrimPrefix(requestID(c), "req_")
-	if req.Stream {
-		includeUsage := req.StreamOptions != nil && req.StreamOptions.IncludeUsage
-		streamReply(c, id, start.Unix(), reply, usage, includeUsage)
-	} else {
-		finish := reply.FinishReason
-		c.JSON(http.StatusOK, chatResponse{
-			ID: id, Object: "chat.completion", Created: start.Unix(), Model: local.ModelID,
-			Choices: []chatChoice{{Message: &chatOut{Role: "assistant", Content: reply.Content}, FinishReason: &finish}},
-			Usage:   &usage,
-		})
-	}
-	a.settleTokens(c, caller, estimate, int64(usage.TotalTokens))
-	a.record(c, caller, usage, start)
-}
-
-// record enqueues the usage event; the recorder batches it into the database.
-func (a *api) record(c *gin.Context, caller accounts.Caller, u usageOut, start time.Time) {
-	ev := models.UsageEvent{
-		RequestID: requestID(c), OrgID: caller.OrgID, TokenID: caller.TokenID, Model: local.ModelID,
-		PromptTokens: u.PromptTokens, CompletionTokens: u.CompletionTokens, Status: http.StatusOK,
-		LatencyMs: int(a.now().Sub(start) / time.Millisecond), CreatedAt: start.UTC(),
-	}
-	if err := a.usage.Record(ev); err != nil {
-		a.log.Error("usage event not recorded", "request_id", ev.RequestID, "err", err)
-	}
-}
-
-// streamReply sends the reply as OpenAI's server-sent events: a role chunk,
-// content chunks, a finish chunk, optionally a usage chunk, then [DONE].
-func streamReply(c *gin.Context, id string, created int64, reply local.Reply, usage usageOut, includeUsage bool) {
-	h := c.Writer.Header()
-	h.Set("Content-Type", "text/event-stream")
-	h.Set("Cache-Control", "no-cache")
-	h.Set("X-Accel-Buffering", "no")
-	c.Status(http.StatusOK)
-	send := func(ch chatResponse) {
-		ch.ID, ch.Object, ch.Created, ch.Model = id, "chat.completion.chunk", created, local.ModelID
-		b, _ := json.Marshal(ch)
-		c.Writer.WriteString("data: ")
-		c.Writer.Write(b)
-		c.Writer.WriteString("\n\n")
-		c.Writer.Flush()
-	}
-	send(chatResponse{Choices: []chatChoice{{Delta: &chatOut{Role: "assistant"}}}})
-	for _, piece := range chunks(reply.Content, 8) {
-		send(chatResponse{Choices: []chatChoice{{Delta: &chatOut{Content: piece}}}})
-	}
-	finish := reply.FinishReason
-	send(chatResponse{Choices: []chatChoice{{Delta: &chatOut{}, FinishReason: &finish}}})
-	if includeUsage {
-		send(chatResponse{Choices: []chatChoice{}, Usage: &usage})
-	}
-	c.Writer.WriteString("data: [DONE]\n\n")
-	c.Writer.Flush()
-}
-
-// chunks splits s into pieces of at most n runes.
-func chunks(s string, n int) []string {
-	var out []string
-	for len(s) > 0 {
-		i, count := 0, 0
-		for i < len(s) && count < n {
-			_, size := utf8.DecodeRuneInString(s[i:])
-			i += size
-			count++
-		}
-		out = append(out, s[:i])
-		s = s[i:]
-	}
-	return out
-}
-
 type modelOut struct {
 	ID      string `json:"id"`
 	Object  string `json:"object"`
@@ -332,9 +252,16 @@ type modelOut struct {
 	OwnedBy string `json:"owned_by"`
 }
 
-// listModels answers GET /v1/models with the models the caller may use.
+// listModels answers GET /v1/models with the models the caller may use:
+// the local model and every model a provider key serves.
 func (a *api) listModels(c *gin.Context) {
-	c.JSON(http.StatusOK, gin.H{"object": "list", "data": []modelOut{
-		{ID: local.ModelID, Object: "model", Created: 1767225600, OwnedBy: "sluice"},
-	}})
+	models := []modelOut{{ID: local.ModelID, Object: "model", Created: 1767225600, OwnedBy: "sluice"}}
+	if a.upstream != nil {
+		for _, m := range a.upstream.Models() {
+			if m != "*" && m != local.ModelID {
+				models = append(models, modelOut{ID: m, Object: "model", Created: 1767225600, OwnedBy: "upstream"})
+			}
+		}
+	}
+	c.JSON(http.StatusOK, gin.H{"object": "list", "data": models})
 }

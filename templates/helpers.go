@@ -179,3 +179,31 @@ func homeURL(p Page) templ.SafeURL {
 	}
 	return templ.URL("/")
 }
+
+// rateLabel shows a provider limit, "" (a dash) when unknown.
+func rateLabel(n int64) string {
+	if n <= 0 {
+		return ""
+	}
+	return formatCount(n)
+}
+
+// orValue is v, or def when v is empty.
+func orValue(v, def string) string {
+	if v == "" {
+		return def
+	}
+	return v
+}
+
+// upstreamStateClass colours a provider key's state.
+func upstreamStateClass(state string) string {
+	switch state {
+	case "healthy":
+		return "badge-active"
+	case "cooling":
+		return "badge-warning"
+	default:
+		return "badge-revoked"
+	}
+}

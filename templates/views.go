@@ -121,15 +121,49 @@ type TuningRow struct {
 
 // TierRow is one tier with its editable limits.
 type TierRow struct {
-	Name            string
-	Capacity        int64
-	RefillPerSec    string
-	EffectiveRefill string // what applies now; differs from RefillPerSec while the auto-tuner holds it down
-	TokensPerMinute int64
-	FreezeThreshold int
-	FreezeMinutes   int
-	Autotune        bool
-	RefillFloor     string
+	Name             string
+	Capacity         int64
+	RefillPerSec     string
+	EffectiveRefill  string // what applies now; differs from RefillPerSec while the auto-tuner holds it down
+	TokensPerMinute  int64
+	FreezeThreshold  int
+	FreezeMinutes    int
+	Autotune         bool
+	RefillFloor      string
+	UpstreamFallback string // "local" or "error"
+}
+
+// AdminUpstreamsView is the admin page of provider keys.
+type AdminUpstreamsView struct {
+	Keys []UpstreamRow
+	Form UpstreamForm // refilled after a failed attempt
+}
+
+// UpstreamRow is one provider key; the key itself is never in a view, only
+// its last four characters.
+type UpstreamRow struct {
+	ID       int64
+	Name     string
+	BaseURL  string
+	Last4    string
+	Weight   int
+	RPM      int64
+	TPM      int64
+	Models   string // comma-separated, "any" when empty
+	State    string // healthy | cooling | open | disabled
+	Reason   string // why it is open or disabled
+	Requests int64
+	Failures int64
+}
+
+// UpstreamForm is the add-a-key form.
+type UpstreamForm struct {
+	Name    string
+	BaseURL string
+	Weight  string
+	RPM     string
+	TPM     string
+	Models  string
 }
 
 // OrgRow is one organization for the admin.

@@ -57,7 +57,7 @@ func (p *Pages) showAdmin(c *gin.Context, status int, formErr, flash string) {
 		view.Tiers = append(view.Tiers, templates.TierRow{Name: t.Name, Capacity: t.Capacity, RefillPerSec: formatRate(t.RefillPerSec),
 			EffectiveRefill: formatRate(t.EffectiveRefill()), TokensPerMinute: t.TokensPerMinute,
 			FreezeThreshold: t.FreezeThreshold, FreezeMinutes: t.FreezeMinutes,
-			Autotune: t.Autotune, RefillFloor: formatRate(t.RefillFloor)})
+			Autotune: t.Autotune, RefillFloor: formatRate(t.RefillFloor), UpstreamFallback: t.UpstreamFallback})
 		view.TierNames = append(view.TierNames, t.Name)
 	}
 	orgNames := map[int64]string{}
@@ -137,6 +137,7 @@ func tierForm(c *gin.Context) (models.TierSettings, error) {
 	rate("refill_floor", &s.RefillFloor)
 	s.FreezeThreshold, s.FreezeMinutes = int(threshold), int(minutes)
 	s.Autotune = c.PostForm("autotune") == "on"
+	s.UpstreamFallback = c.PostForm("upstream_fallback")
 	if len(bad) > 0 {
 		return s, errors.New("These fields need a number: " + strings.Join(bad, ", ") + ".")
 	}

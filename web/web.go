@@ -18,7 +18,9 @@ import (
 	"github.com/sluicehq/sluice/accounts"
 	"github.com/sluicehq/sluice/apperr"
 	"github.com/sluicehq/sluice/models"
+	"github.com/sluicehq/sluice/providers"
 	"github.com/sluicehq/sluice/templates"
+	"github.com/sluicehq/sluice/upstream"
 )
 
 //go:embed static
@@ -35,13 +37,27 @@ func Static() http.FileSystem {
 
 // Pages holds the browser handlers' dependencies.
 type Pages struct {
-	log      *slog.Logger
-	store    *models.Store
-	accounts *accounts.Service
-	sessions *accounts.Sessions
-	now      func() time.Time
-	origins  *http.CrossOriginProtection
-	limits   func() LimiterState
+	log        *slog.Logger
+	store      *models.Store
+	accounts   *accounts.Service
+	sessions   *accounts.Sessions
+	providers  *providers.Service
+	poolStatus func() []upstream.KeyStatus
+	now        func() time.Time
+	origins    *http.CrossOriginProtection
+	limits     func() LimiterState
+}
+
+// Deps are what the pages need.
+type Deps struct {
+	Log        *slog.Logger
+	Store      *models.Store
+	Accounts   *accounts.Service
+	Sessions   *accounts.Sessions
+	Providers  *providers.Service
+	PoolStatus func() []upstream.KeyStatus // live state of provider keys
+	Now        func() time.Time
+	Limits     func() LimiterState // where the rate limiter keeps its state
 }
 
 // LimiterState is where bucket state lives, as the admin page shows it.
@@ -50,9 +66,10 @@ type LimiterState struct {
 	Nodes int
 }
 
-// New returns the browser handlers. limits reports the rate limiter's state.
-func New(log *slog.Logger, store *models.Store, acc *accounts.Service, sessions *accounts.Sessions, now func() time.Time, limits func() LimiterState) *Pages {
-	return &Pages{log: log, store: store, accounts: acc, sessions: sessions, now: now, origins: http.NewCrossOriginProtection(), limits: limits}
+// New returns the browser handlers.
+func New(d Deps) *Pages {
+	return &Pages{log: d.Log, store: d.Store, accounts: d.Accounts, sessions: d.Sessions, providers: d.Providers,
+		poolStatus: d.PoolStatus, now: d.Now, origins: http.NewCrossOriginProtection(), limits: d.Limits}
 }
 
 // render writes a component with status.

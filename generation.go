@@ -1,0 +1,88 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/models"
+	"github.com/sluicehq/sluice/providers"
+	"github.com/sluicehq/sluice/respcache"
+	"github.com/sluicehq/sluice/secrets"
+	"github.com/sluicehq/sluice/sessions"
+	"github.com/sluicehq/sluice/upstream"
+)
+
+// generation is a node's way to answer chat requests beyond the local
+// model: the provider key pool, the response cache and session histories,
+// in process or in Redis.
+type generation struct {
+	pool      *upstream.Pool
+	providers *providers.Service
+	cache     respcache.Cache
+	sessions  sessions.Store
+	close     func()
+}
+
+func newGeneration(ctx context.Context, cfg config.Config, db *models.DB, store *models.Store, adm *admission, log *slog.Logger) (*generation, error) {
+	master := cfg.MasterKey
+	if master == nil { // embedded default: a key of its own in the data dir
+		var err error
+		if master, err = secrets.LoadOrCreateMasterKey(cfg.DataDir); err != nil {
+			return nil, fmt.Errorf("master key: %w", err)
+		}
+	}
+	box, err := secrets.NewBox(master)
+	if err != nil {
+		return nil, err
+	}
+	g := &generation{close: func() {}}
+	var svc *providers.Service
+	g.pool = upstream.NewPool(upstream.PoolOptions{
+		Limiter: adm.limiter,
+		Client: &http.Client{
+			Transport: &http.Transport{MaxIdleConnsPerHost: 256, IdleConnTimeout: 90 * time.Second},
+			// A redirected POST would silently lose its body: a redirect is a
+			// misconfigured base URL, and the pool counts it as a failure.
+			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+		},
+		AttemptTimeout: cfg.UpstreamAttempt,
+		Budget:         cfg.UpstreamBudget,
+		MaxBackoff:     cfg.UpstreamMaxBackoff,
+		StallTimeout:   cfg.UpstreamAttempt,
+		Log:            log,
+		OnDisabled: func(keyID int64, reason string) {
+			// Off the request path: the pool already stopped using the key.
+			go svc.Disable(context.WithoutCancel(ctx), keyID, reason)
+		},
+	})
+	svc = providers.New(store, box, g.pool, adm.bus, log)
+	g.providers = svc
+	if err := svc.Reload(ctx); err != nil {
+		return nil, err
+	}
+	if cfg.RedisURL != "" {
+		opts, err := redis.ParseURL(cfg.RedisURL)
+		if err != nil {
+			return nil, fmt.Errorf("REDIS_URL: %w", err)
+		}
+		client := redis.NewClient(opts)
+		g.cache = respcache.NewRedis(client, cfg.RedisPrefix+"cache:")
+		g.sessions = sessions.NewRedis(client, cfg.RedisPrefix+"session:", cfg.ChatSessionTTL)
+		g.close = func() { client.Close() }
+		return g, nil
+	}
+	mem, err := respcache.NewMemory(cfg.CacheMaxBytes, nil)
+	if err != nil {
+		return nil, err
+	}
+	g.cache = mem
+	g.sessions = sessions.NewMemory(cfg.ChatSessionTTL, nil)
+	g.close = mem.Close
+	return g, nil
+}

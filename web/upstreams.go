@@ -1,0 +1,111 @@
+package web
+
+import (
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/sluicehq/sluice/apperr"
+	"github.com/sluicehq/sluice/models"
+	"github.com/sluicehq/sluice/templates"
+	"github.com/sluicehq/sluice/upstream"
+)
+
+var upstreamFlashes = map[string]string{
+	"added":   "Key added and in rotation on every node.",
+	"deleted": "Key deleted.",
+}
+
+// AdminUpstreams lists provider keys with their live state.
+func (p *Pages) AdminUpstreams(c *gin.Context) {
+	p.showUpstreams(c, http.StatusOK, "", templates.UpstreamForm{}, upstreamFlashes[c.Query("done")])
+}
+
+func (p *Pages) showUpstreams(c *gin.Context, status int, formErr string, form templates.UpstreamForm, flash string) {
+	page, _, _, err := p.page(c, "Upstream providers")
+	if err != nil {
+		p.fail(c, err)
+		return
+	}
+	ks, err := p.store.UpstreamKeys(c.Request.Context())
+	if err != nil {
+		p.fail(c, err)
+		return
+	}
+	live := map[int64]upstream.KeyStatus{}
+	for _, s := range p.poolStatus() {
+		live[s.ID] = s
+	}
+	view := templates.AdminUpstreamsView{Form: form}
+	for _, k := range ks {
+		row := templates.UpstreamRow{ID: k.ID, Name: k.Name, BaseURL: k.BaseURL, Last4: k.KeyLast4, Weight: k.Weight,
+			RPM: k.RPM, TPM: k.TPM, Models: k.Models, State: string(upstream.Healthy)}
+		if row.Models == "" {
+			row.Models = "any"
+		}
+		if s, ok := live[k.ID]; ok {
+			row.State, row.Reason, row.Requests, row.Failures = string(s.State), s.Reason, s.Requests, s.Failures
+		}
+		if k.DisabledAt != nil {
+			row.State, row.Reason = string(upstream.Disabled), k.DisabledReason
+		}
+		view.Keys = append(view.Keys, row)
+	}
+	page.Error, page.Flash = formErr, flash
+	render(c, status, templates.AdminUpstreams(page, view))
+}
+
+// CreateUpstream adds a provider key from the form.
+func (p *Pages) CreateUpstream(c *gin.Context) {
+	form := templates.UpstreamForm{Name: c.PostForm("name"), BaseURL: c.PostForm("base_url"), Weight: c.PostForm("weight"),
+		RPM: c.PostForm("rpm"), TPM: c.PostForm("tpm"), Models: c.PostForm("models")}
+	weight, err1 := strconv.Atoi(orZero(form.Weight))
+	rpm, err2 := strconv.ParseInt(orZero(form.RPM), 10, 64)
+	tpm, err3 := strconv.ParseInt(orZero(form.TPM), 10, 64)
+	if err1 != nil || err2 != nil || err3 != nil {
+		p.showUpstreams(c, http.StatusUnprocessableEntity, "Weight, RPM and TPM must be whole numbers.", form, "")
+		return
+	}
+	var ms []string
+	for _, m := range strings.Split(form.Models, ",") {
+		if m = strings.TrimSpace(m); m != "" {
+			ms = append(ms, m)
+		}
+	}
+	u, _ := userOf(c)
+	_, err := p.providers.Create(c.Request.Context(), u, models.UpstreamKeyInput{Name: form.Name, BaseURL: strings.TrimSpace(form.BaseURL),
+		APIKey: strings.TrimSpace(c.PostForm("api_key")), Weight: weight, RPM: rpm, TPM: tpm, Models: ms})
+	if err != nil {
+		if status := apperr.Status(apperr.CodeOf(err)); status < 500 {
+			p.showUpstreams(c, status, apperr.As(err).Message, form, "")
+			return
+		}
+		p.fail(c, err)
+		return
+	}
+	c.Redirect(http.StatusSeeOther, "/admin/upstreams?done=added")
+}
+
+// DeleteUpstream removes a provider key.
+func (p *Pages) DeleteUpstream(c *gin.Context) {
+	id, err := strconv.ParseInt(c.Param("id"), 10, 64)
+	if err != nil || id <= 0 {
+		p.fail(c, apperr.New(apperr.NotFound, "No such provider key."))
+		return
+	}
+	u, _ := userOf(c)
+	if err := p.providers.Delete(c.Request.Context(), u, id); err != nil {
+		p.fail(c, err)
+		return
+	}
+	c.Redirect(http.StatusSeeOther, "/admin/upstreams?done=deleted")
+}
+
+func orZero(s string) string {
+	if s = strings.TrimSpace(s); s == "" {
+		return "0"
+	}
+	return s
+}
