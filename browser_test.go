@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -10,6 +11,8 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+
+	"github.com/sluicehq/sluice/upstream/mock"
 )
 
 // browserContext starts headless Chromium, or skips when it is not
@@ -185,4 +188,36 @@ func TestBrowserJourney(t *testing.T) {
 	}
 	screenshot(t, ctx, "phone-admin-tiers")
 	fitsWidth(t, ctx, 390, "the admin page")
+
+	// The admin adds a provider key in the browser; the page never shows it again.
+	provider := httptest.NewServer(mock.New(mock.Config{Keys: map[string]float64{"sk-browser-secret": 0}}))
+	defer provider.Close()
+	err = chromedp.Do(ctx,
+		chromedp.EmulateViewport(1280, 900),
+		chromedp.Click(chromedp.CSS(`[data-testid=nav-upstreams]`)),
+		chromedp.WaitVisible(chromedp.CSS(`[data-testid=add-upstream-form]`)),
+		chromedp.SendKeys(chromedp.CSS(`input[name=name]`), "mock-provider"),
+		chromedp.SendKeys(chromedp.CSS(`input[name=base_url]`), provider.URL+"/v1"),
+		chromedp.SendKeys(chromedp.CSS(`input[name=api_key]`), "sk-browser-secret"),
+		chromedp.SendKeys(chromedp.CSS(`input[name=models]`), "gpt-4o-mini"),
+		chromedp.Submit(chromedp.CSS(`[data-testid=add-upstream-form]`)),
+		chromedp.WaitVisible(chromedp.CSS(`[data-testid=upstream-row]`)),
+	)
+	if err != nil {
+		t.Fatalf("adding a provider key: %v", err)
+	}
+	html, err := chromedp.Run(ctx, chromedp.OuterHTML(chromedp.CSS(`body`)))
+	if err != nil || strings.Contains(html, "sk-browser-secret") || !strings.Contains(html, "cret") {
+		t.Fatalf("the upstreams page must show only the last four characters (%v)", err)
+	}
+	if state := strings.ToLower(text(t, ctx, `[data-testid=upstream-state]`)); state != "healthy" {
+		t.Fatalf("state %q", state)
+	}
+	screenshot(t, ctx, "admin-upstreams")
+	err = chromedp.Do(ctx, chromedp.EmulateViewport(390, 844), chromedp.Reload())
+	if err != nil {
+		t.Fatal(err)
+	}
+	screenshot(t, ctx, "phone-admin-upstreams")
+	fitsWidth(t, ctx, 390, "the upstreams page")
 }

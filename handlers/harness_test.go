@@ -54,6 +54,7 @@ type env struct {
 	dir     *accounts.Directory
 	limiter *quota.Memory
 	model   *local.Model
+	jwt     *accounts.Sessions
 }
 
 func discardLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
@@ -79,16 +80,17 @@ func newEnv(t testing.TB, db *models.DB) *env {
 		t.Fatal(err)
 	}
 	limiter := quota.NewMemory(clk.Now)
+	jwt := accounts.NewSessions([]byte("0123456789abcdef0123456789abcdef"), time.Hour, clk.Now)
 	h := New(Deps{
 		Log: discardLog(), Store: store, Accounts: acc,
-		Sessions:  accounts.NewSessions([]byte("0123456789abcdef0123456789abcdef"), time.Hour, clk.Now),
+		Sessions:  jwt,
 		Directory: dir, Limiter: limiter, Model: model, Usage: storeRecorder{store},
 		MaxBodyBytes: 4 << 10, Now: clk.Now,
 		// Flat weights, so tests count requests; the low-value rules have
 		// their own test.
 		Scorer: quota.NewValueScorer(quota.ValueRules{}, clk.Now),
 	})
-	return &env{t: t, h: h, store: store, clock: clk, acc: acc, dir: dir, limiter: limiter, model: model}
+	return &env{t: t, h: h, store: store, clock: clk, acc: acc, dir: dir, limiter: limiter, model: model, jwt: jwt}
 }
 
 // request is one HTTP call in a test.
@@ -176,4 +178,9 @@ const chatBody = `{"model":"sluice-local","messages":[{"role":"user","content":"
 
 func (e *env) chat(key string) *httptest.ResponseRecorder {
 	return e.do(request{method: "POST", path: "/v1/chat/completions", bearer: key, body: chatBody})
+}
+
+// flatScorer gives every request its base weight, so tests count requests.
+func flatScorer(e *env) *quota.ValueScorer {
+	return quota.NewValueScorer(quota.ValueRules{}, e.clock.Now)
 }

@@ -103,7 +103,7 @@ func AdminUpstreams(p Page, v AdminUpstreamsView) templ.Component {
 					return templ_7745c5c3_Err
 				}
 			} else {
-				templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 8, "<div class=\"table-wrap\"><table><thead><tr><th scope=\"col\">Name</th><th scope=\"col\">Base URL</th><th scope=\"col\">Key</th><th scope=\"col\">Weight</th><th scope=\"col\">RPM / TPM</th><th scope=\"col\">Models</th><th scope=\"col\">State</th><th scope=\"col\">Requests</th><th scope=\"col\"><span class=\"visually-hidden\">Actions</span></th></tr></thead> <tbody>")
+				templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 8, "<div class=\"table-wrap\"><table class=\"table-compact\"><thead><tr><th scope=\"col\">Name</th><th scope=\"col\">Base URL</th><th scope=\"col\">Key</th><th scope=\"col\">Weight</th><th scope=\"col\">RPM / TPM</th><th scope=\"col\">Models</th><th scope=\"col\">State</th><th scope=\"col\">Requests</th><th scope=\"col\"><span class=\"visually-hidden\">Actions</span></th></tr></thead> <tbody>")
 				if templ_7745c5c3_Err != nil {
 					return templ_7745c5c3_Err
 				}

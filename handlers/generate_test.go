@@ -1,0 +1,309 @@
+package handlers
+
+import (
+	"bytes"
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/cluster"
+	"github.com/sluicehq/sluice/internal/testdb"
+	"github.com/sluicehq/sluice/models"
+	"github.com/sluicehq/sluice/providers"
+	"github.com/sluicehq/sluice/respcache"
+	"github.com/sluicehq/sluice/secrets"
+	"github.com/sluicehq/sluice/sessions"
+	"github.com/sluicehq/sluice/upstream"
+	"github.com/sluicehq/sluice/upstream/mock"
+)
+
+// genEnv is env with a provider pool, a response cache and sessions.
+type genEnv struct {
+	*env
+	pool      *upstream.Pool
+	providers *providers.Service
+	mock      *mock.Server
+	mockURL   string
+	disabled  <-chan struct{} // a key was disabled and the store updated
+}
+
+func newGenEnv(t *testing.T, db *models.DB) *genEnv {
+	e := newEnv(t, db)
+	m := mock.New(mock.Config{Keys: map[string]float64{"sk-mock-key": 0}, StreamChunks: 3})
+	srv := httptest.NewServer(m)
+	t.Cleanup(srv.Close)
+	var prov *providers.Service
+	disabled := make(chan struct{}, 10)
+	pool := upstream.NewPool(upstream.PoolOptions{AttemptTimeout: 2 * time.Second, Budget: 300 * time.Millisecond,
+		MaxBackoff: 5 * time.Millisecond, BaseBackoff: time.Millisecond, StallTimeout: 150 * time.Millisecond, Log: discardLog(),
+		OnDisabled: func(id int64, reason string) {
+			go func() { prov.Disable(context.Background(), id, reason); disabled <- struct{}{} }()
+		}})
+	box, _ := secrets.NewBox(bytes.Repeat([]byte{3}, 32))
+	prov = providers.New(e.store, box, pool, cluster.None{}, discardLog())
+	cache, err := respcache.NewMemory(1<<20, e.clock.Now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.h = New(Deps{
+		Log: discardLog(), Store: e.store, Accounts: e.acc, Sessions: e.jwt, Directory: e.dir, Limiter: e.limiter,
+		Model: e.model, Usage: storeRecorder{e.store}, MaxBodyBytes: 1 << 20, Now: e.clock.Now,
+		Scorer: flatScorer(e), Upstream: pool, Cache: cache, CacheTTL: time.Minute,
+		Conversations: sessions.NewMemory(30*time.Minute, e.clock.Now), SessionBudget: 4096,
+		Providers: prov, PoolStatus: pool.Status,
+	})
+	return &genEnv{env: e, pool: pool, providers: prov, mock: m, mockURL: srv.URL + "/v1", disabled: disabled}
+}
+
+// addKey adds a provider key through the admin API.
+func (g *genEnv) addKey(t *testing.T, admin, name, baseURL, secret string) {
+	t.Helper()
+	w := g.do(request{method: "POST", path: "/api/admin/upstreams", bearer: admin,
+		body: `{"name":"` + name + `","base_url":"` + baseURL + `","api_key":"` + secret + `","models":["gpt-4o-mini"]}`})
+	if w.Code != 201 {
+		t.Fatalf("add key: %d %s", w.Code, w.Body.String())
+	}
+}
+
+const gptBody = `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"tell me about rivers"}]}`
+
+func TestProviderKeysAdminAPI(t *testing.T) {
+	g := newGenEnv(t, testdb.SQLite(t))
+	admin := g.login("admin@example.com", "admin-password")
+	member := g.signup("m@example.com", "M")
+	if w := g.do(request{method: "POST", path: "/api/admin/upstreams", bearer: member, body: `{}`}); w.Code != 403 {
+		t.Fatalf("member: %d", w.Code)
+	}
+	w := g.do(request{method: "POST", path: "/api/admin/upstreams", bearer: admin,
+		body: `{"name":"main","base_url":"` + g.mockURL + `","api_key":"sk-mock-key","weight":2,"rpm":600,"models":["gpt-4o-mini"]}`})
+	if w.Code != 201 || strings.Contains(w.Body.String(), "sk-mock-key") || !strings.Contains(w.Body.String(), `"api_key_last4":"-key"`) {
+		t.Fatalf("create: %d %s", w.Code, w.Body.String())
+	}
+	if w := g.do(request{method: "POST", path: "/api/admin/upstreams", bearer: admin, body: `{"name":"x","base_url":"ftp://x","api_key":"sk-12345678"}`}); w.Code != 422 {
+		t.Fatalf("bad base url: %d", w.Code)
+	}
+	w = g.do(request{method: "GET", path: "/api/admin/upstreams", bearer: admin})
+	if !strings.Contains(w.Body.String(), `"state":"healthy"`) || strings.Contains(w.Body.String(), "sk-mock-key") {
+		t.Fatalf("list: %s", w.Body.String())
+	}
+	page := g.browserLogin(t, "admin@example.com", "admin-password").do("GET", "/admin/upstreams", nil, nil).Body.String()
+	if !strings.Contains(page, `data-testid="upstream-row"`) || strings.Contains(page, "sk-mock-key") {
+		t.Fatal("the upstreams page must list the key without its secret")
+	}
+	ks, _ := g.store.UpstreamKeys(context.Background())
+	if w := g.do(request{method: "DELETE", path: "/api/admin/upstreams/" + itoa(ks[0].ID), bearer: admin}); w.Code != 200 {
+		t.Fatalf("delete: %d", w.Code)
+	}
+	if g.pool.Serves("gpt-4o-mini") {
+		t.Fatal("a deleted key still serves")
+	}
+}
+
+func TestChatThroughAProvider(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, db *models.DB) {
+		g := newGenEnv(t, db)
+		admin := g.login("admin@example.com", "admin-password")
+		member := g.signup("a@example.com", "A")
+		key, _ := g.apiToken(member)
+		if w := g.do(request{method: "POST", path: "/v1/chat/completions", bearer: key, body: gptBody}); w.Code != 404 || errorCode(t, w) != "model_not_found" {
+			t.Fatalf("before any key: %d %s", w.Code, w.Body.String())
+		}
+		g.addKey(t, admin, "main", g.mockURL, "sk-mock-key")
+		w := g.do(request{method: "GET", path: "/v1/models", bearer: key})
+		if !strings.Contains(w.Body.String(), `"id":"gpt-4o-mini"`) || !strings.Contains(w.Body.String(), `"id":"sluice-local"`) {
+			t.Fatalf("models: %s", w.Body.String())
+		}
+		w = g.do(request{method: "POST", path: "/v1/chat/completions", bearer: key, body: gptBody})
+		if w.Code != 200 || !strings.Contains(w.Body.String(), "mock reply to: tell me about rivers") || w.Header().Get("x-sluice-upstream-attempts") != "1" {
+			t.Fatalf("chat: %d %s", w.Code, w.Body.String())
+		}
+		if g.mock.Stats().Total.OK != 1 {
+			t.Fatalf("the provider saw %+v", g.mock.Stats().Total)
+		}
+		u, _ := g.store.UsageSince(context.Background(), orgOf(t, g.env, "a@example.com"), time.Now().Add(-time.Hour))
+		if u.Requests != 1 || u.TotalTokens() == 0 {
+			t.Fatalf("usage %+v", u)
+		}
+
+		// Streaming: relayed events, billed by the provider's usage chunk.
+		w = g.do(request{method: "POST", path: "/v1/chat/completions", bearer: key,
+			body: `{"model":"gpt-4o-mini","stream":true,"messages":[{"role":"user","content":"stream please"}]}`})
+		if w.Code != 200 || !strings.Contains(w.Body.String(), "data: [DONE]") || !strings.Contains(w.Body.String(), `"usage"`) {
+			t.Fatalf("stream: %d %s", w.Code, w.Body.String())
+		}
+		u, _ = g.store.UsageSince(context.Background(), orgOf(t, g.env, "a@example.com"), time.Now().Add(-time.Hour))
+		if u.Requests != 2 {
+			t.Fatalf("stream not metered: %+v", u)
+		}
+	})
+}
+
+func orgOf(t *testing.T, e *env, email string) int64 {
+	u, err := e.store.UserByEmail(context.Background(), email)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u.OrgID
+}
+
+func TestFallbackWhenProvidersAreDown(t *testing.T) {
+	g := newGenEnv(t, testdb.SQLite(t))
+	admin := g.login("admin@example.com", "admin-password")
+	key, _ := g.apiToken(g.signup("a@example.com", "A"))
+	dead := httptest.NewServer(http.NotFoundHandler())
+	deadURL := dead.URL + "/v1"
+	dead.Close() // connection refused from now on
+	g.addKey(t, admin, "dead", deadURL, "sk-dead-key")
+
+	w := g.do(request{method: "POST", path: "/v1/chat/completions", bearer: key, body: gptBody})
+	if w.Code != 200 || w.Header().Get("x-sluice-fallback") != "local" || !strings.Contains(w.Body.String(), `"model":"sluice-local"`) {
+		t.Fatalf("fallback: %d %v %s", w.Code, w.Header(), w.Body.String())
+	}
+
+	if w := g.do(request{method: "PUT", path: "/api/admin/tiers/free", bearer: admin, body: `{"upstream_fallback":"error"}`}); w.Code != 200 {
+		t.Fatalf("tier: %d %s", w.Code, w.Body.String())
+	}
+	w = g.do(request{method: "POST", path: "/v1/chat/completions", bearer: key, body: gptBody})
+	if w.Code != 503 || errorCode(t, w) != "upstream_unavailable" || w.Header().Get("Retry-After") == "" || w.Header().Get("x-sluice-fallback") != "" {
+		t.Fatalf("503: %d %v %s", w.Code, w.Header(), w.Body.String())
+	}
+}
+
+func TestStalledStreamEndsWithAnErrorEvent(t *testing.T) {
+	g := newGenEnv(t, testdb.SQLite(t))
+	admin := g.login("admin@example.com", "admin-password")
+	key, _ := g.apiToken(g.signup("a@example.com", "A"))
+	stall := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.WriteHeader(200)
+		w.Write([]byte("data: {\"choices\":[{\"delta\":{\"content\":\"half an ans\"}}]}\n\n"))
+		w.(http.Flusher).Flush()
+		<-r.Context().Done() // then nothing, until the gateway gives up
+	}))
+	defer stall.Close()
+	g.addKey(t, admin, "stall", stall.URL+"/v1", "sk-stall-key")
+	start := time.Now()
+	w := g.do(request{method: "POST", path: "/v1/chat/completions", bearer: key,
+		body: `{"model":"gpt-4o-mini","stream":true,"messages":[{"role":"user","content":"hi"}]}`})
+	if !strings.Contains(w.Body.String(), "half an ans") || !strings.Contains(w.Body.String(), `"code":"upstream_stalled"`) {
+		t.Fatalf("body %s", w.Body.String())
+	}
+	if time.Since(start) > 3*time.Second {
+		t.Fatalf("took %v to give up on a stalled provider", time.Since(start))
+	}
+}
+
+func TestResponseCache(t *testing.T) {
+	db := testdb.SQLite(t)
+	g := newGenEnv(t, db)
+	keyA, _ := g.apiToken(g.signup("a@example.com", "A"))
+	keyB, _ := g.apiToken(g.signup("b@example.com", "B"))
+	det := `{"model":"sluice-local","temperature":0,"messages":[{"role":"user","content":"写一副春联"}]}`
+	reordered := `{"temperature":0, "messages":[{"content":"写一副春联","role":"user"}],"model":"sluice-local","user":"x"}`
+	first := g.do(request{method: "POST", path: "/v1/chat/completions", bearer: keyA, body: det})
+	second := g.do(request{method: "POST", path: "/v1/chat/completions", bearer: keyA, body: reordered})
+	other := g.do(request{method: "POST", path: "/v1/chat/completions", bearer: keyB, body: det})
+	warm := g.do(request{method: "POST", path: "/v1/chat/completions", bearer: keyA, body: chatBody})
+	if first.Header().Get("X-Cache") != "MISS" || second.Header().Get("X-Cache") != "HIT" || other.Header().Get("X-Cache") != "MISS" {
+		t.Fatalf("X-Cache: %q %q %q", first.Header().Get("X-Cache"), second.Header().Get("X-Cache"), other.Header().Get("X-Cache"))
+	}
+	if first.Body.String() != second.Body.String() {
+		t.Fatal("a hit must return the stored answer")
+	}
+	if warm.Header().Get("X-Cache") != "" {
+		t.Fatal("a non-deterministic request must not touch the cache")
+	}
+	forced := g.do(request{method: "POST", path: "/v1/chat/completions", bearer: keyA, body: chatBody, header: map[string]string{"X-Sluice-Cache": "on"}})
+	if forced.Header().Get("X-Cache") != "MISS" {
+		t.Fatal("X-Sluice-Cache: on must cache")
+	}
+	var cached, all int64
+	db.Gorm.Raw("SELECT COUNT(*) FROM usage_events WHERE cached").Scan(&cached)
+	db.Gorm.Raw("SELECT COUNT(*) FROM usage_events").Scan(&all)
+	if cached != 1 || all != 5 {
+		t.Fatalf("metered %d requests, %d as cached; want 5 and 1", all, cached)
+	}
+}
+
+func TestRefusedKeyIsDisabledAndShown(t *testing.T) {
+	g := newGenEnv(t, testdb.SQLite(t))
+	admin := g.login("admin@example.com", "admin-password")
+	key, _ := g.apiToken(g.signup("a@example.com", "A"))
+	g.addKey(t, admin, "revoked-at-provider", g.mockURL, "sk-not-accepted") // the mock answers 401
+	w := g.do(request{method: "POST", path: "/v1/chat/completions", bearer: key, body: gptBody})
+	if w.Code != 200 || w.Header().Get("x-sluice-fallback") != "local" {
+		t.Fatalf("with its only key refused: %d %v", w.Code, w.Header())
+	}
+	select {
+	case <-g.disabled:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the refused key was never disabled")
+	}
+	ks, _ := g.store.UpstreamKeys(context.Background())
+	if ks[0].DisabledAt == nil || !strings.Contains(ks[0].DisabledReason, "401") {
+		t.Fatalf("stored %+v", ks[0])
+	}
+	page := g.browserLogin(t, "admin@example.com", "admin-password").do("GET", "/admin/upstreams", nil, nil).Body.String()
+	if !strings.Contains(page, `data-testid="upstream-alert"`) || strings.Contains(page, "sk-not-accepted") {
+		t.Fatal("no alert for the disabled key on the upstreams page")
+	}
+}
+
+func TestSessionsAreIsolatedAndExpire(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, db *models.DB) {
+		g := newGenEnv(t, db)
+		a := g.signup("a@example.com", "A")
+		keyA, _ := g.apiToken(a)
+		keyA2, _ := g.apiToken(a) // same org, another token
+		keyB, _ := g.apiToken(g.signup("b@example.com", "B"))
+		hdr := map[string]string{"X-Sluice-Session": "trip-1"}
+		body := func(s string) string {
+			return `{"model":"sluice-local","messages":[{"role":"system","content":"be brief"},{"role":"user","content":"` + s + `"}]}`
+		}
+		first := g.do(request{method: "POST", path: "/v1/chat/completions", bearer: keyA, body: body("first question about tea"), header: hdr})
+		second := g.do(request{method: "POST", path: "/v1/chat/completions", bearer: keyA, body: body("second question about tea"), header: hdr})
+		p1 := decode(t, first)["usage"].(map[string]any)["prompt_tokens"].(float64)
+		p2 := decode(t, second)["usage"].(map[string]any)["prompt_tokens"].(float64)
+		if p2 <= p1+5 {
+			t.Fatalf("history not prepended: prompt tokens %v then %v", p1, p2)
+		}
+		w := g.do(request{method: "GET", path: "/v1/sessions/trip-1", bearer: keyA})
+		got := w.Body.String()
+		if w.Code != 200 || strings.Count(got, `"role":"system"`) != 1 || !strings.Contains(got, "first question") || !strings.Contains(got, "second question") || strings.Count(got, `"role":"assistant"`) != 2 {
+			t.Fatalf("session: %d %s", w.Code, got)
+		}
+		for name, k := range map[string]string{"another token": keyA2, "another org": keyB} {
+			if w := g.do(request{method: "GET", path: "/v1/sessions/trip-1", bearer: k}); w.Code != 404 {
+				t.Errorf("%s reads the session: %d", name, w.Code)
+			}
+			if w := g.do(request{method: "DELETE", path: "/v1/sessions/trip-1", bearer: k}); w.Code != 404 {
+				t.Errorf("%s deletes the session: %d", name, w.Code)
+			}
+			// Writing under the same id starts its own session, never extends A's.
+			g.do(request{method: "POST", path: "/v1/chat/completions", bearer: k, body: body("intruder"), header: hdr})
+		}
+		if w := g.do(request{method: "GET", path: "/v1/sessions/trip-1", bearer: keyA}); strings.Contains(w.Body.String(), "intruder") {
+			t.Fatal("another token extended the session")
+		}
+		if w := g.do(request{method: "GET", path: "/v1/sessions/bad%20id", bearer: keyA}); w.Code != 404 {
+			t.Fatalf("bad id: %d", w.Code)
+		}
+		if w := g.do(request{method: "POST", path: "/v1/chat/completions", bearer: keyA, body: body("x"), header: map[string]string{"X-Sluice-Session": "bad id!"}}); w.Code != 400 {
+			t.Fatalf("bad session header: %d", w.Code)
+		}
+		g.clock.Advance(31 * time.Minute)
+		if w := g.do(request{method: "GET", path: "/v1/sessions/trip-1", bearer: keyA}); w.Code != 404 {
+			t.Fatalf("an idle session outlived its TTL: %d", w.Code)
+		}
+		g.do(request{method: "POST", path: "/v1/chat/completions", bearer: keyA, body: body("again"), header: hdr})
+		if w := g.do(request{method: "DELETE", path: "/v1/sessions/trip-1", bearer: keyA}); w.Code != 200 {
+			t.Fatalf("delete: %d", w.Code)
+		}
+		if w := g.do(request{method: "GET", path: "/v1/sessions/trip-1", bearer: keyA}); w.Code != 404 {
+			t.Fatalf("after delete: %d", w.Code)
+		}
+	})
+}
