@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/config"
@@ -29,7 +30,7 @@ type generation struct {
 	close     func()
 }
 
-func newGeneration(ctx context.Context, cfg config.Config, db *models.DB, store *models.Store, adm *admission, log *slog.Logger) (*generation, error) {
+func newGeneration(ctx context.Context, cfg config.Config, store *models.Store, adm *admission, log *slog.Logger, metrics *prometheus.Registry) (*generation, error) {
 	master := cfg.MasterKey
 	if master == nil { // embedded default: a key of its own in the data dir
 		var err error
@@ -61,6 +62,8 @@ func newGeneration(ctx context.Context, cfg config.Config, db *models.DB, store 
 			go svc.Disable(context.WithoutCancel(ctx), keyID, reason)
 		},
 	})
+	metrics.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_upstream_retries_total",
+		Help: "Provider attempts that were retries."}, func() float64 { return float64(g.pool.Retries()) }))
 	svc = providers.New(store, box, g.pool, adm.bus, log)
 	g.providers = svc
 	if err := svc.Reload(ctx); err != nil {

@@ -93,7 +93,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	}
 	recorder := metering.NewRecorder(store, log, time.Second, 256)
 
-	gen, err := newGeneration(ctx, cfg, db, store, adm, log)
+	gen, err := newGeneration(ctx, cfg, store, adm, log, metrics)
 	if err != nil {
 		return err
 	}

@@ -157,6 +157,17 @@ func TestEndToEnd(t *testing.T) {
 			if last.StatusCode != 429 || admitted < 30 || admitted > 31 || last.Header.Get("Retry-After") == "" {
 				t.Fatalf("after %d admitted: %d, Retry-After %q", admitted, last.StatusCode, last.Header.Get("Retry-After"))
 			}
+			resp, err := http.Get(base + "/metrics")
+			if err != nil {
+				t.Fatal(err)
+			}
+			metrics, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			for _, m := range []string{"sluice_limiter_degraded 0", "sluice_upstream_retries_total 0", "sluice_inflight_requests"} {
+				if !strings.Contains(string(metrics), m) {
+					t.Errorf("/metrics lacks %q", m)
+				}
+			}
 			// Graceful shutdown stores every usage event before run returns.
 			if err := stop(); err != nil {
 				t.Fatalf("run: %v", err)
