@@ -2,9 +2,10 @@ package accounts_test
 
 import (
 	"context"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/clocktest"
 
 	"golang.org/x/crypto/bcrypt"
 
@@ -16,31 +17,11 @@ import (
 
 var ctx = context.Background()
 
-// fakeClock is a clock tests move by hand; it is safe for concurrent use.
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func newFakeClock(t time.Time) *fakeClock { return &fakeClock{t: t} }
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
-
 // env is a service wired the way main wires it, on one database, with the
 // directory and the login throttle on one fake clock.
 type env struct {
 	store    *models.Store
-	clock    *fakeClock
+	clock    *clocktest.Clock
 	dir      *accounts.Directory
 	throttle *accounts.LoginThrottle
 	svc      *accounts.Service
@@ -54,7 +35,7 @@ func newEnv(t *testing.T, db *models.DB) *env {
 	store := models.NewStore(db)
 	// CreateToken stamps expiry with the real clock, so the fake one starts
 	// at the real now.
-	clock := newFakeClock(time.Now())
+	clock := clocktest.New(time.Now())
 	dir, err := accounts.NewDirectory(ctx, store, dirTTL, clock.Now)
 	if err != nil {
 		t.Fatal(err)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/sluicehq/sluice/accounts"
 	"github.com/sluicehq/sluice/apperr"
+	"github.com/sluicehq/sluice/internal/clocktest"
 	"github.com/sluicehq/sluice/models"
 )
 
@@ -21,7 +22,7 @@ const sessionTTL = 12 * time.Hour
 var sessionEpoch = time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
 
 func TestSessionRoundTrip(t *testing.T) {
-	clock := newFakeClock(sessionEpoch)
+	clock := clocktest.New(sessionEpoch)
 	s := accounts.NewSessions(sessionSecret, sessionTTL, clock.Now)
 
 	token, expires, err := s.Issue(models.User{ID: 42})
@@ -50,7 +51,7 @@ func TestSessionRoundTrip(t *testing.T) {
 }
 
 func TestSessionIssueIsFreshEveryTime(t *testing.T) {
-	clock := newFakeClock(sessionEpoch) // never advanced: same instant
+	clock := clocktest.New(sessionEpoch) // never advanced: same instant
 	s := accounts.NewSessions(sessionSecret, sessionTTL, clock.Now)
 	seenTokens := map[string]bool{}
 	seenIDs := map[string]bool{}
@@ -105,7 +106,7 @@ func TestSessionRejected(t *testing.T) {
 
 	// The crafted good session is accepted, so each rejection below is
 	// down to the one thing its case changes.
-	control := accounts.NewSessions(sessionSecret, sessionTTL, newFakeClock(now).Now)
+	control := accounts.NewSessions(sessionSecret, sessionTTL, clocktest.New(now).Now)
 	if id, err := control.Parse(sign(t, jwt.SigningMethodHS256, sessionSecret, claims(nil))); err != nil || id != 42 {
 		t.Fatalf("control token: %d, %v", id, err)
 	}
@@ -185,7 +186,7 @@ func TestSessionRejected(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			clock := newFakeClock(sessionEpoch)
+			clock := clocktest.New(sessionEpoch)
 			s := accounts.NewSessions(sessionSecret, sessionTTL, clock.Now)
 			tok := tt.token(t, s)
 			clock.Advance(tt.advance)

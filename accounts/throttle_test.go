@@ -7,12 +7,13 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/accounts"
+	"github.com/sluicehq/sluice/internal/clocktest"
 )
 
 var throttleEpoch = time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 
 func TestThrottleBackoff(t *testing.T) {
-	clock := newFakeClock(throttleEpoch)
+	clock := clocktest.New(throttleEpoch)
 	th := accounts.NewLoginThrottle(clock.Now)
 	const key = "ada@example.com|192.0.2.1"
 
@@ -44,7 +45,7 @@ func TestThrottleBackoff(t *testing.T) {
 }
 
 func TestThrottleWaitCountsDown(t *testing.T) {
-	clock := newFakeClock(throttleEpoch)
+	clock := clocktest.New(throttleEpoch)
 	th := accounts.NewLoginThrottle(clock.Now)
 	const key = "k"
 	for range 9 { // 9th failure: wait 8 s
@@ -74,7 +75,7 @@ func TestThrottleWaitCountsDown(t *testing.T) {
 }
 
 func TestThrottleSucceedResets(t *testing.T) {
-	clock := newFakeClock(throttleEpoch)
+	clock := clocktest.New(throttleEpoch)
 	th := accounts.NewLoginThrottle(clock.Now)
 	const key = "k"
 	for range 7 {
@@ -115,7 +116,7 @@ func TestThrottleForgetsAfter15Minutes(t *testing.T) {
 	for _, tt := range tests {
 		for _, viaWait := range []bool{false, true} {
 			t.Run(fmt.Sprintf("%s/checked first=%v", tt.name, viaWait), func(t *testing.T) {
-				clock := newFakeClock(throttleEpoch)
+				clock := clocktest.New(throttleEpoch)
 				th := accounts.NewLoginThrottle(clock.Now)
 				const key = "k"
 				for range 6 {
@@ -140,7 +141,7 @@ func TestThrottleForgetsAfter15Minutes(t *testing.T) {
 
 	// The idle time runs from the last failure, not the first: failures
 	// 10 minutes apart keep a key remembered for as long as they come.
-	clock := newFakeClock(throttleEpoch)
+	clock := clocktest.New(throttleEpoch)
 	th := accounts.NewLoginThrottle(clock.Now)
 	for range 6 {
 		th.Fail("k")
@@ -153,7 +154,7 @@ func TestThrottleForgetsAfter15Minutes(t *testing.T) {
 }
 
 func TestThrottleForgetsCappedKey(t *testing.T) {
-	clock := newFakeClock(throttleEpoch)
+	clock := clocktest.New(throttleEpoch)
 	th := accounts.NewLoginThrottle(clock.Now)
 	for range 30 {
 		th.Fail("k")
@@ -173,7 +174,7 @@ func TestThrottleForgetsCappedKey(t *testing.T) {
 }
 
 func TestThrottleKeysAreIndependent(t *testing.T) {
-	clock := newFakeClock(throttleEpoch)
+	clock := clocktest.New(throttleEpoch)
 	th := accounts.NewLoginThrottle(clock.Now)
 	a, b := "ada@example.com|192.0.2.1", "ada@example.com|192.0.2.2"
 	for range 8 {
@@ -198,7 +199,7 @@ func TestThrottleKeysAreIndependent(t *testing.T) {
 }
 
 func TestThrottleConcurrent(t *testing.T) {
-	clock := newFakeClock(throttleEpoch)
+	clock := clocktest.New(throttleEpoch)
 	th := accounts.NewLoginThrottle(clock.Now)
 	const workers, perWorker = 50, 20
 	var wg sync.WaitGroup

@@ -8,9 +8,10 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/clocktest"
 
 	"github.com/sluicehq/sluice/accounts"
 	"github.com/sluicehq/sluice/cluster"
@@ -18,19 +19,6 @@ import (
 	"github.com/sluicehq/sluice/quota"
 	"github.com/sluicehq/sluice/upstream/local"
 )
-
-// clock is a settable time source shared by the limiter and the handlers.
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-}
 
 // storeRecorder writes usage synchronously, so tests see it at once; the
 // batching recorder has its own tests.
@@ -49,7 +37,7 @@ type env struct {
 	t       testing.TB
 	h       http.Handler
 	store   *models.Store
-	clock   *clock
+	clock   *clocktest.Clock
 	acc     *accounts.Service
 	dir     *accounts.Directory
 	limiter *quota.Memory
@@ -63,7 +51,7 @@ func newEnv(t testing.TB, db *models.DB) *env {
 	t.Helper()
 	ctx := context.Background()
 	store := models.NewStore(db)
-	clk := &clock{now: time.Now().UTC()}
+	clk := clocktest.New(time.Now().UTC())
 	dir, err := accounts.NewDirectory(ctx, store, time.Minute, clk.Now)
 	if err != nil {
 		t.Fatal(err)

@@ -7,29 +7,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/clocktest"
+
 	"github.com/sluicehq/sluice/respcache"
 )
 
-// fakeClock is a test clock that only moves when told to.
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func newFakeClock() *fakeClock {
-	return &fakeClock{t: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
+func newFakeClock() *clocktest.Clock {
+	return clocktest.New(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
 }
 
 func newMemory(t *testing.T, maxBytes int64, now func() time.Time) *respcache.Memory {
