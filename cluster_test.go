@@ -235,8 +235,19 @@ func TestAccuracyAcrossNodes(t *testing.T) {
 					if state.Mode != "shared" {
 						t.Fatalf("the limiter is %q, not shared, after the run", state.Mode)
 					}
-					if tol := max(1, 0.005*ideal); float64(admitted) > ideal+tol || float64(admitted) < ideal-tol-rate*0.05 {
-						t.Errorf("shared limits admitted %d, want %.0f ± %.1f", admitted, ideal, tol)
+					// Never more than the limit allows: that is the property.
+					// Fewer is only a failure if the generator really kept the
+					// bucket empty; on a loaded machine (-race, two cores) it
+					// falls behind, leaves the bucket full at times and tokens
+					// go unused, so the lower bound loosens with the lag.
+					tol := max(1, 0.005*ideal)
+					lower := ideal - tol
+					if planned := seconds; window.Seconds() > 1.1*planned {
+						lower = 0.9 * ideal
+						t.Logf("the load generator fell behind (%.2fs for %.2fs of load); lower bound %.0f", window.Seconds(), planned, lower)
+					}
+					if float64(admitted) > ideal+tol || float64(admitted) < lower {
+						t.Errorf("shared limits admitted %d, want at most %.0f + %.1f and at least %.0f", admitted, ideal, tol, lower)
 					}
 				default:
 					if float64(admitted) < 2*ideal {
