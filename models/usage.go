@@ -30,11 +30,46 @@ func (s *Store) InsertUsageEvents(ctx context.Context, evs []UsageEvent) error {
 	if len(evs) == 0 {
 		return nil
 	}
+	if s.db.Dialector.Name() == "sqlite" {
+		return dbErr(s.insertUsageRows(ctx, evs), "usage events")
+	}
 	err := s.db.WithContext(ctx).Clauses(clause.OnConflict{
 		Columns:   []clause.Column{{Name: "request_id"}},
 		DoNothing: true,
 	}).CreateInBatches(evs, 500).Error
 	return dbErr(err, "usage events")
+}
+
+// insertUsageRows writes one prepared single-row INSERT per event inside one
+// transaction. The pure-Go SQLite driver binds parameters in time quadratic
+// in their number, so a multi-row INSERT of a whole batch (thousands of
+// parameters) cost more CPU than the requests it recorded; single rows keep
+// it linear, and one transaction keeps it to one fsync.
+func (s *Store) insertUsageRows(ctx context.Context, evs []UsageEvent) error {
+	sqlDB, err := s.db.DB()
+	if err != nil {
+		return err
+	}
+	tx, err := sqlDB.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	stmt, err := tx.PrepareContext(ctx, `INSERT INTO usage_events
+		(request_id, org_id, token_id, model, prompt_tokens, completion_tokens, status, latency_ms, cached, fallback, upstream_key_id, created_at)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (request_id) DO NOTHING`)
+	if err != nil {
+		return err
+	}
+	defer stmt.Close()
+	for _, e := range evs {
+		_, err := stmt.ExecContext(ctx, e.RequestID, e.OrgID, e.TokenID, e.Model, e.PromptTokens, e.CompletionTokens,
+			e.Status, e.LatencyMs, e.Cached, e.Fallback, e.UpstreamKeyID, e.CreatedAt.UTC())
+		if err != nil {
+			return err
+		}
+	}
+	return tx.Commit()
 }
 
 // UsageTotals are an organization's counts over a period.
