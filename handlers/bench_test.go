@@ -8,6 +8,8 @@ import (
 
 	"github.com/sluicehq/sluice/internal/testdb"
 	"github.com/sluicehq/sluice/models"
+	"github.com/sluicehq/sluice/upstream"
+	"github.com/sluicehq/sluice/upstream/mock"
 )
 
 // benchEnv is a stack whose free tier never runs dry, so the benchmark
@@ -57,6 +59,32 @@ func BenchmarkModels(b *testing.B) {
 		e.h.ServeHTTP(w, req)
 		if w.Code != http.StatusOK {
 			b.Fatalf("%d", w.Code)
+		}
+	}
+}
+
+// BenchmarkChatUpstream is one provider-bound chat completion through the
+// gateway in process, against a zero-latency mock provider: what Sluice
+// adds to a proxied request, minus the network.
+func BenchmarkChatUpstream(b *testing.B) {
+	e, key := benchEnv(b)
+	m := mock.New(mock.Config{Keys: map[string]float64{"sk-bench-key": 0}})
+	srv := httptest.NewServer(m)
+	defer srv.Close()
+	pool := upstream.NewPool(upstream.PoolOptions{Log: discardLog()})
+	pool.SetKeys([]upstream.Key{{ID: 1, Name: "bench", BaseURL: srv.URL + "/v1", Secret: "sk-bench-key", Weight: 1}})
+	e.h = New(Deps{Log: discardLog(), Store: e.store, Accounts: e.acc, Directory: e.dir, Limiter: e.limiter,
+		Model: e.model, Usage: nopRecorder{}, MaxBodyBytes: 1 << 20, Now: e.clock.Now, Upstream: pool})
+	body := `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hello there, how are you"}]}`
+	b.ReportAllocs()
+	for b.Loop() {
+		req := httptest.NewRequest("POST", "/v1/chat/completions", strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Authorization", "Bearer "+key)
+		w := httptest.NewRecorder()
+		e.h.ServeHTTP(w, req)
+		if w.Code != http.StatusOK {
+			b.Fatalf("%d %s", w.Code, w.Body.String())
 		}
 	}
 }

@@ -252,7 +252,11 @@ func withIncludeUsage(body []byte) []byte {
 // cacheKey is the request's response-cache key, "" when it is not cached.
 // Streams are not cached: a cached answer is replayed as one JSON body.
 func (a *api) cacheKey(c *gin.Context, caller accounts.Caller, req chatRequest, body []byte) string {
-	if a.cache == nil || req.Stream || !respcache.Cacheable(body, c.GetHeader(respcache.HeaderName)) {
+	header := c.GetHeader(respcache.HeaderName)
+	// Most requests are neither at temperature 0 nor marked: skip the
+	// second parse of the body that Cacheable would do.
+	if a.cache == nil || req.Stream || header == "" && (req.Temperature == nil || *req.Temperature != 0) ||
+		!respcache.Cacheable(body, header) {
 		return ""
 	}
 	key, err := respcache.Key(caller.OrgID, "/v1/chat/completions", body)

@@ -97,6 +97,7 @@ type chatRequest struct {
 	MaxTokens           *int          `json:"max_tokens"`
 	MaxCompletionTokens *int          `json:"max_completion_tokens"`
 	N                   *int          `json:"n"`
+	Temperature         *float64      `json:"temperature"`
 	Stream              bool          `json:"stream"`
 	StreamOptions       *struct {
 		IncludeUsage bool `json:"include_usage"`
