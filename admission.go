@@ -16,6 +16,7 @@ import (
 	"github.com/sluicehq/sluice/handlers"
 	"github.com/sluicehq/sluice/models"
 	"github.com/sluicehq/sluice/quota"
+	"github.com/sluicehq/sluice/upstream"
 )
 
 // tunerLockKey is the Postgres advisory lock that elects the tuner's leader
@@ -102,13 +103,16 @@ func newAdmission(cfg config.Config, db *models.DB, log *slog.Logger, metrics *p
 // runTuner samples this node's load and, while it leads, lowers or restores
 // autotuned tiers' refill.
 func runTuner(ctx context.Context, cfg config.Config, a *admission, acc *accounts.Service, store *models.Store,
-	inFlight *quota.InFlight, latency *quota.LatencyWindow, log *slog.Logger) error {
+	inFlight *quota.InFlight, latency *quota.LatencyWindow, pool *upstream.Pool, log *slog.Logger) error {
+	upstreamRate := rateMeter{now: time.Now}
 	return quota.RunTuner(ctx, quota.TunerRunConfig{
 		Interval: cfg.TuneInterval,
 		Leader:   a.leader,
 		Log:      log,
 		Sample: func(context.Context) (quota.LoadSample, error) {
+			rate, capacity := upstreamRate.sample(pool.Status())
 			return quota.LoadSample{InFlight: inFlight.Value(), Concurrency: cfg.MaxConcurrency,
+				UpstreamRate: rate, UpstreamCapacity: capacity,
 				P95: latency.P95(), LatencyTarget: cfg.LatencyTarget}, nil
 		},
 		Tiers: func(ctx context.Context) ([]quota.TunedTier, error) {
@@ -128,4 +132,29 @@ func runTuner(ctx context.Context, cfg config.Config, a *admission, acc *account
 			return acc.ApplyTuning(ctx, rows)
 		},
 	})
+}
+
+// rateMeter turns the pool's request counters into the admitted upstream
+// rate, and the keys' RPM into the capacity it is measured against. Keys
+// with no RPM (unknown capacity) are left out of both.
+type rateMeter struct {
+	now  func() time.Time
+	last time.Time
+	seen int64
+}
+
+func (m *rateMeter) sample(keys []upstream.KeyStatus) (rate, capacity float64) {
+	var total int64
+	for _, k := range keys {
+		if k.RPM > 0 && k.State != upstream.Disabled {
+			total += k.Requests
+			capacity += float64(k.RPM) / 60
+		}
+	}
+	now := m.now()
+	if !m.last.IsZero() && now.After(m.last) && total >= m.seen {
+		rate = float64(total-m.seen) / now.Sub(m.last).Seconds()
+	}
+	m.last, m.seen = now, total
+	return rate, capacity
 }

@@ -139,7 +139,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		})
 	}
 	go func() {
-		if err := runTuner(ctx, cfg, adm, acc, store, inFlight, latency, log); err != nil {
+		if err := runTuner(ctx, cfg, adm, acc, store, inFlight, latency, gen.pool, log); err != nil {
 			log.Error("auto-tuner stopped", "err", err)
 		}
 	}()

@@ -321,7 +321,7 @@ func (p *Pool) Status() []KeyStatus {
 	out := make([]KeyStatus, 0, len(entries))
 	for _, e := range entries {
 		s := e.h.status(now)
-		s.ID, s.Name = e.key.ID, e.key.Name
+		s.ID, s.Name, s.RPM = e.key.ID, e.key.Name, e.key.RPM
 		out = append(out, s)
 	}
 	return out

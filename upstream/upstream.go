@@ -45,6 +45,7 @@ type KeyStatus struct {
 	Requests   int64     // sent through this key since start
 	Failures   int64     // of which failed
 	LastStatus int       // last HTTP status from the provider, 0 for none
+	RPM        int64     // the key's configured requests per minute, for the load signal
 }
 
 // Request is one chat completion to send upstream.
