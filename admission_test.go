@@ -15,7 +15,7 @@ func TestRateMeterMeasuresAdmittedUpstreamRate(t *testing.T) {
 		return []upstream.KeyStatus{
 			{ID: 1, RPM: 600, Requests: a, State: upstream.Healthy},
 			{ID: 2, RPM: 1200, Requests: b, State: upstream.Healthy},
-			{ID: 3, RPM: 0, Requests: 1000, State: upstream.Healthy},   // unknown capacity: ignored
+			{ID: 3, RPM: 0, Requests: 1000, State: upstream.Healthy},  // unknown capacity: ignored
 			{ID: 4, RPM: 6000, Requests: 5, State: upstream.Disabled}, // out of rotation: ignored
 		}
 	}

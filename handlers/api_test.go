@@ -14,10 +14,10 @@ import (
 
 // fixture is the state the scenario tables run against.
 type fixture struct {
-	member, admin           string // session tokens
-	key, revoked, expired   string // API tokens
-	unknown                 string // well-formed, never issued
-	memberOrgID, otherTokID int64
+	member, admin         string // session tokens
+	key, revoked, expired string // API tokens
+	unknown               string // well-formed, never issued
+	memberOrgID           int64
 }
 
 func newFixture(t *testing.T, e *env) fixture {

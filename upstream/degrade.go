@@ -34,12 +34,6 @@ func (d *degradation) init(threshold int, slow, coolDown time.Duration) {
 	d.threshold, d.slow, d.coolDown = threshold, slow, coolDown
 }
 
-// slowFailure reports whether an attempt that took took and failed as
-// failed says counts towards the rule.
-func (d *degradation) slowFailure(failed bool, took time.Duration) bool {
-	return failed && took > d.slow
-}
-
 // observe records one attempt's outcome for model and reports whether it
 // tripped the rule.
 func (d *degradation) observe(model string, slowFailure bool, now time.Time) bool {
