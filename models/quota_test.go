@@ -120,3 +120,39 @@ func TestOnlyOneAdvisoryLeader(t *testing.T) {
 		t.Fatal("a single SQLite node must lead")
 	}
 }
+
+func TestUsageEventsRoundTrip(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, db *models.DB) {
+		s := models.NewStore(db)
+		o, u, _ := s.CreateOrganizationWithOwner(ctx, "A", "free", "a@example.com", "h", models.RoleOwner)
+		tok, _, _ := s.CreateAPIToken(ctx, o.ID, u.ID, "t", nil)
+		keyID := int64(7)
+		at := time.Date(2026, 11, 29, 10, 11, 12, 345678000, time.UTC)
+		in := []models.UsageEvent{
+			{RequestID: "a", OrgID: o.ID, TokenID: tok.ID, Model: "gpt-4o-mini", PromptTokens: 3, CompletionTokens: 4, Status: 200,
+				LatencyMs: 12, Cached: true, UpstreamKeyID: &keyID, CreatedAt: at},
+			{RequestID: "b", OrgID: o.ID, TokenID: tok.ID, Model: "sluice-local", Status: 200, Fallback: true, CreatedAt: at.Add(time.Second)},
+		}
+		if err := s.InsertUsageEvents(ctx, in); err != nil {
+			t.Fatal(err)
+		}
+		var out []models.UsageEvent
+		if err := db.Gorm.Order("request_id").Find(&out).Error; err != nil {
+			t.Fatal(err)
+		}
+		if len(out) != 2 {
+			t.Fatalf("%d rows", len(out))
+		}
+		a, b := out[0], out[1]
+		if !a.Cached || a.Fallback || a.UpstreamKeyID == nil || *a.UpstreamKeyID != 7 || a.PromptTokens != 3 || a.LatencyMs != 12 ||
+			!a.CreatedAt.Equal(at) || a.Model != "gpt-4o-mini" {
+			t.Fatalf("a: %+v", a)
+		}
+		if b.Cached || !b.Fallback || b.UpstreamKeyID != nil || !b.CreatedAt.Equal(at.Add(time.Second)) {
+			t.Fatalf("b: %+v", b)
+		}
+		if got, _ := s.UsageSince(ctx, o.ID, at.Add(time.Millisecond)); got.Requests != 1 {
+			t.Fatalf("time comparison: %+v", got)
+		}
+	})
+}
