@@ -53,6 +53,7 @@ type Config struct {
 	CacheMaxBytes      int64         // SLUICE_CACHE_MAX_BYTES: in-process cache size
 	ChatSessionTTL     time.Duration // SLUICE_CHAT_SESSION_TTL: idle time after which an X-Sluice-Session is forgotten
 	ChatSessionBudget  int           // SLUICE_CHAT_SESSION_TOKENS: history kept in front of a request, in tokens
+	PprofAddr          string        // SLUICE_PPROF_ADDR: where to serve net/http/pprof (loopback only); empty = off
 }
 
 // SQLitePath is where the embedded database lives.
@@ -98,6 +99,12 @@ func Load(args []string, getenv func(string) string) (Config, error) {
 		CacheMaxBytes:      r.int64("SLUICE_CACHE_MAX_BYTES", 64<<20, 1<<20, 64<<30),
 		ChatSessionTTL:     r.duration("SLUICE_CHAT_SESSION_TTL", 30*time.Minute, time.Second, 30*24*time.Hour),
 		ChatSessionBudget:  int(r.int64("SLUICE_CHAT_SESSION_TOKENS", 4096, 64, 1_000_000)),
+		PprofAddr:          r.str("SLUICE_PPROF_ADDR", ""),
+	}
+	if c.PprofAddr != "" {
+		if host, _, err := net.SplitHostPort(c.PprofAddr); err != nil || (host != "127.0.0.1" && host != "localhost" && host != "::1") {
+			r.errs = append(r.errs, fmt.Errorf("SLUICE_PPROF_ADDR: %q must be a loopback host:port such as 127.0.0.1:6060 (profiles are not for the internet)", c.PprofAddr))
+		}
 	}
 	if v := getenv("SLUICE_MASTER_KEY"); v != "" {
 		key, err := secrets.ParseMasterKey(v)
