@@ -92,7 +92,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	if err != nil {
 		return err
 	}
-	recorder := metering.NewRecorder(store, log, time.Second, 256)
+	recorder := metering.NewRecorder(store, log, time.Second, 1024)
 
 	gen, err := newGeneration(ctx, cfg, store, adm, log, metrics)
 	if err != nil {
