@@ -237,7 +237,11 @@ func BenchmarkCheckTokenSyntax(b *testing.B) {
 // BenchmarkInsertUsageEvents measures the recorder's batch insert, the
 // biggest CPU cost of a metered request on the embedded database.
 func BenchmarkInsertUsageEvents(b *testing.B) {
-	db := testdb.SQLite(b)
+	b.Run("sqlite", func(b *testing.B) { benchmarkInsertUsageEvents(b, testdb.SQLite(b)) })
+	b.Run("postgres", func(b *testing.B) { benchmarkInsertUsageEvents(b, testdb.Postgres(b)) })
+}
+
+func benchmarkInsertUsageEvents(b *testing.B, db *models.DB) {
 	s := models.NewStore(db)
 	o, u, _ := s.CreateOrganizationWithOwner(ctx, "A", "free", "a@example.com", "h", models.RoleOwner)
 	tok, _, _ := s.CreateAPIToken(ctx, o.ID, u.ID, "t", nil)

@@ -3,9 +3,11 @@ package models
 import (
 	"context"
 	"encoding/json"
+	"strings"
 	"time"
 
-	"gorm.io/gorm/clause"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/stdlib"
 )
 
 // UsageEvent is one admitted API request as billed.
@@ -34,11 +36,56 @@ func (s *Store) InsertUsageEvents(ctx context.Context, evs []UsageEvent) error {
 	if s.db.Dialector.Name() == "sqlite" {
 		return dbErr(s.insertUsageRows(ctx, evs), "usage events")
 	}
-	err := s.db.WithContext(ctx).Clauses(clause.OnConflict{
-		Columns:   []clause.Column{{Name: "request_id"}},
-		DoNothing: true,
-	}).CreateInBatches(evs, 500).Error
-	return dbErr(err, "usage events")
+	return dbErr(s.copyUsageRows(ctx, evs), "usage events")
+}
+
+// usageColumns are the columns a usage batch writes, in order.
+var usageColumns = []string{"request_id", "org_id", "token_id", "model", "prompt_tokens", "completion_tokens",
+	"status", "latency_ms", "cached", "fallback", "upstream_key_id", "created_at"}
+
+// copyUsageRows streams a batch into Postgres with COPY, the cheapest way in,
+// through a temporary table so that request ids already stored are skipped
+// (COPY itself has no ON CONFLICT).
+func (s *Store) copyUsageRows(ctx context.Context, evs []UsageEvent) error {
+	sqlDB, err := s.db.DB()
+	if err != nil {
+		return err
+	}
+	conn, err := sqlDB.Conn(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	return conn.Raw(func(driverConn any) error {
+		pg := driverConn.(*stdlib.Conn).Conn()
+		tx, err := pg.Begin(ctx)
+		if err != nil {
+			return err
+		}
+		defer tx.Rollback(ctx)
+		_, err = tx.Exec(ctx, `CREATE TEMP TABLE IF NOT EXISTS usage_incoming (
+			request_id TEXT, org_id BIGINT, token_id BIGINT, model TEXT, prompt_tokens INTEGER,
+			completion_tokens INTEGER, status INTEGER, latency_ms INTEGER, cached BOOLEAN, fallback BOOLEAN,
+			upstream_key_id BIGINT, created_at TIMESTAMPTZ) ON COMMIT DELETE ROWS`)
+		if err != nil {
+			return err
+		}
+		rows := make([][]any, len(evs))
+		for i, e := range evs {
+			rows[i] = []any{e.RequestID, e.OrgID, e.TokenID, e.Model, e.PromptTokens, e.CompletionTokens,
+				e.Status, e.LatencyMs, e.Cached, e.Fallback, e.UpstreamKeyID, e.CreatedAt.UTC()}
+		}
+		if _, err := tx.CopyFrom(ctx, pgx.Identifier{"usage_incoming"}, usageColumns, pgx.CopyFromRows(rows)); err != nil {
+			return err
+		}
+		cols := strings.Join(usageColumns, ", ")
+		_, err = tx.Exec(ctx, `INSERT INTO usage_events (`+cols+`) SELECT `+cols+` FROM usage_incoming
+			ON CONFLICT (request_id) DO NOTHING`)
+		if err != nil {
+			return err
+		}
+		return tx.Commit(ctx)
+	})
 }
 
 // insertUsageRows writes a whole batch with one short statement whose one
