@@ -106,7 +106,7 @@ func (a *api) settleTokens(c *gin.Context, caller accounts.Caller, estimate, use
 	if caller.Tier.TokensPerMinute <= 0 || used == estimate {
 		return
 	}
-	err := a.limiter.Adjust(c.Request.Context(), caller.TokensKey, tokenParams(caller), used-estimate)
+	err := a.limiter.Adjust(afterwards(c), caller.TokensKey, tokenParams(caller), used-estimate)
 	if err != nil {
 		a.log.Warn("settling tokens-per-minute failed", "request_id", requestID(c), "err", err)
 	}

@@ -84,7 +84,7 @@ func (a *api) chatCompletions(c *gin.Context) {
 	}
 	a.settleTokens(c, caller, estimate, int64(out.usage.TotalTokens))
 	if out.keyID != nil {
-		if err := a.upstream.Settle(c.Request.Context(), *out.keyID, estimate, int64(out.usage.TotalTokens)); err != nil {
+		if err := a.upstream.Settle(afterwards(c), *out.keyID, estimate, int64(out.usage.TotalTokens)); err != nil {
 			a.log.Warn("settling a provider key's tokens failed", "request_id", requestID(c), "err", err)
 		}
 	}
@@ -300,7 +300,7 @@ func (a *api) storeCached(c *gin.Context, key string, body []byte) {
 	if key == "" {
 		return
 	}
-	if err := a.cache.Set(c.Request.Context(), key, body, a.cacheTTL); err != nil {
+	if err := a.cache.Set(afterwards(c), key, body, a.cacheTTL); err != nil {
 		a.log.Warn("storing a cached answer failed", "request_id", requestID(c), "err", err)
 	}
 }
@@ -348,7 +348,7 @@ func (a *api) saveSession(c *gin.Context, caller accounts.Caller, msgs []local.M
 	scope := sessions.Scope{OrgID: caller.OrgID, TokenID: caller.TokenID, ID: id}
 	// msgs already hold the history (prepended by withSession).
 	stored := sessions.Append(nil, toSessionMessages(msgs), sessions.Message{Role: "assistant", Content: reply})
-	if err := a.sessions.Save(c.Request.Context(), scope, stored); err != nil {
+	if err := a.sessions.Save(afterwards(c), scope, stored); err != nil {
 		a.log.Warn("saving a session failed", "request_id", requestID(c), "err", err)
 	}
 }
@@ -401,6 +401,11 @@ func (a *api) deleteSession(c *gin.Context) {
 	}
 	c.JSON(http.StatusOK, gin.H{"id": id, "object": "session", "deleted": true})
 }
+
+// afterwards is the context for bookkeeping after the answer was sent (or
+// the client left): settling buckets, saving the session, caching. A client
+// that hangs up mid-stream must not cancel what it is billed for.
+func afterwards(c *gin.Context) context.Context { return context.WithoutCancel(c.Request.Context()) }
 
 // record enqueues the usage event; the recorder batches it into the database.
 func (a *api) record(c *gin.Context, caller accounts.Caller, out served, start time.Time) {

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -13,10 +14,12 @@ import (
 	"github.com/sluicehq/sluice/internal/testdb"
 	"github.com/sluicehq/sluice/models"
 	"github.com/sluicehq/sluice/providers"
+	"github.com/sluicehq/sluice/quota"
 	"github.com/sluicehq/sluice/respcache"
 	"github.com/sluicehq/sluice/secrets"
 	"github.com/sluicehq/sluice/sessions"
 	"github.com/sluicehq/sluice/upstream"
+	"github.com/sluicehq/sluice/upstream/local"
 	"github.com/sluicehq/sluice/upstream/mock"
 )
 
@@ -306,4 +309,82 @@ func TestSessionsAreIsolatedAndExpire(t *testing.T) {
 			t.Fatalf("after delete: %d", w.Code)
 		}
 	})
+}
+
+// ctxLimiter records whether Adjust ran on a live context.
+type ctxLimiter struct {
+	*quota.Memory
+	mu        sync.Mutex
+	adjusts   int
+	cancelled int
+}
+
+func (l *ctxLimiter) Adjust(ctx context.Context, key string, p quota.Params, delta int64) error {
+	l.mu.Lock()
+	l.adjusts++
+	if ctx.Err() != nil {
+		l.cancelled++
+	}
+	l.mu.Unlock()
+	return l.Memory.Adjust(ctx, key, p, delta)
+}
+
+func TestClientLeavingMidStreamIsBilledForWhatWasDelivered(t *testing.T) {
+	g := newGenEnv(t, testdb.SQLite(t))
+	admin := g.login("admin@example.com", "admin-password")
+	key, _ := g.apiToken(g.signup("a@example.com", "A"))
+	upstreamGone := make(chan struct{})
+	provider := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.Write([]byte("data: {\"choices\":[{\"delta\":{\"content\":\"one two three\"}}]}\n\n"))
+		w.(http.Flusher).Flush()
+		<-r.Context().Done() // the gateway must cancel us when its client leaves
+		close(upstreamGone)
+	}))
+	defer provider.Close()
+	g.addKey(t, admin, "slow", provider.URL+"/v1", "sk-slow-stream")
+	limiter := &ctxLimiter{Memory: quota.NewMemory(g.clock.Now)}
+	g.h = New(Deps{Log: discardLog(), Store: g.store, Accounts: g.acc, Sessions: g.jwt, Directory: g.dir, Limiter: limiter,
+		Model: g.model, Usage: storeRecorder{g.store}, MaxBodyBytes: 1 << 20, Now: g.clock.Now, Scorer: flatScorer(g.env), Upstream: g.pool})
+	gateway := httptest.NewServer(g.h)
+	defer gateway.Close()
+
+	ctx, cancel := context.WithCancel(context.Background())
+	req, _ := http.NewRequestWithContext(ctx, "POST", gateway.URL+"/v1/chat/completions",
+		strings.NewReader(`{"model":"gpt-4o-mini","stream":true,"messages":[{"role":"user","content":"hi"}]}`))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+key)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := make([]byte, 64)
+	if n, _ := resp.Body.Read(first); !strings.Contains(string(first[:n]), "one two three") {
+		t.Fatalf("first bytes %q", first[:n])
+	}
+	cancel() // the client hangs up mid-stream
+	resp.Body.Close()
+	select {
+	case <-upstreamGone:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the provider request was not cancelled when the client left")
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	var u models.UsageTotals
+	for time.Now().Before(deadline) {
+		u, _ = g.store.UsageSince(context.Background(), orgOf(t, g.env, "a@example.com"), time.Now().Add(-time.Hour))
+		if u.Requests == 1 {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	// Billed for what was delivered, by our own count (the provider sent no usage).
+	if want := int64(local.CountTokens("one two three")); u.Requests != 1 || u.CompletionTokens != want {
+		t.Fatalf("usage %+v, want one request with %d completion tokens", u, want)
+	}
+	limiter.mu.Lock()
+	defer limiter.mu.Unlock()
+	if limiter.adjusts == 0 || limiter.cancelled != 0 {
+		t.Fatalf("settling ran %d times, %d of them on a cancelled context", limiter.adjusts, limiter.cancelled)
+	}
 }
