@@ -86,18 +86,18 @@ func (a *api) admitChat(c *gin.Context, caller accounts.Caller, weight, estimate
 	}
 	setLimitHeaders(c, "requests", dr)
 	setLimitHeaders(c, "tokens", dt)
-	// When the tokens bucket refuses, the request bucket's charge is given
-	// back and reported as not allowed with no wait: a RetryAfter says which
-	// bucket really tripped.
-	switch {
-	case !dr.Allowed && dr.RetryAfter > 0:
-		a.reject(c, caller, dr, "requests")
-		return false
-	case !dt.Allowed:
-		a.reject(c, caller, dt, "tokens")
-		return false
+	if dr.Allowed && dt.Allowed {
+		return true
 	}
-	return true
+	// Neither bucket was charged. The client must wait for both, so the
+	// longer wait is the one to report, named after its bucket; a shorter
+	// Retry-After would only earn another 429 (and count toward a freeze).
+	if dt.RetryAfter > dr.RetryAfter {
+		a.reject(c, caller, dt, "tokens")
+	} else {
+		a.reject(c, caller, dr, "requests")
+	}
+	return false
 }
 
 // settleTokens corrects the tokens bucket by what the request really used:

@@ -3,6 +3,7 @@ package handlers
 import (
 	"bytes"
 	"context"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -386,5 +387,38 @@ func TestClientLeavingMidStreamIsBilledForWhatWasDelivered(t *testing.T) {
 	defer limiter.mu.Unlock()
 	if limiter.adjusts == 0 || limiter.cancelled != 0 {
 		t.Fatalf("settling ran %d times, %d of them on a cancelled context", limiter.adjusts, limiter.cancelled)
+	}
+}
+
+func TestRefusedRequestsDoNotDrainAProviderKey(t *testing.T) {
+	g := newGenEnv(t, testdb.SQLite(t))
+	admin := g.login("admin@example.com", "admin-password")
+	key, _ := g.apiToken(g.signup("a@example.com", "A"))
+	provider := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		if strings.Contains(string(b), "invalid") {
+			w.WriteHeader(400)
+			w.Write([]byte(`{"error":{"message":"bad request","type":"invalid_request_error","code":"bad"}}`))
+			return
+		}
+		w.Write([]byte(`{"id":"x","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"fine"},"finish_reason":"stop"}],"usage":{"prompt_tokens":5,"completion_tokens":1,"total_tokens":6}}`))
+	}))
+	defer provider.Close()
+	w := g.do(request{method: "POST", path: "/api/admin/upstreams", bearer: admin,
+		body: `{"name":"small","base_url":"` + provider.URL + `/v1","api_key":"sk-small-key","tpm":600,"models":["gpt-4o-mini"]}`})
+	if w.Code != 201 {
+		t.Fatalf("add key: %d", w.Code)
+	}
+	for range 3 {
+		w := g.do(request{method: "POST", path: "/v1/chat/completions", bearer: key,
+			body: `{"model":"gpt-4o-mini","max_tokens":500,"messages":[{"role":"user","content":"invalid please"}]}`})
+		if w.Code != 400 {
+			t.Fatalf("refused request: %d %s", w.Code, w.Body.String())
+		}
+	}
+	w = g.do(request{method: "POST", path: "/v1/chat/completions", bearer: key, body: `{"model":"gpt-4o-mini","max_tokens":100,"messages":[{"role":"user","content":"hello"}]}`})
+	if w.Code != 200 || w.Header().Get("x-sluice-fallback") != "" || !strings.Contains(w.Body.String(), "fine") {
+		t.Fatalf("after refused requests the key should still serve: %d %v %s", w.Code, w.Header(), w.Body.String())
 	}
 }

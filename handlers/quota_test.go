@@ -299,3 +299,35 @@ func TestFreezesShowInTheBrowser(t *testing.T) {
 		t.Fatal("still frozen after the admin lifted it")
 	}
 }
+
+func TestRetryAfterIsTheLongerOfBothBuckets(t *testing.T) {
+	e := newEnv(t, testdb.SQLite(t))
+	admin := e.login("admin@example.com", "admin-password")
+	e.do(request{method: "PUT", path: "/api/admin/tiers/free", bearer: admin, body: `{"tokens_per_minute":600,"freeze_threshold":0}`})
+	key, _ := e.apiToken(e.signup("a@example.com", "A"))
+	big := `{"model":"sluice-local","max_tokens":550,"messages":[{"role":"user","content":"hi"}]}`
+	if w := e.do(request{method: "POST", path: "/v1/chat/completions", bearer: key, body: big}); w.Code != 200 {
+		t.Fatalf("first: %d", w.Code)
+	}
+	for e.chat(key).Code == 200 { // empty the request bucket too
+	}
+	w := e.do(request{method: "POST", path: "/v1/chat/completions", bearer: key, body: big})
+	if w.Code != 429 {
+		t.Fatalf("%d", w.Code)
+	}
+	wait := time.Duration(header(t, w, "retry-after-ms")) * time.Millisecond
+	e.clock.Advance(wait)
+	if w := e.do(request{method: "POST", path: "/v1/chat/completions", bearer: key, body: big}); w.Code != 200 {
+		t.Fatalf("after waiting the announced %v: %d %s", wait, w.Code, w.Body.String())
+	}
+}
+
+func TestHugeMaxTokensIsABadRequest(t *testing.T) {
+	e := newEnv(t, testdb.SQLite(t))
+	key, _ := e.apiToken(e.signup("a@example.com", "A"))
+	w := e.do(request{method: "POST", path: "/v1/chat/completions", bearer: key,
+		body: `{"model":"sluice-local","max_tokens":9223372036854775807,"messages":[{"role":"user","content":"hi"}]}`})
+	if w.Code != 400 || errorCode(t, w) != "invalid_max_tokens" {
+		t.Fatalf("%d %s", w.Code, w.Body.String())
+	}
+}

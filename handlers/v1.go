@@ -89,6 +89,10 @@ func bearer(r *http.Request) string {
 	return ""
 }
 
+// maxCompletionTokens bounds max_tokens far above any model's output, so
+// estimates (prompt + max_tokens) cannot overflow.
+const maxCompletionTokens = 10_000_000
+
 // chatRequest is the part of OpenAI's chat request Sluice reads; unknown
 // fields are accepted, as OpenAI's SDKs send many.
 type chatRequest struct {
@@ -147,8 +151,8 @@ func (a *api) readChatRequest(c *gin.Context) (chatRequest, []local.Message, []b
 	if req.MaxCompletionTokens == nil {
 		req.MaxCompletionTokens = req.MaxTokens
 	}
-	if m := req.MaxCompletionTokens; m != nil && *m < 1 {
-		return req, nil, nil, apperr.Field(apperr.Invalid, "invalid_max_tokens", "max_tokens", "max_tokens must be at least 1")
+	if m := req.MaxCompletionTokens; m != nil && (*m < 1 || *m > maxCompletionTokens) {
+		return req, nil, nil, apperr.Field(apperr.Invalid, "invalid_max_tokens", "max_tokens", "max_tokens must be from 1 to 10000000")
 	}
 	msgs := make([]local.Message, len(req.Messages))
 	for i, m := range req.Messages {

@@ -85,6 +85,13 @@ func (p *Pool) Do(ctx context.Context, req Request) (*Response, error) {
 			return nil, giveUp(ctx, fmt.Errorf("%w: the retry budget of %s is spent", ErrUnavailable, p.opts.Budget), last)
 		}
 		r := p.attempt(ctx, e, probe, req, timeout)
+		if r.kind != attemptDone || r.resp.Status/100 != 2 {
+			// Nothing was generated: give the key's tokens back, or failed
+			// and refused requests would drain it for every tenant.
+			if err := p.Settle(context.WithoutCancel(ctx), e.key.ID, req.Estimate, 0); err != nil {
+				p.opts.Log.Warn("refunding a provider key's tokens failed", "key", e.key.Name, "error", err)
+			}
+		}
 		switch r.kind {
 		case attemptDone:
 			r.resp.Attempts = attempt
