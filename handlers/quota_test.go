@@ -303,13 +303,14 @@ func TestFreezesShowInTheBrowser(t *testing.T) {
 func TestRetryAfterIsTheLongerOfBothBuckets(t *testing.T) {
 	e := newEnv(t, testdb.SQLite(t))
 	admin := e.login("admin@example.com", "admin-password")
-	e.do(request{method: "PUT", path: "/api/admin/tiers/free", bearer: admin, body: `{"tokens_per_minute":600,"freeze_threshold":0}`})
+	e.do(request{method: "PUT", path: "/api/admin/tiers/free", bearer: admin, body: `{"tokens_per_minute":100,"freeze_threshold":0}`})
 	key, _ := e.apiToken(e.signup("a@example.com", "A"))
-	big := `{"model":"sluice-local","max_tokens":550,"messages":[{"role":"user","content":"hi"}]}`
+	// Reserves ~95 of the minute's 100 tokens; the reply uses ~35 of them.
+	big := `{"model":"sluice-local","max_tokens":90,"messages":[{"role":"user","content":"hi"}]}`
 	if w := e.do(request{method: "POST", path: "/v1/chat/completions", bearer: key, body: big}); w.Code != 200 {
 		t.Fatalf("first: %d", w.Code)
 	}
-	for e.chat(key).Code == 200 { // empty the request bucket too
+	for e.do(request{method: "GET", path: "/v1/models", bearer: key}).Code == 200 { // empty the request bucket too
 	}
 	w := e.do(request{method: "POST", path: "/v1/chat/completions", bearer: key, body: big})
 	if w.Code != 429 {
