@@ -160,7 +160,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.ShutdownTimeout)
 	defer cancel()
 	errShutdown := srv.Shutdown(shutdownCtx)
-	errRecorder := recorder.Close(shutdownCtx)
+	// Storing the queued usage gets its own deadline: a long stream that
+	// used up the first must not cost the usage of everything else.
+	drainCtx, cancelDrain := context.WithTimeout(context.WithoutCancel(ctx), cfg.ShutdownTimeout)
+	defer cancelDrain()
+	errRecorder := recorder.Close(drainCtx)
 	if err := <-served; err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return err
 	}

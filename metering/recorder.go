@@ -27,10 +27,13 @@ type Recorder struct {
 	maxBatch int
 	interval time.Duration
 
-	mu     sync.RWMutex // guards closed against Record racing Close
-	closed bool
-	events chan models.UsageEvent
-	done   chan struct{}
+	mu      sync.RWMutex // guards closed against Record racing Close
+	closed  bool
+	events  chan models.UsageEvent
+	closing chan struct{} // closed when Close starts: blocked Records give up
+	abandon chan struct{} // closed when Close's deadline passes: stop retrying
+	done    chan struct{}
+	once    sync.Once
 }
 
 // ErrClosed is returned by Record after Close.
@@ -41,27 +44,41 @@ var ErrClosed = errors.New("metering: recorder is closed")
 func NewRecorder(sink Sink, log *slog.Logger, interval time.Duration, maxBatch int) *Recorder {
 	r := &Recorder{
 		sink: sink, log: log, maxBatch: maxBatch, interval: interval,
-		events: make(chan models.UsageEvent, 8*maxBatch),
-		done:   make(chan struct{}),
+		events:  make(chan models.UsageEvent, 8*maxBatch),
+		closing: make(chan struct{}),
+		abandon: make(chan struct{}),
+		done:    make(chan struct{}),
 	}
 	go r.loop()
 	return r
 }
 
-// Record enqueues one event.
+// Record enqueues one event. With the buffer full (the database is slow or
+// down) it waits, which is back-pressure, until Close begins.
 func (r *Recorder) Record(ev models.UsageEvent) error {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	if r.closed {
 		return ErrClosed
 	}
-	r.events <- ev
-	return nil
+	select {
+	case r.events <- ev:
+		return nil
+	default:
+	}
+	select {
+	case r.events <- ev:
+		return nil
+	case <-r.closing:
+		return ErrClosed
+	}
 }
 
 // Close stops accepting events and returns once every queued event is
-// stored, or ctx ends; in that case the error says how many were not.
+// stored, or ctx ends: then the recorder stops retrying and logs how many
+// events it could not store.
 func (r *Recorder) Close(ctx context.Context) error {
+	r.once.Do(func() { close(r.closing) })
 	r.mu.Lock()
 	if !r.closed {
 		r.closed = true
@@ -72,7 +89,9 @@ func (r *Recorder) Close(ctx context.Context) error {
 	case <-r.done:
 		return nil
 	case <-ctx.Done():
-		return errors.New("metering: shutdown timed out with usage events still queued")
+		close(r.abandon)
+		<-r.done
+		return errors.New("metering: shutdown deadline passed before every usage event was stored (see the log)")
 	}
 }
 
@@ -126,7 +145,14 @@ func (r *Recorder) flush(batch []models.UsageEvent) {
 			return
 		}
 		r.log.Error("storing usage events failed; retrying", "events", len(batch), "attempt", attempt, "err", err)
-		time.Sleep(backoff)
+		select {
+		case <-time.After(backoff):
+		case <-r.abandon:
+			r.log.Error("usage events lost: the database stayed unavailable past the shutdown deadline", "events", len(batch)+len(r.events))
+			for range r.events { // drain what is queued, uncounted
+			}
+			return
+		}
 		backoff = min(2*backoff, 5*time.Second)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -120,4 +121,49 @@ func TestRecorderStoresIntoTheDatabase(t *testing.T) {
 			t.Fatal("last used not recorded")
 		}
 	})
+}
+
+type downSink struct{}
+
+func (downSink) InsertUsageEvents(context.Context, []models.UsageEvent) error {
+	return errors.New("database is down")
+}
+func (downSink) TouchAPITokens(context.Context, map[int64]time.Time) error { return nil }
+
+// With the database down and the buffer full, a shutdown must still end at
+// its deadline: blocked Records give up and the recorder stops retrying.
+func TestCloseEndsAtItsDeadlineWhenTheDatabaseIsDown(t *testing.T) {
+	r := NewRecorder(downSink{}, quiet(), time.Hour, 1) // buffer of 8
+	var wg sync.WaitGroup
+	errs := make(chan error, 20)
+	for i := range 20 { // more than the buffer: some block
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs <- r.Record(models.UsageEvent{RequestID: fmt.Sprint(i)})
+		}()
+	}
+	for len(r.events) < cap(r.events) { // wait until the writers have filled the buffer
+		runtime.Gosched()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	if err := r.Close(ctx); err == nil {
+		t.Fatal("Close reported success with the database down")
+	}
+	if took := time.Since(start); took > 2*time.Second {
+		t.Fatalf("Close took %v", took)
+	}
+	wg.Wait()
+	close(errs)
+	refused := 0
+	for err := range errs {
+		if errors.Is(err, ErrClosed) {
+			refused++
+		}
+	}
+	if refused == 0 {
+		t.Fatal("no blocked Record was released")
+	}
 }
