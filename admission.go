@@ -32,6 +32,7 @@ type admission struct {
 	leader  quota.Leader
 	listen  func(ctx context.Context, apply func(cluster.Event)) // nil without Redis
 	status  func() handlers.LimiterStatus
+	redis   *redis.Client // the node's one Redis client; nil without Redis
 	close   func()
 }
 
@@ -54,8 +55,8 @@ func newAdmission(cfg config.Config, db *models.DB, log *slog.Logger, metrics *p
 	if err != nil {
 		return nil, fmt.Errorf("REDIS_URL: %w", err)
 	}
-	// Short timeouts: a slow Redis must turn into local limits quickly,
-	// not into slow requests.
+	// Short timeouts: a slow Redis must turn into local limits (and cache
+	// misses) quickly, not into slow requests.
 	opts.DialTimeout, opts.ReadTimeout, opts.WriteTimeout = cfg.RedisTimeout*5, cfg.RedisTimeout, cfg.RedisTimeout
 	// No retries: a retried EVALSHA could run the script twice and charge
 	// twice. Deadlines from the request context are honoured.
@@ -88,6 +89,7 @@ func newAdmission(cfg config.Config, db *models.DB, log *slog.Logger, metrics *p
 		bus:     bus,
 		leader:  lease,
 		listen:  bus.Listen,
+		redis:   client,
 		status: func() handlers.LimiterStatus {
 			return handlers.LimiterStatus{Mode: limiter.State(), Nodes: cfg.ExpectedNodes}
 		},

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/models"
@@ -69,15 +68,9 @@ func newGeneration(ctx context.Context, cfg config.Config, store *models.Store, 
 	if err := svc.Reload(ctx); err != nil {
 		return nil, err
 	}
-	if cfg.RedisURL != "" {
-		opts, err := redis.ParseURL(cfg.RedisURL)
-		if err != nil {
-			return nil, fmt.Errorf("REDIS_URL: %w", err)
-		}
-		client := redis.NewClient(opts)
-		g.cache = respcache.NewRedis(client, cfg.RedisPrefix+"cache:")
-		g.sessions = sessions.NewRedis(client, cfg.RedisPrefix+"session:", cfg.ChatSessionTTL)
-		g.close = func() { client.Close() }
+	if adm.redis != nil { // the admission's client: short timeouts, no retries
+		g.cache = respcache.NewRedis(adm.redis, cfg.RedisPrefix+"cache:")
+		g.sessions = sessions.NewRedis(adm.redis, cfg.RedisPrefix+"session:", cfg.ChatSessionTTL)
 		return g, nil
 	}
 	mem, err := respcache.NewMemory(cfg.CacheMaxBytes, nil)

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -308,7 +309,12 @@ func (a *api) storeCached(c *gin.Context, key string, body []byte) {
 const sessionHeader = "X-Sluice-Session"
 
 // withSession prepends the stored history of the request's session, if it
-// names one, and rewrites the body to match.
+// names one, and rewrites the body to match. The new turn's messages travel
+// exactly as the client wrote them (images, tool calls and all); only the
+// history, kept as text, is inserted before them, trimmed to the session
+// budget. When the new turn brings its own system message, the stored one
+// gives way, so a client resending its system prompt each turn does not
+// accumulate copies.
 func (a *api) withSession(c *gin.Context, caller accounts.Caller, msgs []local.Message, body []byte) ([]local.Message, []byte, error) {
 	id := c.GetHeader(sessionHeader)
 	if id == "" || a.sessions == nil {
@@ -319,24 +325,46 @@ func (a *api) withSession(c *gin.Context, caller accounts.Caller, msgs []local.M
 	}
 	history, _, err := a.sessions.Load(c.Request.Context(), sessions.Scope{OrgID: caller.OrgID, TokenID: caller.TokenID, ID: id})
 	if err != nil {
-		return nil, nil, apperr.Wrap(err, "load session")
+		a.log.Warn("session store unavailable", "request_id", requestID(c), "err", err)
+		return nil, nil, apperr.WithReason(apperr.Unavailable, "session_store_unavailable",
+			"the session store is unavailable right now; retry, or send the request without "+sessionHeader)
 	}
 	if len(history) == 0 {
 		return msgs, body, nil
 	}
-	composed := sessions.Compose(history, toSessionMessages(msgs), a.sessionBudget, local.CountTokens)
-	var m map[string]json.RawMessage
-	if err := json.Unmarshal(body, &m); err != nil {
+	if hasSystem(msgs) {
+		history = slices.DeleteFunc(slices.Clone(history), func(m sessions.Message) bool { return isSystemRole(m.Role) })
+	}
+	historyBudget := a.sessionBudget - local.PromptTokens(msgs)
+	var kept []sessions.Message
+	if historyBudget > 0 {
+		kept = sessions.Compose(history, nil, historyBudget, local.CountTokens)
+	} else { // the new turn alone fills the budget: keep only the system prompt
+		kept = slices.DeleteFunc(slices.Clone(history), func(m sessions.Message) bool { return !isSystemRole(m.Role) })
+	}
+	var req map[string]json.RawMessage
+	var incoming []json.RawMessage
+	if json.Unmarshal(body, &req) != nil || json.Unmarshal(req["messages"], &incoming) != nil {
 		return nil, nil, apperr.Field(apperr.Invalid, "invalid_json", "", "request body is not valid JSON")
 	}
-	raw, _ := json.Marshal(composed)
-	m["messages"] = raw
-	body, _ = json.Marshal(m)
-	out := make([]local.Message, len(composed))
-	for i, s := range composed {
-		out[i] = local.Message{Role: s.Role, Content: s.Content}
+	all := make([]json.RawMessage, 0, len(kept)+len(incoming))
+	out := make([]local.Message, 0, len(kept)+len(msgs))
+	for _, m := range kept {
+		raw, _ := json.Marshal(m)
+		all = append(all, raw)
+		out = append(out, local.Message{Role: m.Role, Content: m.Content})
 	}
+	all = append(all, incoming...)
+	out = append(out, msgs...)
+	req["messages"], _ = json.Marshal(all)
+	body, _ = json.Marshal(req)
 	return out, body, nil
+}
+
+func isSystemRole(role string) bool { return role == "system" || role == "developer" }
+
+func hasSystem(msgs []local.Message) bool {
+	return slices.ContainsFunc(msgs, func(m local.Message) bool { return isSystemRole(m.Role) })
 }
 
 // saveSession stores the conversation with the new reply, refreshing its TTL.

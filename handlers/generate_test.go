@@ -422,3 +422,36 @@ func TestRefusedRequestsDoNotDrainAProviderKey(t *testing.T) {
 		t.Fatalf("after refused requests the key should still serve: %d %v %s", w.Code, w.Header(), w.Body.String())
 	}
 }
+
+func TestSessionKeepsTheNewTurnAsWritten(t *testing.T) {
+	g := newGenEnv(t, testdb.SQLite(t))
+	admin := g.login("admin@example.com", "admin-password")
+	key, _ := g.apiToken(g.signup("a@example.com", "A"))
+	var mu sync.Mutex
+	var bodies []string
+	provider := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		bodies = append(bodies, string(b))
+		mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		w.Write([]byte(`{"id":"x","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"a cat"},"finish_reason":"stop"}],"usage":{"prompt_tokens":5,"completion_tokens":2,"total_tokens":7}}`))
+	}))
+	defer provider.Close()
+	g.addKey(t, admin, "vision", provider.URL+"/v1", "sk-vision-key")
+	hdr := map[string]string{"X-Sluice-Session": "pics"}
+	first := `{"model":"gpt-4o-mini","messages":[{"role":"system","content":"describe"},{"role":"user","content":"hello"}]}`
+	second := `{"model":"gpt-4o-mini","messages":[{"role":"system","content":"describe"},{"role":"user","content":[{"type":"text","text":"what is this"},{"type":"image_url","image_url":{"url":"https://example.com/cat.png"}}]}]}`
+	for _, b := range []string{first, second} {
+		if w := g.do(request{method: "POST", path: "/v1/chat/completions", bearer: key, body: b, header: hdr}); w.Code != 200 {
+			t.Fatalf("%d %s", w.Code, w.Body.String())
+		}
+	}
+	sent := bodies[1]
+	if !strings.Contains(sent, `"image_url"`) || !strings.Contains(sent, "cat.png") {
+		t.Fatalf("the image part was dropped: %s", sent)
+	}
+	if !strings.Contains(sent, `"hello"`) || !strings.Contains(sent, `"a cat"`) || strings.Count(sent, `"system"`) != 1 {
+		t.Fatalf("history not prepended once: %s", sent)
+	}
+}
