@@ -25,6 +25,7 @@ const (
 	RateLimited   Code = "rate_limited"       // over a limit: 429
 	Frozen        Code = "frozen"             // token frozen for abuse: 429
 	Unavailable   Code = "unavailable"        // dependency down: 503
+	BadUpstream   Code = "bad_upstream"       // a provider answered something unusable: 502
 	Internal      Code = "internal"           // a bug or an unexpected failure: 500
 )
 
@@ -108,6 +109,8 @@ func Status(code Code) int {
 		return http.StatusTooManyRequests
 	case Unavailable:
 		return http.StatusServiceUnavailable
+	case BadUpstream:
+		return http.StatusBadGateway
 	default:
 		return http.StatusInternalServerError
 	}

@@ -123,7 +123,11 @@ func (a *api) limiterError(c *gin.Context, caller accounts.Caller, err error, we
 			msg = "this request may use " + strconv.FormatInt(estimate, 10) + " tokens (prompt + max_tokens), more than the " +
 				caller.Tier.Name + " tier's " + strconv.FormatInt(caller.Tier.TokensPerMinute, 10) + " tokens per minute; lower max_tokens"
 		}
-		writeOpenAIError(c, a.log, apperr.Field(apperr.Invalid, "request_exceeds_limit", "max_tokens", msg))
+		param := "X-Sluice-Priority"
+		if estimate > caller.Tier.TokensPerMinute && caller.Tier.TokensPerMinute > 0 {
+			param = "max_tokens"
+		}
+		writeOpenAIError(c, a.log, apperr.Field(apperr.Invalid, "request_exceeds_limit", param, msg))
 		return
 	}
 	writeOpenAIError(c, a.log, apperr.Wrap(err, "rate limiter"))

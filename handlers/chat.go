@@ -128,7 +128,10 @@ func (a *api) answerUpstream(c *gin.Context, caller accounts.Caller, req chatReq
 			return served{} // the client left; nothing to answer
 		}
 		if !errors.Is(err, upstream.ErrUnavailable) && !errors.Is(err, upstream.ErrNoKey) {
-			writeOpenAIError(c, a.log, apperr.Wrap(err, "upstream"))
+			// The provider answered something unusable (e.g. an oversized
+			// body): a bad gateway, not our bug.
+			a.log.Warn("unusable provider answer", "request_id", requestID(c), "err", err)
+			writeOpenAIError(c, a.log, apperr.WithReason(apperr.BadUpstream, "upstream_error", "the provider's answer could not be used; retry later"))
 			return served{}
 		}
 		if caller.Tier.UpstreamFallback == "error" {
