@@ -53,6 +53,9 @@ func (a *api) admit(c *gin.Context) {
 	caller := c.MustGet(callerKey).(accounts.Caller)
 	if a.notFrozen(c, caller) && a.admitRequests(c, caller, 1) {
 		c.Next()
+		if err := a.usage.Touch(caller.TokenID, a.now().UTC()); err != nil {
+			a.log.Warn("marking a token used failed", "request_id", requestID(c), "err", err)
+		}
 	}
 }
 

@@ -336,3 +336,20 @@ func TestTokenSecretIsShownOnce(t *testing.T) {
 		t.Fatalf("bad expiry: %d", w.Code)
 	}
 }
+
+func TestUnmeteredCallsStillMarkTheTokenUsed(t *testing.T) {
+	e := newEnv(t, testdb.SQLite(t))
+	member := e.signup("a@example.com", "A")
+	key, _ := e.apiToken(member)
+	if w := e.do(request{method: "GET", path: "/v1/models", bearer: key}); w.Code != 200 {
+		t.Fatal(w.Code)
+	}
+	w := e.do(request{method: "GET", path: "/api/tokens", bearer: member})
+	if !strings.Contains(w.Body.String(), `"last_used_at":"20`) {
+		t.Fatalf("listing models did not mark the token used: %s", w.Body.String())
+	}
+	u, _ := e.store.UsageSince(t.Context(), orgOf(t, e, "a@example.com"), time.Now().Add(-time.Hour))
+	if u.Requests != 0 {
+		t.Fatalf("an unmetered call was billed: %+v", u)
+	}
+}

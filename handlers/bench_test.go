@@ -5,6 +5,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sluicehq/sluice/internal/testdb"
 	"github.com/sluicehq/sluice/models"
@@ -33,6 +34,8 @@ func benchEnv(b *testing.B) (*env, string) {
 type nopRecorder struct{}
 
 func (nopRecorder) Record(models.UsageEvent) error { return nil }
+
+func (nopRecorder) Touch(int64, time.Time) error { return nil }
 
 func BenchmarkChatCompletion(b *testing.B) {
 	e, key := benchEnv(b)

@@ -24,6 +24,10 @@ import (
 // batching recorder has its own tests.
 type storeRecorder struct{ store *models.Store }
 
+func (r storeRecorder) Touch(tokenID int64, at time.Time) error {
+	return r.store.TouchAPITokens(context.Background(), map[int64]time.Time{tokenID: at})
+}
+
 func (r storeRecorder) Record(ev models.UsageEvent) error {
 	ctx := context.Background()
 	if err := r.store.InsertUsageEvents(ctx, []models.UsageEvent{ev}); err != nil {

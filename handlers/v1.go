@@ -28,6 +28,8 @@ import (
 // UsageRecorder takes usage events off the request path.
 type UsageRecorder interface {
 	Record(ev models.UsageEvent) error
+	// Touch marks a token used by a request that is not metered.
+	Touch(tokenID int64, at time.Time) error
 }
 
 // Upstream is the pool of provider keys.

@@ -53,6 +53,12 @@ func NewRecorder(sink Sink, log *slog.Logger, interval time.Duration, maxBatch i
 	return r
 }
 
+// Touch records that a token was used by a request that is not metered
+// (listing models, reading a session), so its last-used time stays true.
+func (r *Recorder) Touch(tokenID int64, at time.Time) error {
+	return r.Record(models.UsageEvent{TokenID: tokenID, CreatedAt: at})
+}
+
 // Record enqueues one event. With the buffer full (the database is slow or
 // down) it waits, which is back-pressure, until Close begins.
 func (r *Recorder) Record(ev models.UsageEvent) error {
@@ -128,11 +134,16 @@ func (r *Recorder) flush(batch []models.UsageEvent) {
 		return
 	}
 	lastUsed := make(map[int64]time.Time)
+	billed := batch[:0:0]
 	for _, ev := range batch {
 		if ev.CreatedAt.After(lastUsed[ev.TokenID]) {
 			lastUsed[ev.TokenID] = ev.CreatedAt
 		}
+		if !ev.TouchOnly() {
+			billed = append(billed, ev)
+		}
 	}
+	batch = billed
 	backoff := 100 * time.Millisecond
 	for attempt := 1; ; attempt++ {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

@@ -167,3 +167,18 @@ func TestCloseEndsAtItsDeadlineWhenTheDatabaseIsDown(t *testing.T) {
 		t.Fatal("no blocked Record was released")
 	}
 }
+
+func TestTouchMarksUseWithoutBilling(t *testing.T) {
+	sink := &flakySink{stored: map[string]models.UsageEvent{}, touched: map[int64]time.Time{}}
+	r := NewRecorder(sink, quiet(), time.Hour, 16)
+	at := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	if err := r.Touch(42, at); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if len(sink.stored) != 0 || !sink.touched[42].Equal(at) {
+		t.Fatalf("stored %v touched %v", sink.stored, sink.touched)
+	}
+}

@@ -27,6 +27,10 @@ type UsageEvent struct {
 	CreatedAt        time.Time
 }
 
+// TouchOnly says the event only marks a token as used (it has no request id
+// and is not billed).
+func (e UsageEvent) TouchOnly() bool { return e.RequestID == "" }
+
 // InsertUsageEvents stores a batch. A request id already stored is skipped,
 // so a batch retried after a partial failure never double-bills.
 func (s *Store) InsertUsageEvents(ctx context.Context, evs []UsageEvent) error {
