@@ -173,5 +173,16 @@ func adjust(tat, now int64, s shape, delta int64) int64 {
 	return min(next, now+2*s.tau)
 }
 
+// pairShapes validates both charges of an AllowBoth before anything is
+// charged, so a bad second charge never leaves the first one spent.
+func pairShapes(a, b Charge) (shape, shape, error) {
+	sa, err := newShape(a.Params, a.Weight)
+	if err != nil {
+		return shape{}, shape{}, err
+	}
+	sb, err := newShape(b.Params, b.Weight)
+	return sa, sb, err
+}
+
 // shapeForAdjust validates p for Adjust, where any delta is allowed.
 func shapeForAdjust(p Params) (shape, error) { return newShape(p, 1) }

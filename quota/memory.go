@@ -114,11 +114,7 @@ func (m *Memory) Allow(ctx context.Context, key string, p Params, weight int64) 
 // bucket that could not have taken its charge, so the wait before retrying
 // is the larger of the two. The Redis backend answers alike (decideBoth).
 func (m *Memory) AllowBoth(ctx context.Context, a, b Charge) (Decision, Decision, error) {
-	sa, err := newShape(a.Params, a.Weight)
-	if err != nil {
-		return Decision{}, Decision{}, err
-	}
-	sb, err := newShape(b.Params, b.Weight)
+	sa, sb, err := pairShapes(a, b)
 	if err != nil {
 		return Decision{}, Decision{}, err
 	}

@@ -132,11 +132,7 @@ func (r *Redis) Allow(ctx context.Context, key string, p Params, weight int64) (
 // other. The decisions are what Memory.AllowBoth reports in the same state.
 // The two keys must share a hash tag on Redis Cluster (see Keys above).
 func (r *Redis) AllowBoth(ctx context.Context, a, b Charge) (Decision, Decision, error) {
-	sa, err := newShape(a.Params, a.Weight)
-	if err != nil {
-		return Decision{}, Decision{}, err
-	}
-	sb, err := newShape(b.Params, b.Weight)
+	sa, sb, err := pairShapes(a, b)
 	if err != nil {
 		return Decision{}, Decision{}, err
 	}

@@ -96,9 +96,8 @@ func (p *Pages) UpdateTier(c *gin.Context) {
 
 // SetOrganizationTier moves an organization to another tier.
 func (p *Pages) SetOrganizationTier(c *gin.Context) {
-	id, err := strconv.ParseInt(c.Param("id"), 10, 64)
-	if err != nil || id <= 0 {
-		p.fail(c, apperr.New(apperr.NotFound, "No such organization."))
+	id, ok := p.pathID(c, "No such organization.")
+	if !ok {
 		return
 	}
 	u, _ := userOf(c)
@@ -172,9 +171,8 @@ func (p *Pages) freezeRows(c *gin.Context, fs []models.Freeze, orgNames map[int6
 
 // LiftFreeze ends a freeze early from the admin page.
 func (p *Pages) LiftFreeze(c *gin.Context) {
-	id, err := strconv.ParseInt(c.Param("id"), 10, 64)
-	if err != nil || id <= 0 {
-		p.fail(c, apperr.New(apperr.NotFound, "No such freeze."))
+	id, ok := p.pathID(c, "No such freeze.")
+	if !ok {
 		return
 	}
 	u, _ := userOf(c)

@@ -65,9 +65,8 @@ func (p *Pages) CreateToken(c *gin.Context) {
 // RevokeToken revokes one of the organization's tokens; another
 // organization's token is a 404.
 func (p *Pages) RevokeToken(c *gin.Context) {
-	id, err := strconv.ParseInt(c.Param("id"), 10, 64)
-	if err != nil || id <= 0 {
-		p.fail(c, apperr.New(apperr.NotFound, "No such token."))
+	id, ok := p.pathID(c, "No such token.")
+	if !ok {
 		return
 	}
 	u, _ := userOf(c)

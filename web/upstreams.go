@@ -90,9 +90,8 @@ func (p *Pages) CreateUpstream(c *gin.Context) {
 
 // DeleteUpstream removes a provider key.
 func (p *Pages) DeleteUpstream(c *gin.Context) {
-	id, err := strconv.ParseInt(c.Param("id"), 10, 64)
-	if err != nil || id <= 0 {
-		p.fail(c, apperr.New(apperr.NotFound, "No such provider key."))
+	id, ok := p.pathID(c, "No such provider key.")
+	if !ok {
 		return
 	}
 	u, _ := userOf(c)

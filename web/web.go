@@ -119,3 +119,14 @@ func formatOptionalTime(t *time.Time, none string) string {
 	}
 	return formatTime(*t)
 }
+
+// pathID reads the positive id of a path like /tokens/{id}/revoke; anything
+// else cannot name a row, so it answers the 404 page with notFound.
+func (p *Pages) pathID(c *gin.Context, notFound string) (int64, bool) {
+	id, err := strconv.ParseInt(c.Param("id"), 10, 64)
+	if err != nil || id <= 0 {
+		p.fail(c, apperr.New(apperr.NotFound, "%s", notFound))
+		return 0, false
+	}
+	return id, true
+}
