@@ -328,9 +328,7 @@ func (a *api) withSession(c *gin.Context, caller accounts.Caller, msgs []local.M
 	}
 	history, _, err := a.sessions.Load(c.Request.Context(), sessions.Scope{OrgID: caller.OrgID, TokenID: caller.TokenID, ID: id})
 	if err != nil {
-		a.log.Warn("session store unavailable", "request_id", requestID(c), "err", err)
-		return nil, nil, apperr.WithReason(apperr.Unavailable, "session_store_unavailable",
-			"the session store is unavailable right now; retry, or send the request without "+sessionHeader)
+		return nil, nil, a.sessionStoreDown(c, err)
 	}
 	if len(history) == 0 {
 		return msgs, body, nil
@@ -392,45 +390,60 @@ func toSessionMessages(msgs []local.Message) []sessions.Message {
 	return out
 }
 
-// getSession answers GET /v1/sessions/{id}: the stored history of the
-// caller's own session.
-func (a *api) getSession(c *gin.Context) {
+var errNoSession = apperr.WithReason(apperr.NotFound, "session_not_found", "no such session (or it expired)")
+
+// sessionStoreDown is how a failing session store answers: the request may
+// be retried, so a 503, not an internal error.
+func (a *api) sessionStoreDown(c *gin.Context, err error) error {
+	a.log.Warn("session store unavailable", "request_id", requestID(c), "err", err)
+	return apperr.WithReason(apperr.Unavailable, "session_store_unavailable",
+		"the session store is unavailable right now; retry, or send the request without "+sessionHeader)
+}
+
+// sessionScope is the caller's own session named by the path; another
+// token's or organization's session with that id is simply another scope.
+func (a *api) sessionScope(c *gin.Context) (sessions.Scope, bool) {
 	caller := c.MustGet(callerKey).(accounts.Caller)
 	id := c.Param("id")
 	if a.sessions == nil || !sessions.ValidID(id) {
-		writeOpenAIError(c, a.log, apperr.WithReason(apperr.NotFound, "session_not_found", "no such session"))
-		return
+		writeOpenAIError(c, a.log, errNoSession)
+		return sessions.Scope{}, false
 	}
-	msgs, ok, err := a.sessions.Load(c.Request.Context(), sessions.Scope{OrgID: caller.OrgID, TokenID: caller.TokenID, ID: id})
-	if err != nil {
-		writeOpenAIError(c, a.log, apperr.Wrap(err, "load session"))
-		return
-	}
+	return sessions.Scope{OrgID: caller.OrgID, TokenID: caller.TokenID, ID: id}, true
+}
+
+// getSession answers GET /v1/sessions/{id}: the stored history.
+func (a *api) getSession(c *gin.Context) {
+	scope, ok := a.sessionScope(c)
 	if !ok {
-		writeOpenAIError(c, a.log, apperr.WithReason(apperr.NotFound, "session_not_found", "no such session (or it expired)"))
 		return
 	}
-	c.JSON(http.StatusOK, gin.H{"id": id, "object": "session", "messages": msgs})
+	msgs, found, err := a.sessions.Load(c.Request.Context(), scope)
+	switch {
+	case err != nil:
+		writeOpenAIError(c, a.log, a.sessionStoreDown(c, err))
+	case !found:
+		writeOpenAIError(c, a.log, errNoSession)
+	default:
+		c.JSON(http.StatusOK, gin.H{"id": scope.ID, "object": "session", "messages": msgs})
+	}
 }
 
 // deleteSession answers DELETE /v1/sessions/{id}.
 func (a *api) deleteSession(c *gin.Context) {
-	caller := c.MustGet(callerKey).(accounts.Caller)
-	id := c.Param("id")
-	if a.sessions == nil || !sessions.ValidID(id) {
-		writeOpenAIError(c, a.log, apperr.WithReason(apperr.NotFound, "session_not_found", "no such session"))
-		return
-	}
-	ok, err := a.sessions.Delete(c.Request.Context(), sessions.Scope{OrgID: caller.OrgID, TokenID: caller.TokenID, ID: id})
-	if err != nil {
-		writeOpenAIError(c, a.log, apperr.Wrap(err, "delete session"))
-		return
-	}
+	scope, ok := a.sessionScope(c)
 	if !ok {
-		writeOpenAIError(c, a.log, apperr.WithReason(apperr.NotFound, "session_not_found", "no such session (or it expired)"))
 		return
 	}
-	c.JSON(http.StatusOK, gin.H{"id": id, "object": "session", "deleted": true})
+	found, err := a.sessions.Delete(c.Request.Context(), scope)
+	switch {
+	case err != nil:
+		writeOpenAIError(c, a.log, a.sessionStoreDown(c, err))
+	case !found:
+		writeOpenAIError(c, a.log, errNoSession)
+	default:
+		c.JSON(http.StatusOK, gin.H{"id": scope.ID, "object": "session", "deleted": true})
+	}
 }
 
 // afterwards is the context for bookkeeping after the answer was sent (or

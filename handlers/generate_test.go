@@ -3,6 +3,7 @@ package handlers
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -453,5 +454,38 @@ func TestSessionKeepsTheNewTurnAsWritten(t *testing.T) {
 	}
 	if !strings.Contains(sent, `"hello"`) || !strings.Contains(sent, `"a cat"`) || strings.Count(sent, `"system"`) != 1 {
 		t.Fatalf("history not prepended once: %s", sent)
+	}
+}
+
+type brokenSessions struct{}
+
+func (brokenSessions) Load(context.Context, sessions.Scope) ([]sessions.Message, bool, error) {
+	return nil, false, errors.New("redis: connection refused")
+}
+func (brokenSessions) Save(context.Context, sessions.Scope, []sessions.Message) error {
+	return errors.New("redis: connection refused")
+}
+func (brokenSessions) Delete(context.Context, sessions.Scope) (bool, error) {
+	return false, errors.New("redis: connection refused")
+}
+
+func TestSessionStoreDownIsA503(t *testing.T) {
+	e := newEnv(t, testdb.SQLite(t))
+	key, _ := e.apiToken(e.signup("a@example.com", "A"))
+	e.h = New(Deps{Log: discardLog(), Store: e.store, Accounts: e.acc, Sessions: e.jwt, Directory: e.dir, Limiter: e.limiter,
+		Model: e.model, Usage: storeRecorder{e.store}, MaxBodyBytes: 1 << 20, Now: e.clock.Now, Conversations: brokenSessions{}})
+	cases := []request{
+		{method: "POST", path: "/v1/chat/completions", bearer: key, body: chatBody, header: map[string]string{"X-Sluice-Session": "s1"}},
+		{method: "GET", path: "/v1/sessions/s1", bearer: key},
+		{method: "DELETE", path: "/v1/sessions/s1", bearer: key},
+	}
+	for _, r := range cases {
+		if w := e.do(r); w.Code != 503 || errorCode(t, w) != "session_store_unavailable" {
+			t.Errorf("%s %s: %d %s", r.method, r.path, w.Code, w.Body.String())
+		}
+	}
+	// Without the header the store is not needed at all.
+	if w := e.chat(key); w.Code != 200 {
+		t.Fatalf("plain request: %d", w.Code)
 	}
 }
