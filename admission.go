@@ -13,7 +13,6 @@ import (
 	"github.com/sluicehq/sluice/accounts"
 	"github.com/sluicehq/sluice/cluster"
 	"github.com/sluicehq/sluice/config"
-	"github.com/sluicehq/sluice/handlers"
 	"github.com/sluicehq/sluice/models"
 	"github.com/sluicehq/sluice/quota"
 	"github.com/sluicehq/sluice/upstream"
@@ -31,7 +30,7 @@ type admission struct {
 	bus     cluster.Bus
 	leader  quota.Leader
 	listen  func(ctx context.Context, apply func(cluster.Event)) // nil without Redis
-	status  func() handlers.LimiterStatus
+	status  func() quota.LimiterStatus
 	redis   *redis.Client // the node's one Redis client; nil without Redis
 	close   func()
 }
@@ -47,7 +46,7 @@ func newAdmission(cfg config.Config, db *models.DB, log *slog.Logger, metrics *p
 		leader := models.NewAdvisoryLeader(db, tunerLockKey)
 		return &admission{
 			limiter: quota.NewMemory(nil), window: quota.NewMemoryWindow(nil), bus: cluster.None{}, leader: leader,
-			status: func() handlers.LimiterStatus { return handlers.LimiterStatus{Mode: "local", Nodes: cfg.ExpectedNodes} },
+			status: func() quota.LimiterStatus { return quota.LimiterStatus{Mode: "local", Nodes: cfg.ExpectedNodes} },
 			close:  leader.Resign,
 		}, nil
 	}
@@ -90,8 +89,8 @@ func newAdmission(cfg config.Config, db *models.DB, log *slog.Logger, metrics *p
 		leader:  lease,
 		listen:  bus.Listen,
 		redis:   client,
-		status: func() handlers.LimiterStatus {
-			return handlers.LimiterStatus{Mode: limiter.State(), Nodes: cfg.ExpectedNodes}
+		status: func() quota.LimiterStatus {
+			return quota.LimiterStatus{Mode: limiter.State(), Nodes: cfg.ExpectedNodes}
 		},
 		close: func() {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)

@@ -10,23 +10,23 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/conversations"
 	"github.com/sluicehq/sluice/models"
 	"github.com/sluicehq/sluice/providers"
 	"github.com/sluicehq/sluice/respcache"
 	"github.com/sluicehq/sluice/secrets"
-	"github.com/sluicehq/sluice/sessions"
 	"github.com/sluicehq/sluice/upstream"
 )
 
 // generation is a node's way to answer chat requests beyond the local
-// model: the provider key pool, the response cache and session histories,
-// in process or in Redis.
+// model: the provider key pool, the response cache and conversation
+// histories, in process or in Redis.
 type generation struct {
-	pool      *upstream.Pool
-	providers *providers.Service
-	cache     respcache.Cache
-	sessions  sessions.Store
-	close     func()
+	pool          *upstream.Pool
+	providers     *providers.Service
+	cache         respcache.Cache
+	conversations conversations.Store
+	close         func()
 }
 
 func newGeneration(ctx context.Context, cfg config.Config, store *models.Store, adm *admission, log *slog.Logger, metrics *prometheus.Registry) (*generation, error) {
@@ -42,7 +42,6 @@ func newGeneration(ctx context.Context, cfg config.Config, store *models.Store, 
 		return nil, err
 	}
 	g := &generation{close: func() {}}
-	var svc *providers.Service
 	g.pool = upstream.NewPool(upstream.PoolOptions{
 		Limiter: adm.limiter,
 		Client: &http.Client{
@@ -56,21 +55,16 @@ func newGeneration(ctx context.Context, cfg config.Config, store *models.Store, 
 		MaxBackoff:     cfg.UpstreamMaxBackoff,
 		StallTimeout:   cfg.UpstreamAttempt,
 		Log:            log,
-		OnDisabled: func(keyID int64, reason string) {
-			// Off the request path: the pool already stopped using the key.
-			go svc.Disable(context.WithoutCancel(ctx), keyID, reason)
-		},
 	})
 	metrics.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_upstream_retries_total",
 		Help: "Provider attempts that were retries."}, func() float64 { return float64(g.pool.Retries()) }))
-	svc = providers.New(store, box, g.pool, adm.bus, log)
-	g.providers = svc
-	if err := svc.Reload(ctx); err != nil {
+	g.providers = providers.New(store, box, g.pool, adm.bus, log)
+	if err := g.providers.Reload(ctx); err != nil {
 		return nil, err
 	}
 	if adm.redis != nil { // the admission's client: short timeouts, no retries
 		g.cache = respcache.NewRedis(adm.redis, cfg.RedisPrefix+"cache:")
-		g.sessions = sessions.NewRedis(adm.redis, cfg.RedisPrefix+"session:", cfg.ChatSessionTTL)
+		g.conversations = conversations.NewRedis(adm.redis, cfg.RedisPrefix+"session:", cfg.ChatSessionTTL)
 		return g, nil
 	}
 	mem, err := respcache.NewMemory(cfg.CacheMaxBytes, nil)
@@ -78,7 +72,7 @@ func newGeneration(ctx context.Context, cfg config.Config, store *models.Store, 
 		return nil, err
 	}
 	g.cache = mem
-	g.sessions = sessions.NewMemory(cfg.ChatSessionTTL, nil)
+	g.conversations = conversations.NewMemory(cfg.ChatSessionTTL, nil)
 	g.close = mem.Close
 	return g, nil
 }

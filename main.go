@@ -21,6 +21,7 @@ import (
 
 	"github.com/sluicehq/sluice/accounts"
 	"github.com/sluicehq/sluice/cluster"
+	"github.com/sluicehq/sluice/completion"
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/handlers"
 	"github.com/sluicehq/sluice/metering"
@@ -28,6 +29,7 @@ import (
 	"github.com/sluicehq/sluice/models"
 	"github.com/sluicehq/sluice/quota"
 	"github.com/sluicehq/sluice/upstream/local"
+	"github.com/sluicehq/sluice/web"
 )
 
 func main() {
@@ -100,20 +102,29 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	}
 	defer gen.close()
 
+	pipeline := completion.New(completion.Deps{
+		Log: log, Now: time.Now,
+		Limiter: adm.limiter, Freezes: dir, Freezer: acc, Detector: quota.NewDetector(adm.window),
+		Scorer:          quota.NewValueScorer(quota.DefaultValueRules(), nil),
+		PriorityWeights: cfg.PriorityWeights, DefaultMaxTokens: cfg.DefaultMaxTokens,
+		Local: model, Providers: gen.pool,
+		Cache: gen.cache, CacheTTL: cfg.CacheTTL,
+		Conversations: gen.conversations, HistoryBudget: cfg.ChatSessionBudget,
+		Recorder: recorder,
+	})
 	inFlight, latency := &quota.InFlight{}, quota.NewLatencyWindow(1024, time.Minute, nil)
 	metrics.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_inflight_requests",
 		Help: "API requests in flight on this node."}, func() float64 { return float64(inFlight.Value()) }))
-	handler := handlers.New(handlers.Deps{
-		Log: log, Store: store, Accounts: acc, Sessions: accounts.NewSessions([]byte(secret), cfg.SessionTTL, nil),
-		Directory: dir, Limiter: adm.limiter, Model: model, Usage: recorder,
-		MaxBodyBytes: cfg.MaxBodyBytes, Health: func() error { return db.Ping(ctx) },
-		Detector: quota.NewDetector(adm.window), Scorer: quota.NewValueScorer(quota.DefaultValueRules(), nil),
-		PriorityWeights: cfg.PriorityWeights, DefaultMaxTokens: cfg.DefaultMaxTokens,
-		InFlight: inFlight, Latency: latency, Limits: adm.status,
-		Metrics:  promhttp.HandlerFor(metrics, promhttp.HandlerOpts{}),
-		Upstream: gen.pool, Cache: gen.cache, CacheTTL: cfg.CacheTTL, Conversations: gen.sessions, SessionBudget: cfg.ChatSessionBudget,
-		Providers: gen.providers, PoolStatus: gen.pool.Status,
-	})
+	sessions := accounts.NewSessions([]byte(secret), cfg.SessionTTL, nil)
+	handler := handlers.New(log,
+		handlers.Ops{Health: db.Ping, Metrics: promhttp.HandlerFor(metrics, promhttp.HandlerOpts{})},
+		handlers.API{Directory: dir, Pipeline: pipeline, Conversations: gen.conversations, Models: gen.pool.Models,
+			Usage: recorder, MaxBodyBytes: cfg.MaxBodyBytes, InFlight: inFlight, Latency: latency, Now: time.Now},
+		handlers.Management{Store: store, Accounts: acc, Sessions: sessions, Providers: gen.providers,
+			PoolStatus: gen.pool.Status, Limits: adm.status, MaxBodyBytes: cfg.MaxBodyBytes, Now: time.Now},
+		web.New(web.Deps{Log: log, Store: store, Accounts: acc, Sessions: sessions, Providers: gen.providers,
+			PoolStatus: gen.pool.Status, Limits: adm.status, Now: time.Now}),
+	)
 	srv := &http.Server{
 		Handler:           handler,
 		ReadHeaderTimeout: 10 * time.Second,
@@ -131,6 +142,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		go servePprof(ctx, cfg.PprofAddr, log)
 	}
 	go reloadEvery(ctx, dir, cfg.TokenCacheTTL, log)
+	go gen.providers.PersistRefusals(ctx, gen.pool.Refusals())
 	if adm.listen != nil {
 		go adm.listen(ctx, func(e cluster.Event) {
 			err := dir.Apply(ctx, e)

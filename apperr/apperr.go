@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"time"
 )
 
 // Code classifies an error for callers and for the HTTP mapping.
@@ -29,13 +30,18 @@ const (
 	Internal      Code = "internal"           // a bug or an unexpected failure: 500
 )
 
-// Error is the one error type. Message is shown to users; Cause is not.
+// Error is the one error type. Message is shown to users, except for
+// Internal errors, whose message is generic; Cause is never shown.
 type Error struct {
 	Code    Code
 	Reason  string // machine-readable detail, e.g. "invalid_api_key"; optional
 	Param   string // the request field at fault, e.g. "messages"; optional
 	Message string
 	Cause   error
+	// RetryAfter is how long the client should wait before trying again
+	// (a limit, a freeze, an unavailable provider); 0 when waiting would
+	// not help or is not known.
+	RetryAfter time.Duration
 }
 
 func (e *Error) Error() string {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/testdb"
 	"github.com/sluicehq/sluice/models"
+	"github.com/sluicehq/sluice/quota"
 	"github.com/sluicehq/sluice/upstream"
 	"github.com/sluicehq/sluice/upstream/mock"
 )
@@ -26,8 +27,9 @@ func benchEnv(b *testing.B) (*env, string) {
 	if _, err := e.acc.UpdateTier(b.Context(), admin, "free", models.TierSettings{Capacity: 1_000_000, RefillPerSec: 1_000_000}); err != nil {
 		b.Fatal(err)
 	}
-	e.h = New(Deps{Log: discardLog(), Store: e.store, Accounts: e.acc, Sessions: nil, Directory: e.dir, Limiter: e.limiter,
-		Model: e.model, Usage: nopRecorder{}, MaxBodyBytes: 1 << 20, Now: e.clock.Now})
+	e.pipe.Recorder, e.api.Usage, e.api.MaxBodyBytes = nopRecorder{}, nopRecorder{}, 1<<20
+	e.pipe.Scorer = quota.NewValueScorer(quota.DefaultValueRules(), e.clock.Now) // as in production
+	e.rebuild()
 	return e, key
 }
 
@@ -76,8 +78,8 @@ func BenchmarkChatUpstream(b *testing.B) {
 	defer srv.Close()
 	pool := upstream.NewPool(upstream.PoolOptions{Log: discardLog()})
 	pool.SetKeys([]upstream.Key{{ID: 1, Name: "bench", BaseURL: srv.URL + "/v1", Secret: "sk-bench-key", Weight: 1}})
-	e.h = New(Deps{Log: discardLog(), Store: e.store, Accounts: e.acc, Directory: e.dir, Limiter: e.limiter,
-		Model: e.model, Usage: nopRecorder{}, MaxBodyBytes: 1 << 20, Now: e.clock.Now, Upstream: pool})
+	e.pipe.Providers, e.api.Models = pool, pool.Models
+	e.rebuild()
 	body := `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hello there, how are you"}]}`
 	b.ReportAllocs()
 	for b.Loop() {

@@ -2,7 +2,10 @@ package handlers
 
 import (
 	"log/slog"
+	"math"
 	"net/http"
+	"strconv"
+	"time"
 
 	"github.com/gin-gonic/gin"
 
@@ -28,27 +31,33 @@ type openAIErrorBody struct {
 	} `json:"error"`
 }
 
-// publicError returns what may be shown of err and logs internal ones with
-// their cause, which never reaches the client.
-func publicError(c *gin.Context, log *slog.Logger, err error) (status int, code, message string) {
-	e := apperr.As(err)
+// publicError returns what may be shown of err. Only internal errors hide
+// their message: they are logged here, once, with their cause, which never
+// reaches the client. Every other error was written for the client (a 503
+// says what is unavailable) and, if worth logging, was logged where it
+// happened. A Retry-After hint becomes the Retry-After headers.
+func publicError(c *gin.Context, log *slog.Logger, err error) (e *apperr.Error, status int, code, message string) {
+	e = apperr.As(err)
 	status = apperr.Status(e.Code)
 	code = string(e.Code)
 	if e.Reason != "" {
 		code = e.Reason
 	}
 	message = e.Message
-	if status >= 500 {
+	if e.Code == apperr.Internal {
 		rid := requestID(c)
 		log.Error("request failed", "request_id", rid, "method", c.Request.Method, "path", c.FullPath(), "err", err)
 		message = "internal error; quote request id " + rid + " when reporting it"
 	}
-	return status, code, message
+	if e.RetryAfter > 0 {
+		setRetryAfter(c, e.RetryAfter)
+	}
+	return e, status, code, message
 }
 
 // writeAPIError answers a management API request with err.
 func writeAPIError(c *gin.Context, log *slog.Logger, err error) {
-	status, code, message := publicError(c, log, err)
+	_, status, code, message := publicError(c, log, err)
 	var body errorBody
 	body.Error.Code, body.Error.Message = code, message
 	c.AbortWithStatusJSON(status, body)
@@ -56,11 +65,12 @@ func writeAPIError(c *gin.Context, log *slog.Logger, err error) {
 
 // writeOpenAIError answers a /v1 request with err in OpenAI's shape.
 func writeOpenAIError(c *gin.Context, log *slog.Logger, err error) {
-	status, code, message := publicError(c, log, err)
+	e, status, code, message := publicError(c, log, err)
 	var body openAIErrorBody
 	body.Error.Message, body.Error.Code = message, code
 	body.Error.Type = openAIErrorType(status)
-	if p := apperr.As(err).Param; p != "" {
+	if e.Param != "" {
+		p := e.Param
 		body.Error.Param = &p
 	}
 	c.AbortWithStatusJSON(status, body)
@@ -79,4 +89,13 @@ func openAIErrorType(status int) string {
 	default:
 		return "invalid_request_error"
 	}
+}
+
+// setRetryAfter writes Retry-After (whole seconds, rounded up, as HTTP
+// wants) and retry-after-ms (what OpenAI's SDKs prefer).
+func setRetryAfter(c *gin.Context, wait time.Duration) {
+	wait = max(wait, time.Millisecond)
+	h := c.Writer.Header()
+	h.Set("Retry-After", strconv.FormatInt(int64(math.Ceil(wait.Seconds())), 10))
+	h.Set("retry-after-ms", strconv.FormatInt(int64(math.Ceil(float64(wait)/float64(time.Millisecond))), 10))
 }

@@ -12,16 +12,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/chat"
 	"github.com/sluicehq/sluice/cluster"
+	"github.com/sluicehq/sluice/conversations"
 	"github.com/sluicehq/sluice/internal/testdb"
 	"github.com/sluicehq/sluice/models"
 	"github.com/sluicehq/sluice/providers"
 	"github.com/sluicehq/sluice/quota"
 	"github.com/sluicehq/sluice/respcache"
 	"github.com/sluicehq/sluice/secrets"
-	"github.com/sluicehq/sluice/sessions"
 	"github.com/sluicehq/sluice/upstream"
-	"github.com/sluicehq/sluice/upstream/local"
 	"github.com/sluicehq/sluice/upstream/mock"
 )
 
@@ -40,26 +40,27 @@ func newGenEnv(t *testing.T, db *models.DB) *genEnv {
 	m := mock.New(mock.Config{Keys: map[string]float64{"sk-mock-key": 0}, StreamChunks: 3})
 	srv := httptest.NewServer(m)
 	t.Cleanup(srv.Close)
-	var prov *providers.Service
-	disabled := make(chan struct{}, 10)
 	pool := upstream.NewPool(upstream.PoolOptions{AttemptTimeout: 2 * time.Second, Budget: 300 * time.Millisecond,
-		MaxBackoff: 5 * time.Millisecond, BaseBackoff: time.Millisecond, StallTimeout: 150 * time.Millisecond, Log: discardLog(),
-		OnDisabled: func(id int64, reason string) {
-			go func() { prov.Disable(context.Background(), id, reason); disabled <- struct{}{} }()
-		}})
+		MaxBackoff: 5 * time.Millisecond, BaseBackoff: time.Millisecond, StallTimeout: 150 * time.Millisecond, Log: discardLog()})
 	box, _ := secrets.NewBox(bytes.Repeat([]byte{3}, 32))
-	prov = providers.New(e.store, box, pool, cluster.None{}, discardLog())
+	prov := providers.New(e.store, box, pool, cluster.None{}, discardLog())
+	disabled := make(chan struct{}, 10)
+	go func() { // as PersistRefusals does, saying when each is stored
+		for r := range pool.Refusals() {
+			prov.Disable(context.Background(), r.KeyID, r.Reason)
+			disabled <- struct{}{}
+		}
+	}()
 	cache, err := respcache.NewMemory(1<<20, e.clock.Now)
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.h = New(Deps{
-		Log: discardLog(), Store: e.store, Accounts: e.acc, Sessions: e.jwt, Directory: e.dir, Limiter: e.limiter,
-		Model: e.model, Usage: storeRecorder{e.store}, MaxBodyBytes: 1 << 20, Now: e.clock.Now,
-		Scorer: flatScorer(e), Upstream: pool, Cache: cache, CacheTTL: time.Minute,
-		Conversations: sessions.NewMemory(30*time.Minute, e.clock.Now), SessionBudget: 4096,
-		Providers: prov, PoolStatus: pool.Status,
-	})
+	convs := conversations.NewMemory(30*time.Minute, e.clock.Now)
+	e.pipe.Providers, e.pipe.Cache, e.pipe.CacheTTL, e.pipe.Conversations = pool, cache, time.Minute, convs
+	e.api.Conversations, e.api.Models, e.api.MaxBodyBytes = convs, pool.Models, 1<<20
+	e.mgmt.Providers, e.mgmt.PoolStatus, e.mgmt.MaxBodyBytes = prov, pool.Status, 1<<20
+	e.pages.Providers, e.pages.PoolStatus = prov, pool.Status
+	e.rebuild()
 	return &genEnv{env: e, pool: pool, providers: prov, mock: m, mockURL: srv.URL + "/v1", disabled: disabled}
 }
 
@@ -346,8 +347,8 @@ func TestClientLeavingMidStreamIsBilledForWhatWasDelivered(t *testing.T) {
 	defer provider.Close()
 	g.addKey(t, admin, "slow", provider.URL+"/v1", "sk-slow-stream")
 	limiter := &ctxLimiter{Memory: quota.NewMemory(g.clock.Now)}
-	g.h = New(Deps{Log: discardLog(), Store: g.store, Accounts: g.acc, Sessions: g.jwt, Directory: g.dir, Limiter: limiter,
-		Model: g.model, Usage: storeRecorder{g.store}, MaxBodyBytes: 1 << 20, Now: g.clock.Now, Scorer: flatScorer(g.env), Upstream: g.pool})
+	g.pipe.Limiter = limiter
+	g.rebuild()
 	gateway := httptest.NewServer(g.h)
 	defer gateway.Close()
 
@@ -381,7 +382,7 @@ func TestClientLeavingMidStreamIsBilledForWhatWasDelivered(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	// Billed for what was delivered, by our own count (the provider sent no usage).
-	if want := int64(local.CountTokens("one two three")); u.Requests != 1 || u.CompletionTokens != want {
+	if want := int64(chat.CountTokens("one two three")); u.Requests != 1 || u.CompletionTokens != want {
 		t.Fatalf("usage %+v, want one request with %d completion tokens", u, want)
 	}
 	limiter.mu.Lock()
@@ -457,23 +458,23 @@ func TestSessionKeepsTheNewTurnAsWritten(t *testing.T) {
 	}
 }
 
-type brokenSessions struct{}
+type brokenConversations struct{}
 
-func (brokenSessions) Load(context.Context, sessions.Scope) ([]sessions.Message, bool, error) {
+func (brokenConversations) Load(context.Context, conversations.Scope) ([]chat.Message, bool, error) {
 	return nil, false, errors.New("redis: connection refused")
 }
-func (brokenSessions) Save(context.Context, sessions.Scope, []sessions.Message) error {
+func (brokenConversations) Save(context.Context, conversations.Scope, []chat.Message) error {
 	return errors.New("redis: connection refused")
 }
-func (brokenSessions) Delete(context.Context, sessions.Scope) (bool, error) {
+func (brokenConversations) Delete(context.Context, conversations.Scope) (bool, error) {
 	return false, errors.New("redis: connection refused")
 }
 
 func TestSessionStoreDownIsA503(t *testing.T) {
 	e := newEnv(t, testdb.SQLite(t))
 	key, _ := e.apiToken(e.signup("a@example.com", "A"))
-	e.h = New(Deps{Log: discardLog(), Store: e.store, Accounts: e.acc, Sessions: e.jwt, Directory: e.dir, Limiter: e.limiter,
-		Model: e.model, Usage: storeRecorder{e.store}, MaxBodyBytes: 1 << 20, Now: e.clock.Now, Conversations: brokenSessions{}})
+	e.pipe.Conversations, e.api.Conversations = brokenConversations{}, brokenConversations{}
+	e.rebuild()
 	cases := []request{
 		{method: "POST", path: "/v1/chat/completions", bearer: key, body: chatBody, header: map[string]string{"X-Sluice-Session": "s1"}},
 		{method: "GET", path: "/v1/sessions/s1", bearer: key},

@@ -1,6 +1,7 @@
 package handlers
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"io"
@@ -8,16 +9,20 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/internal/clocktest"
-
 	"github.com/sluicehq/sluice/accounts"
 	"github.com/sluicehq/sluice/cluster"
+	"github.com/sluicehq/sluice/completion"
+	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/internal/clocktest"
 	"github.com/sluicehq/sluice/models"
 	"github.com/sluicehq/sluice/quota"
+	"github.com/sluicehq/sluice/upstream"
 	"github.com/sluicehq/sluice/upstream/local"
+	"github.com/sluicehq/sluice/web"
 )
 
 // storeRecorder writes usage synchronously, so tests see it at once; the
@@ -36,7 +41,8 @@ func (r storeRecorder) Record(ev models.UsageEvent) error {
 	return r.store.TouchAPITokens(ctx, map[int64]time.Time{ev.TokenID: ev.CreatedAt})
 }
 
-// env is a Sluice HTTP stack on a real database with a fake clock.
+// env is a Sluice HTTP stack on a real database with a fake clock. Its
+// parts are kept so a test can swap one and rebuild.
 type env struct {
 	t       testing.TB
 	h       http.Handler
@@ -47,6 +53,55 @@ type env struct {
 	limiter *quota.Memory
 	model   *local.Model
 	jwt     *accounts.Sessions
+
+	log   *slog.Logger
+	pipe  completion.Deps
+	api   API
+	mgmt  Management
+	pages web.Deps
+}
+
+// rebuild makes the handler from the env's parts, after a test changed one.
+func (e *env) rebuild() {
+	e.api.Pipeline = completion.New(e.pipe)
+	e.h = New(e.log, Ops{}, e.api, e.mgmt, web.New(e.pages))
+}
+
+// captureLogs sends every part's log lines to the returned buffer.
+func (e *env) captureLogs() *syncBuffer {
+	var b syncBuffer
+	e.log = slog.New(slog.NewTextHandler(&b, nil))
+	e.pipe.Log, e.pages.Log = e.log, e.log
+	e.rebuild()
+	return &b
+}
+
+// syncBuffer is a bytes.Buffer safe for concurrent writers.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// defaults is the configuration a server started with no settings gets:
+// the one source of defaults.
+func defaults(t testing.TB) config.Config {
+	cfg, err := config.Load(nil, func(string) string { return "" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
 }
 
 func discardLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
@@ -73,17 +128,32 @@ func newEnv(t testing.TB, db *models.DB) *env {
 	}
 	limiter := quota.NewMemory(clk.Now)
 	jwt := accounts.NewSessions([]byte("0123456789abcdef0123456789abcdef"), time.Hour, clk.Now)
-	h := New(Deps{
-		Log: discardLog(), Store: store, Accounts: acc,
-		Sessions:  jwt,
-		Directory: dir, Limiter: limiter, Model: model, Usage: storeRecorder{store},
-		MaxBodyBytes: 4 << 10, Now: clk.Now,
-		// Flat weights, so tests count requests; the low-value rules have
-		// their own test.
-		Scorer: quota.NewValueScorer(quota.ValueRules{}, clk.Now),
-	})
-	return &env{t: t, h: h, store: store, clock: clk, acc: acc, dir: dir, limiter: limiter, model: model, jwt: jwt}
+	cfg := defaults(t)
+	recorder := storeRecorder{store}
+	e := &env{t: t, store: store, clock: clk, acc: acc, dir: dir, limiter: limiter, model: model, jwt: jwt, log: discardLog(),
+		pipe: completion.Deps{
+			Log: discardLog(), Now: clk.Now,
+			Limiter: limiter, Freezes: dir, Freezer: acc, Detector: quota.NewDetector(quota.NewMemoryWindow(clk.Now)),
+			// Flat weights, so tests count requests; the low-value rules
+			// have their own test.
+			Scorer:          quota.NewValueScorer(quota.ValueRules{}, clk.Now),
+			PriorityWeights: cfg.PriorityWeights, DefaultMaxTokens: cfg.DefaultMaxTokens,
+			Local: model, CacheTTL: cfg.CacheTTL, HistoryBudget: cfg.ChatSessionBudget,
+			Recorder: recorder,
+		},
+		api: API{Directory: dir, Models: func() []string { return nil }, Usage: recorder, MaxBodyBytes: 4 << 10,
+			InFlight: &quota.InFlight{}, Latency: quota.NewLatencyWindow(1024, time.Minute, clk.Now), Now: clk.Now},
+		mgmt: Management{Store: store, Accounts: acc, Sessions: jwt, PoolStatus: noKeys, Limits: inProcess,
+			MaxBodyBytes: 4 << 10, Now: clk.Now},
+		pages: web.Deps{Log: discardLog(), Store: store, Accounts: acc, Sessions: jwt, PoolStatus: noKeys, Limits: inProcess, Now: clk.Now},
+	}
+	e.rebuild()
+	return e
 }
+
+func noKeys() []upstream.KeyStatus { return nil }
+
+func inProcess() quota.LimiterStatus { return quota.LimiterStatus{Mode: "local", Nodes: 1} }
 
 // request is one HTTP call in a test.
 type request struct {
@@ -170,9 +240,4 @@ const chatBody = `{"model":"sluice-local","messages":[{"role":"user","content":"
 
 func (e *env) chat(key string) *httptest.ResponseRecorder {
 	return e.do(request{method: "POST", path: "/v1/chat/completions", bearer: key, body: chatBody})
-}
-
-// flatScorer gives every request its base weight, so tests count requests.
-func flatScorer(e *env) *quota.ValueScorer {
-	return quota.NewValueScorer(quota.ValueRules{}, e.clock.Now)
 }

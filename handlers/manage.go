@@ -15,21 +15,27 @@ import (
 	"github.com/sluicehq/sluice/apperr"
 	"github.com/sluicehq/sluice/models"
 	"github.com/sluicehq/sluice/providers"
+	"github.com/sluicehq/sluice/quota"
 	"github.com/sluicehq/sluice/upstream"
 )
 
-// manage serves the management JSON API under /api: the dashboard's
-// operations for automation, authenticated by a session JWT bearer.
+// Management is what the management JSON API under /api uses.
+type Management struct {
+	Store        *models.Store
+	Accounts     *accounts.Service
+	Sessions     *accounts.Sessions
+	Providers    *providers.Service
+	PoolStatus   func() []upstream.KeyStatus // live state of provider keys
+	Limits       func() quota.LimiterStatus  // where the rate limiter keeps its state
+	MaxBodyBytes int64
+	Now          func() time.Time
+}
+
+// manage serves the management JSON API: the dashboard's operations for
+// automation, authenticated by a session JWT bearer.
 type manage struct {
-	log          *slog.Logger
-	store        *models.Store
-	accounts     *accounts.Service
-	sessions     *accounts.Sessions
-	maxBodyBytes int64
-	now          func() time.Time
-	limits       func() LimiterStatus
-	providers    *providers.Service
-	poolStatus   func() []upstream.KeyStatus
+	Management
+	log *slog.Logger
 }
 
 const userKey = "sluice.user"
@@ -41,12 +47,12 @@ func (m *manage) authenticateSession(c *gin.Context) {
 		writeAPIError(c, m.log, apperr.WithReason(apperr.Unauthorized, "missing_session", "sign in first: send 'Authorization: Bearer <token from /api/auth/login>'"))
 		return
 	}
-	id, err := m.sessions.Parse(tok)
+	id, err := m.Sessions.Parse(tok)
 	if err != nil {
 		writeAPIError(c, m.log, err)
 		return
 	}
-	u, err := m.store.User(c.Request.Context(), id)
+	u, err := m.Store.User(c.Request.Context(), id)
 	if err != nil {
 		if apperr.CodeOf(err) == apperr.NotFound {
 			err = apperr.WithReason(apperr.Unauthorized, "invalid_session", "session is invalid or expired; sign in again")
@@ -72,7 +78,7 @@ func currentUser(c *gin.Context) models.User { return c.MustGet(userKey).(models
 // decode reads a strict JSON body: unknown fields are errors, because a
 // misspelt setting silently ignored is worse than a 400.
 func (m *manage) decode(c *gin.Context, dst any) error {
-	dec := json.NewDecoder(http.MaxBytesReader(c.Writer, c.Request.Body, m.maxBodyBytes))
+	dec := json.NewDecoder(http.MaxBytesReader(c.Writer, c.Request.Body, m.MaxBodyBytes))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(dst); err != nil {
 		var tooBig *http.MaxBytesError
@@ -129,12 +135,12 @@ func (m *manage) signup(c *gin.Context) {
 		writeAPIError(c, m.log, err)
 		return
 	}
-	u, o, err := m.accounts.Signup(c.Request.Context(), in.Email, in.Password, in.Organization)
+	u, o, err := m.Accounts.Signup(c.Request.Context(), in.Email, in.Password, in.Organization)
 	if err != nil {
 		writeAPIError(c, m.log, err)
 		return
 	}
-	tok, expires, err := m.sessions.Issue(u)
+	tok, expires, err := m.Sessions.Issue(u)
 	if err != nil {
 		writeAPIError(c, m.log, err)
 		return
@@ -151,12 +157,12 @@ func (m *manage) login(c *gin.Context) {
 		writeAPIError(c, m.log, err)
 		return
 	}
-	u, err := m.accounts.Login(c.Request.Context(), in.Email, in.Password, c.ClientIP())
+	u, err := m.Accounts.Login(c.Request.Context(), in.Email, in.Password, c.ClientIP())
 	if err != nil {
 		writeAPIError(c, m.log, err)
 		return
 	}
-	tok, expires, err := m.sessions.Issue(u)
+	tok, expires, err := m.Sessions.Issue(u)
 	if err != nil {
 		writeAPIError(c, m.log, err)
 		return
@@ -176,7 +182,7 @@ type tokenOut struct {
 }
 
 func (m *manage) toTokenOut(t models.APIToken) tokenOut {
-	return tokenOut{ID: t.ID, Name: t.Name, Prefix: t.Prefix, Status: t.Status(m.now()),
+	return tokenOut{ID: t.ID, Name: t.Name, Prefix: t.Prefix, Status: t.Status(m.Now()),
 		CreatedAt: t.CreatedAt, LastUsedAt: t.LastUsedAt, ExpiresAt: t.ExpiresAt, RevokedAt: t.RevokedAt}
 }
 
@@ -189,7 +195,7 @@ func (m *manage) createToken(c *gin.Context) {
 		writeAPIError(c, m.log, err)
 		return
 	}
-	t, secret, err := m.accounts.CreateToken(c.Request.Context(), currentUser(c), in.Name, in.ExpiresInDays)
+	t, secret, err := m.Accounts.CreateToken(c.Request.Context(), currentUser(c), in.Name, in.ExpiresInDays)
 	if err != nil {
 		writeAPIError(c, m.log, err)
 		return
@@ -202,7 +208,7 @@ func (m *manage) createToken(c *gin.Context) {
 }
 
 func (m *manage) listTokens(c *gin.Context) {
-	ts, err := m.store.APITokens(c.Request.Context(), currentUser(c).OrgID)
+	ts, err := m.Store.APITokens(c.Request.Context(), currentUser(c).OrgID)
 	if err != nil {
 		writeAPIError(c, m.log, err)
 		return
@@ -220,7 +226,7 @@ func (m *manage) revokeToken(c *gin.Context) {
 		writeAPIError(c, m.log, err)
 		return
 	}
-	t, err := m.accounts.RevokeToken(c.Request.Context(), currentUser(c), id)
+	t, err := m.Accounts.RevokeToken(c.Request.Context(), currentUser(c), id)
 	if err != nil {
 		writeAPIError(c, m.log, err)
 		return
@@ -252,16 +258,16 @@ func toUsageOut(u models.UsageTotals) usageTotalsOut {
 // usage reports the caller's organization's usage today and this month, in
 // UTC; events reach the database within a second of the request.
 func (m *manage) usage(c *gin.Context) {
-	now := m.now().UTC()
+	now := m.Now().UTC()
 	day := time.Date(now.Year(), now.Month(), now.Day(), 0, 0, 0, 0, time.UTC)
 	month := time.Date(now.Year(), now.Month(), 1, 0, 0, 0, 0, time.UTC)
 	orgID := currentUser(c).OrgID
-	today, err := m.store.UsageSince(c.Request.Context(), orgID, day)
+	today, err := m.Store.UsageSince(c.Request.Context(), orgID, day)
 	if err != nil {
 		writeAPIError(c, m.log, err)
 		return
 	}
-	thisMonth, err := m.store.UsageSince(c.Request.Context(), orgID, month)
+	thisMonth, err := m.Store.UsageSince(c.Request.Context(), orgID, month)
 	if err != nil {
 		writeAPIError(c, m.log, err)
 		return
@@ -287,7 +293,7 @@ func toTierOut(t models.Tier) tierOut {
 }
 
 func (m *manage) listTiers(c *gin.Context) {
-	ts, err := m.store.Tiers(c.Request.Context())
+	ts, err := m.Store.Tiers(c.Request.Context())
 	if err != nil {
 		writeAPIError(c, m.log, err)
 		return
@@ -316,7 +322,7 @@ func (m *manage) updateTier(c *gin.Context) {
 		return
 	}
 	ctx := c.Request.Context()
-	cur, err := m.store.TierByName(ctx, c.Param("name"))
+	cur, err := m.Store.TierByName(ctx, c.Param("name"))
 	if err != nil {
 		writeAPIError(c, m.log, err)
 		return
@@ -330,7 +336,7 @@ func (m *manage) updateTier(c *gin.Context) {
 	set(&l.Autotune, in.Autotune)
 	set(&l.RefillFloor, in.RefillFloor)
 	set(&l.UpstreamFallback, in.Fallback)
-	t, err := m.accounts.UpdateTier(ctx, currentUser(c), cur.Name, l)
+	t, err := m.Accounts.UpdateTier(ctx, currentUser(c), cur.Name, l)
 	if err != nil {
 		writeAPIError(c, m.log, err)
 		return
@@ -346,7 +352,7 @@ func set[T any](dst *T, v *T) {
 }
 
 func (m *manage) listOrganizations(c *gin.Context) {
-	os, err := m.store.Organizations(c.Request.Context())
+	os, err := m.Store.Organizations(c.Request.Context())
 	if err != nil {
 		writeAPIError(c, m.log, err)
 		return
@@ -375,7 +381,7 @@ func (m *manage) setOrganizationTier(c *gin.Context) {
 		writeAPIError(c, m.log, apperr.New(apperr.Unprocessable, "tier is required"))
 		return
 	}
-	o, err := m.accounts.SetOrganizationTier(c.Request.Context(), currentUser(c), id, in.Tier)
+	o, err := m.Accounts.SetOrganizationTier(c.Request.Context(), currentUser(c), id, in.Tier)
 	if err != nil {
 		writeAPIError(c, m.log, err)
 		return

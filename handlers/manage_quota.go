@@ -22,7 +22,7 @@ type freezeOut struct {
 }
 
 func (m *manage) toFreezeOut(f models.Freeze) freezeOut {
-	return freezeOut{f.ID, f.TokenID, f.OrgID, f.Reason, f.WindowCount, f.FrozenFrom, f.FrozenUntil, f.LiftedAt, f.Active(m.now())}
+	return freezeOut{f.ID, f.TokenID, f.OrgID, f.Reason, f.WindowCount, f.FrozenFrom, f.FrozenUntil, f.LiftedAt, f.Active(m.Now())}
 }
 
 func (m *manage) freezesOut(fs []models.Freeze) []freezeOut {
@@ -35,7 +35,7 @@ func (m *manage) freezesOut(fs []models.Freeze) []freezeOut {
 
 // myFreezes lists the caller's organization's freezes and why they happened.
 func (m *manage) myFreezes(c *gin.Context) {
-	fs, err := m.store.OrganizationFreezes(c.Request.Context(), currentUser(c).OrgID, 50)
+	fs, err := m.Store.OrganizationFreezes(c.Request.Context(), currentUser(c).OrgID, 50)
 	if err != nil {
 		writeAPIError(c, m.log, err)
 		return
@@ -45,7 +45,7 @@ func (m *manage) myFreezes(c *gin.Context) {
 
 // listFreezes lists every organization's latest freezes, for admins.
 func (m *manage) listFreezes(c *gin.Context) {
-	fs, err := m.store.Freezes(c.Request.Context(), 200)
+	fs, err := m.Store.Freezes(c.Request.Context(), 200)
 	if err != nil {
 		writeAPIError(c, m.log, err)
 		return
@@ -60,7 +60,7 @@ func (m *manage) liftFreeze(c *gin.Context) {
 		writeAPIError(c, m.log, err)
 		return
 	}
-	f, err := m.accounts.LiftFreeze(c.Request.Context(), currentUser(c), id)
+	f, err := m.Accounts.LiftFreeze(c.Request.Context(), currentUser(c), id)
 	if err != nil {
 		writeAPIError(c, m.log, err)
 		return
@@ -78,7 +78,7 @@ type tuningOut struct {
 
 // listTuning lists the auto-tuner's latest changes.
 func (m *manage) listTuning(c *gin.Context) {
-	es, err := m.store.TuningEvents(c.Request.Context(), 200)
+	es, err := m.Store.TuningEvents(c.Request.Context(), 200)
 	if err != nil {
 		writeAPIError(c, m.log, err)
 		return
@@ -91,4 +91,4 @@ func (m *manage) listTuning(c *gin.Context) {
 }
 
 // limiterState says whether limits are local, shared or degraded.
-func (m *manage) limiterState(c *gin.Context) { c.JSON(http.StatusOK, m.limits()) }
+func (m *manage) limiterState(c *gin.Context) { c.JSON(http.StatusOK, m.Limits()) }

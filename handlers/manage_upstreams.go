@@ -28,7 +28,7 @@ type upstreamOut struct {
 // key itself never leaves: only its last four characters.
 func (m *manage) upstreamsOut(ks []models.UpstreamKey) []upstreamOut {
 	states := map[int64]upstream.KeyStatus{}
-	for _, s := range m.poolStatus() {
+	for _, s := range m.PoolStatus() {
 		states[s.ID] = s
 	}
 	out := make([]upstreamOut, len(ks))
@@ -50,7 +50,7 @@ func (m *manage) upstreamsOut(ks []models.UpstreamKey) []upstreamOut {
 }
 
 func (m *manage) listUpstreams(c *gin.Context) {
-	ks, err := m.store.UpstreamKeys(c.Request.Context())
+	ks, err := m.Store.UpstreamKeys(c.Request.Context())
 	if err != nil {
 		writeAPIError(c, m.log, err)
 		return
@@ -74,7 +74,7 @@ func (m *manage) createUpstream(c *gin.Context) {
 	}
 	weight := 1
 	set(&weight, in.Weight)
-	k, err := m.providers.Create(c.Request.Context(), currentUser(c), models.UpstreamKeyInput{
+	k, err := m.Providers.Create(c.Request.Context(), currentUser(c), models.UpstreamKeyInput{
 		Name: in.Name, BaseURL: in.BaseURL, APIKey: in.APIKey, Weight: weight, RPM: in.RPM, TPM: in.TPM, Models: in.Models})
 	if err != nil {
 		writeAPIError(c, m.log, err)
@@ -89,7 +89,7 @@ func (m *manage) deleteUpstream(c *gin.Context) {
 		writeAPIError(c, m.log, err)
 		return
 	}
-	if err := m.providers.Delete(c.Request.Context(), currentUser(c), id); err != nil {
+	if err := m.Providers.Delete(c.Request.Context(), currentUser(c), id); err != nil {
 		writeAPIError(c, m.log, err)
 		return
 	}

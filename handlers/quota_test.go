@@ -103,10 +103,9 @@ func TestPriorityAndLowValueWeights(t *testing.T) {
 	}
 
 	// With the default low-value rules, a tiny prompt repeated costs more.
-	clk := e.clock
-	h := New(Deps{Log: discardLog(), Store: e.store, Accounts: e.acc, Directory: e.dir, Limiter: quota.NewMemory(clk.Now),
-		Model: e.model, Usage: storeRecorder{e.store}, MaxBodyBytes: 1 << 20, Now: clk.Now})
-	e.h = h
+	e.pipe.Limiter = quota.NewMemory(e.clock.Now)
+	e.pipe.Scorer = quota.NewValueScorer(quota.DefaultValueRules(), e.clock.Now)
+	e.rebuild()
 	first := chatWith(e, key, prompt("hi"), nil)
 	second := chatWith(e, key, prompt("hi"), nil)
 	if first.Code != 200 || second.Code != 200 {

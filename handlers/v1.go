@@ -1,9 +1,6 @@
 package handlers
 
 import (
-	"bytes"
-	"context"
-	"encoding/json"
 	"errors"
 	"io"
 	"log/slog"
@@ -17,64 +14,48 @@ import (
 
 	"github.com/sluicehq/sluice/accounts"
 	"github.com/sluicehq/sluice/apperr"
-	"github.com/sluicehq/sluice/models"
+	"github.com/sluicehq/sluice/completion"
+	"github.com/sluicehq/sluice/conversations"
 	"github.com/sluicehq/sluice/quota"
 	"github.com/sluicehq/sluice/respcache"
-	"github.com/sluicehq/sluice/sessions"
-	"github.com/sluicehq/sluice/upstream"
 	"github.com/sluicehq/sluice/upstream/local"
 )
 
-// UsageRecorder takes usage events off the request path.
-type UsageRecorder interface {
-	Record(ev models.UsageEvent) error
-	// Touch marks a token used by a request that is not metered.
+// API is what the metered, OpenAI-compatible /v1 routes use.
+type API struct {
+	Directory     *accounts.Directory
+	Pipeline      *completion.Pipeline
+	Conversations conversations.Store // nil: X-Sluice-Session is off
+	Models        func() []string     // the models provider keys serve; "*" for any
+	Usage         Toucher
+	MaxBodyBytes  int64
+	InFlight      *quota.InFlight      // load signal for the auto-tuner
+	Latency       *quota.LatencyWindow // load signal for the auto-tuner
+	Now           func() time.Time
+}
+
+// Toucher marks a token used by a call that is not metered.
+type Toucher interface {
 	Touch(tokenID int64, at time.Time) error
 }
 
-// Upstream is the pool of provider keys.
-type Upstream interface {
-	Serves(model string) bool
-	Models() []string
-	Do(ctx context.Context, req upstream.Request) (*upstream.Response, error)
-	// Settle corrects a key's token bucket once the real usage is known.
-	Settle(ctx context.Context, keyID, estimate, actual int64) error
-}
-
-// Freezer suspends a token that keeps hitting its limits.
-type Freezer interface {
-	Freeze(ctx context.Context, c accounts.Caller, count int, now time.Time) (models.Freeze, error)
-}
-
-// api serves the metered, OpenAI-compatible /v1 endpoints.
+// api serves the /v1 routes: it decodes, hands the work to the pipeline and
+// encodes the answer.
 type api struct {
-	log              *slog.Logger
-	dir              *accounts.Directory
-	limiter          quota.Limiter
-	detector         *quota.Detector
-	freezer          Freezer
-	scorer           *quota.ValueScorer
-	priorityWeights  map[string]int64
-	defaultMaxTokens int64
-	model            *local.Model
-	upstream         Upstream
-	cache            respcache.Cache // nil: no response cache
-	cacheTTL         time.Duration
-	sessions         sessions.Store // nil: no session namespaces
-	sessionBudget    int
-	usage            UsageRecorder
-	maxBodyBytes     int64
-	now              func() time.Time
+	API
+	log *slog.Logger
 }
 
 const callerKey = "sluice.caller"
 
+func callerOf(c *gin.Context) accounts.Caller { return c.MustGet(callerKey).(accounts.Caller) }
+
 // authenticateToken resolves the bearer API token; failures are 401s with
 // distinct codes.
 func (a *api) authenticateToken(c *gin.Context) {
-	caller, err := a.dir.Authenticate(c.Request.Context(), bearer(c.Request))
+	caller, err := a.Directory.Authenticate(c.Request.Context(), bearer(c.Request))
 	if err != nil {
-		writeOpenAIError(c, a.log, err)
+		a.fail(c, err)
 		return
 	}
 	c.Set(callerKey, caller)
@@ -91,165 +72,75 @@ func bearer(r *http.Request) string {
 	return ""
 }
 
-// maxCompletionTokens bounds max_tokens far above any model's output, so
-// estimates (prompt + max_tokens) cannot overflow.
-const maxCompletionTokens = 10_000_000
-
-// chatRequest is the part of OpenAI's chat request Sluice reads; unknown
-// fields are accepted, as OpenAI's SDKs send many.
-type chatRequest struct {
-	Model               string        `json:"model"`
-	Messages            []chatMessage `json:"messages"`
-	MaxTokens           *int          `json:"max_tokens"`
-	MaxCompletionTokens *int          `json:"max_completion_tokens"`
-	N                   *int          `json:"n"`
-	Temperature         *float64      `json:"temperature"`
-	Stream              bool          `json:"stream"`
-	StreamOptions       *struct {
-		IncludeUsage bool `json:"include_usage"`
-	} `json:"stream_options"`
+// admit is the middleware of /v1 routes that are not completions: the
+// freeze check and one request from the request bucket.
+func (a *api) admit(c *gin.Context) {
+	caller := callerOf(c)
+	if err := a.Pipeline.Admit(c.Request.Context(), caller, requestID(c), httpSink{c}); err != nil {
+		a.fail(c, err)
+		return
+	}
+	c.Next()
+	if err := a.Usage.Touch(caller.TokenID, a.Now().UTC()); err != nil {
+		a.log.Warn("marking a token used failed", "request_id", requestID(c), "err", err)
+	}
 }
 
-type chatMessage struct {
-	Role    string          `json:"role"`
-	Content json.RawMessage `json:"content"`
+// chatCompletions answers POST /v1/chat/completions through the pipeline.
+func (a *api) chatCompletions(c *gin.Context) {
+	ctx, caller, sink := c.Request.Context(), callerOf(c), httpSink{c}
+	req, err := a.readChatRequest(c)
+	if err != nil {
+		// A malformed request still costs one request (and a frozen token
+		// hears that it is frozen).
+		if aerr := a.Pipeline.Admit(ctx, caller, requestID(c), sink); aerr != nil {
+			err = aerr
+		}
+		a.fail(c, err)
+		return
+	}
+	if _, err := a.Pipeline.Complete(ctx, caller, &req, sink); err != nil {
+		a.fail(c, err)
+	}
 }
 
-// readChatRequest decodes and validates a chat request, mapping every kind
-// of bad input to a 400 or 413 that says what is wrong.
-// It also returns the raw body, which is what goes upstream.
-func (a *api) readChatRequest(c *gin.Context) (chatRequest, []local.Message, []byte, error) {
-	var req chatRequest
+// readChatRequest reads and parses a chat request, mapping every kind of
+// bad input to a 400 or 413 that says what is wrong; the gateway's options
+// come from headers.
+func (a *api) readChatRequest(c *gin.Context) (completion.Request, error) {
 	mt, _, err := mime.ParseMediaType(c.GetHeader("Content-Type"))
 	if err != nil || mt != "application/json" {
-		return req, nil, nil, apperr.Field(apperr.Invalid, "invalid_content_type", "", "Content-Type must be application/json")
+		return completion.Request{}, apperr.Field(apperr.Invalid, "invalid_content_type", "", "Content-Type must be application/json")
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(c.Writer, c.Request.Body, a.maxBodyBytes))
+	body, err := io.ReadAll(http.MaxBytesReader(c.Writer, c.Request.Body, a.MaxBodyBytes))
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
-			return req, nil, nil, apperr.Field(apperr.TooLarge, "request_too_large", "", "request body is larger than "+strconv.FormatInt(a.maxBodyBytes, 10)+" bytes")
+			return completion.Request{}, apperr.Field(apperr.TooLarge, "request_too_large", "", "request body is larger than "+strconv.FormatInt(a.MaxBodyBytes, 10)+" bytes")
 		}
-		return req, nil, nil, apperr.Field(apperr.Invalid, "invalid_body", "", "the request body could not be read")
+		return completion.Request{}, apperr.Field(apperr.Invalid, "invalid_body", "", "the request body could not be read")
 	}
-	dec := json.NewDecoder(bytes.NewReader(body))
-	if err := dec.Decode(&req); err != nil {
-		return req, nil, nil, apperr.Field(apperr.Invalid, "invalid_json", "", "request body is not valid JSON: "+jsonProblem(err))
+	req, err := a.Pipeline.Parse(body)
+	if err != nil {
+		return req, err
 	}
-	if _, err := dec.Token(); err != io.EOF {
-		return req, nil, nil, apperr.Field(apperr.Invalid, "invalid_json", "", "request body must be one JSON object")
+	req.ID = requestID(c)
+	req.Priority = c.GetHeader("X-Sluice-Priority")
+	req.CacheMode = c.GetHeader(respcache.HeaderName)
+	if a.Conversations != nil {
+		req.Conversation = c.GetHeader(conversations.HeaderName)
 	}
-	isLocal := req.Model == local.ModelID
-	switch {
-	case req.Model == "":
-		return req, nil, nil, apperr.Field(apperr.Invalid, "missing_model", "model", "you must provide a model parameter")
-	case !isLocal && (a.upstream == nil || !a.upstream.Serves(req.Model)):
-		return req, nil, nil, apperr.Field(apperr.NotFound, "model_not_found", "model", "the model '"+req.Model+"' does not exist or you do not have access to it; GET /v1/models lists yours")
-	case len(req.Messages) == 0:
-		return req, nil, nil, apperr.Field(apperr.Invalid, "invalid_messages", "messages", "messages must be a non-empty array")
-	case req.N != nil && *req.N != 1:
-		return req, nil, nil, apperr.Field(apperr.Invalid, "unsupported_n", "n", "only n=1 is supported")
-	}
-	if req.MaxCompletionTokens == nil {
-		req.MaxCompletionTokens = req.MaxTokens
-	}
-	if m := req.MaxCompletionTokens; m != nil && (*m < 1 || *m > maxCompletionTokens) {
-		return req, nil, nil, apperr.Field(apperr.Invalid, "invalid_max_tokens", "max_tokens", "max_tokens must be from 1 to 10000000")
-	}
-	msgs := make([]local.Message, len(req.Messages))
-	for i, m := range req.Messages {
-		param := "messages[" + strconv.Itoa(i) + "]"
-		switch m.Role {
-		case "system", "developer", "user", "assistant", "tool":
-		default:
-			return req, nil, nil, apperr.Field(apperr.Invalid, "invalid_role", param+".role", "role must be one of system, developer, user, assistant, tool")
-		}
-		text, err := contentText(m.Content, isLocal)
-		if err != nil {
-			return req, nil, nil, apperr.Field(apperr.Invalid, "invalid_content", param+".content", err.Error())
-		}
-		msgs[i] = local.Message{Role: m.Role, Content: text}
-	}
-	return req, msgs, body, nil
+	return req, nil
 }
 
-// contentText accepts OpenAI's two content forms: a string, or an array of
-// parts. The local model reads only text parts; for a provider, other parts
-// (images, audio) travel on untouched and only the text counts toward the
-// estimate.
-func contentText(raw json.RawMessage, textOnly bool) (string, error) {
-	if len(raw) == 0 || string(raw) == "null" {
-		return "", nil
+// fail answers a /v1 request with err in OpenAI's shape, unless the client
+// has already left.
+func (a *api) fail(c *gin.Context, err error) {
+	if c.Request.Context().Err() != nil {
+		c.Abort()
+		return
 	}
-	var s string
-	if err := json.Unmarshal(raw, &s); err == nil {
-		return s, nil
-	}
-	var parts []struct {
-		Type string `json:"type"`
-		Text string `json:"text"`
-	}
-	if err := json.Unmarshal(raw, &parts); err != nil {
-		return "", errors.New("content must be a string or an array of content parts")
-	}
-	var b strings.Builder
-	for _, p := range parts {
-		if p.Type != "text" {
-			if !textOnly {
-				continue
-			}
-			return "", errors.New("content part type '" + p.Type + "' is not supported by " + local.ModelID + "; send text parts")
-		}
-		if b.Len() > 0 {
-			b.WriteByte('\n')
-		}
-		b.WriteString(p.Text)
-	}
-	return b.String(), nil
-}
-
-// jsonProblem describes a decoding error without echoing the body.
-func jsonProblem(err error) string {
-	var syn *json.SyntaxError
-	var typ *json.UnmarshalTypeError
-	switch {
-	case errors.As(err, &syn):
-		return "syntax error at byte " + strconv.FormatInt(syn.Offset, 10)
-	case errors.As(err, &typ):
-		return "field '" + typ.Field + "' must be " + typ.Type.String()
-	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
-		return "body is empty or cut short"
-	default:
-		return "cannot decode"
-	}
-}
-
-type chatChoice struct {
-	Index        int       `json:"index"`
-	Message      *chatOut  `json:"message,omitempty"`
-	Delta        *chatOut  `json:"delta,omitempty"`
-	FinishReason *string   `json:"finish_reason"`
-	Logprobs     *struct{} `json:"logprobs"`
-}
-
-type chatOut struct {
-	Role    string `json:"role,omitempty"`
-	Content string `json:"content"`
-}
-
-type usageOut struct {
-	PromptTokens     int `json:"prompt_tokens"`
-	CompletionTokens int `json:"completion_tokens"`
-	TotalTokens      int `json:"total_tokens"`
-}
-
-type chatResponse struct {
-	ID      string       `json:"id"`
-	Object  string       `json:"object"`
-	Created int64        `json:"created"`
-	Model   string       `json:"model"`
-	Choices []chatChoice `json:"choices"`
-	Usage   *usageOut    `json:"usage,omitempty"`
+	writeOpenAIError(c, a.log, err)
 }
 
 type modelOut struct {
@@ -263,12 +154,91 @@ type modelOut struct {
 // the local model and every model a provider key serves.
 func (a *api) listModels(c *gin.Context) {
 	models := []modelOut{{ID: local.ModelID, Object: "model", Created: 1767225600, OwnedBy: "sluice"}}
-	if a.upstream != nil {
-		for _, m := range a.upstream.Models() {
-			if m != "*" && m != local.ModelID {
-				models = append(models, modelOut{ID: m, Object: "model", Created: 1767225600, OwnedBy: "upstream"})
-			}
+	for _, m := range a.Models() {
+		if m != "*" && m != local.ModelID {
+			models = append(models, modelOut{ID: m, Object: "model", Created: 1767225600, OwnedBy: "upstream"})
 		}
 	}
 	c.JSON(http.StatusOK, gin.H{"object": "list", "data": models})
+}
+
+var errNoConversation = apperr.WithReason(apperr.NotFound, "session_not_found", "no such session (or it expired)")
+
+// conversationScope is the caller's own conversation named by the path;
+// another token's or organization's conversation with that id is simply
+// another scope.
+func (a *api) conversationScope(c *gin.Context) (conversations.Scope, bool) {
+	caller := callerOf(c)
+	id := c.Param("id")
+	if a.Conversations == nil || !conversations.ValidID(id) {
+		a.fail(c, errNoConversation)
+		return conversations.Scope{}, false
+	}
+	return conversations.Scope{OrgID: caller.OrgID, TokenID: caller.TokenID, ID: id}, true
+}
+
+// storeDown logs a failing conversation store once and answers 503.
+func (a *api) storeDown(c *gin.Context, err error) {
+	a.log.Warn("conversation store unavailable", "request_id", requestID(c), "err", err)
+	a.fail(c, conversations.ErrStoreUnavailable)
+}
+
+// getConversation answers GET /v1/sessions/{id}: the stored history.
+func (a *api) getConversation(c *gin.Context) {
+	scope, ok := a.conversationScope(c)
+	if !ok {
+		return
+	}
+	msgs, found, err := a.Conversations.Load(c.Request.Context(), scope)
+	switch {
+	case err != nil:
+		a.storeDown(c, err)
+	case !found:
+		a.fail(c, errNoConversation)
+	default:
+		c.JSON(http.StatusOK, gin.H{"id": scope.ID, "object": "session", "messages": msgs})
+	}
+}
+
+// deleteConversation answers DELETE /v1/sessions/{id}.
+func (a *api) deleteConversation(c *gin.Context) {
+	scope, ok := a.conversationScope(c)
+	if !ok {
+		return
+	}
+	found, err := a.Conversations.Delete(c.Request.Context(), scope)
+	switch {
+	case err != nil:
+		a.storeDown(c, err)
+	case !found:
+		a.fail(c, errNoConversation)
+	default:
+		c.JSON(http.StatusOK, gin.H{"id": scope.ID, "object": "session", "deleted": true})
+	}
+}
+
+// httpSink is the pipeline's Sink over a gin response.
+type httpSink struct{ c *gin.Context }
+
+func (s httpSink) Header() http.Header { return s.c.Writer.Header() }
+
+func (s httpSink) Send(status int, contentType string, body []byte) error {
+	s.c.Data(status, contentType, body)
+	return nil
+}
+
+func (s httpSink) StartStream(status int) error {
+	h := s.c.Writer.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("X-Accel-Buffering", "no")
+	s.c.Status(status)
+	s.c.Writer.WriteHeaderNow()
+	return nil
+}
+
+func (s httpSink) Write(p []byte) (int, error) {
+	n, err := s.c.Writer.Write(p)
+	s.c.Writer.Flush()
+	return n, err
 }

@@ -60,8 +60,24 @@ func (s *Service) Delete(ctx context.Context, admin models.User, id int64) error
 	return s.changed(ctx)
 }
 
+// PersistRefusals disables, in the store and on every node, each key the
+// pool reports refused, until ctx ends or refusals is closed.
+func (s *Service) PersistRefusals(ctx context.Context, refusals <-chan upstream.Refusal) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case r, ok := <-refusals:
+			if !ok {
+				return
+			}
+			s.Disable(ctx, r.KeyID, r.Reason)
+		}
+	}
+}
+
 // Disable takes a key the provider refused (401/403) out of rotation for
-// good, until an admin replaces it; the pool calls it.
+// good, until an admin replaces it.
 func (s *Service) Disable(ctx context.Context, keyID int64, reason string) {
 	if err := s.store.DisableUpstreamKey(ctx, keyID, reason); err != nil && apperr.CodeOf(err) != apperr.NotFound {
 		s.log.Error("disabling a provider key failed", "key_id", keyID, "err", err)

@@ -114,3 +114,35 @@ func TestUpstreamKeyValidation(t *testing.T) {
 		}
 	}
 }
+
+func TestRefusedKeysArePersistedAndLeaveRotation(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	store := models.NewStore(testdb.SQLite(t))
+	box, _ := secrets.NewBox(bytes.Repeat([]byte{7}, 32))
+	pool := &fakePool{}
+	svc := New(store, box, pool, cluster.None{}, slog.New(slog.DiscardHandler))
+	_, admin, _ := store.CreateOrganizationWithOwner(ctx, "Ops", "premium", "ops@example.com", "h", models.RoleAdmin)
+	k, err := svc.Create(ctx, admin, models.UpstreamKeyInput{Name: "one", BaseURL: "http://127.0.0.1:9/v1", APIKey: "sk-refused-key-1", Weight: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	refusals := make(chan upstream.Refusal)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		svc.PersistRefusals(ctx, refusals)
+	}()
+	refusals <- upstream.Refusal{KeyID: k.ID, Reason: "the provider refused the key: 401 Unauthorized"}
+	close(refusals) // PersistRefusals returns once it has handled what came
+	<-done
+	ks, err := store.UpstreamKeys(ctx)
+	if err != nil || len(ks) != 1 || ks[0].DisabledAt == nil || !strings.Contains(ks[0].DisabledReason, "401") {
+		t.Fatalf("stored %+v %v", ks, err)
+	}
+	pool.mu.Lock()
+	defer pool.mu.Unlock()
+	if len(pool.keys) != 0 {
+		t.Fatalf("a refused key is still in rotation: %+v", pool.keys)
+	}
+}

@@ -106,6 +106,15 @@ func NewDegrading(shared Limiter, local *Memory, opts DegradingOptions) *Degradi
 	return d
 }
 
+// LimiterStatus says where a node's bucket state lives, for admins: "local"
+// (in process, no Redis), "shared" (Redis) or "degraded" (Redis configured
+// but unreachable: local shares of each limit), and the node count those
+// shares assume.
+type LimiterStatus struct {
+	Mode  string `json:"mode"`
+	Nodes int    `json:"expected_nodes"`
+}
+
 // State is "shared" while the shared limiter decides and "degraded" while
 // local limits do.
 func (d *Degrading) State() string {

@@ -39,7 +39,9 @@ const defaultRateLimitRest = time.Second
 
 // attempt sends req through key e, which the caller has claimed (probe: it
 // holds the breaker's probe), within timeout, and records the outcome in the
-// key's health and the model's degradation rule.
+// key's health and the model's degradation rule. The attempt counts as in
+// flight on the key from the send until it ends here, or, for a 2xx stream,
+// until the stream is closed.
 func (p *Pool) attempt(ctx context.Context, e *keyEntry, probe bool, req Request, timeout time.Duration) attemptResult {
 	actx, cancel := context.WithCancel(ctx)
 	var timedOut atomic.Bool
@@ -47,15 +49,42 @@ func (p *Pool) attempt(ctx context.Context, e *keyEntry, probe bool, req Request
 		timedOut.Store(true)
 		cancel()
 	})
-	stop := func() {
+	hreq, err := newProviderRequest(actx, e, req)
+	if err != nil {
 		timer.Stop()
 		cancel()
-	}
-	hreq, err := http.NewRequestWithContext(actx, http.MethodPost, e.url, bytes.NewReader(req.Body))
-	if err != nil {
-		stop()
 		e.h.abandoned(probe)
-		return attemptResult{kind: attemptFatal, err: fmt.Errorf("upstream: cannot build a request for key %q", e.key.Name)}
+		return attemptResult{kind: attemptFatal, err: err}
+	}
+	e.h.sent()
+	start := p.opts.Now()
+	resp, err := p.opts.Client.Do(hreq)
+	if err == nil && req.Stream && classify(resp.StatusCode) == classOK {
+		// The attempt timeout covers the wait for the headers only; from
+		// here the stall timer watches the body, and closing the stream
+		// ends the attempt.
+		if timer.Stop() {
+			return p.streamed(ctx, e, probe, req, resp, p.opts.Now().Sub(start), cancel)
+		}
+		resp.Body.Close() // the timeout fired as the headers arrived
+		err = ErrTimeout
+	}
+	defer func() {
+		timer.Stop()
+		cancel()
+		e.h.inFlight.Add(-1)
+	}()
+	if err != nil {
+		return p.lost(ctx, e, probe, req, start, timedOut.Load(), err)
+	}
+	return p.judge(ctx, e, probe, req, resp, start, &timedOut)
+}
+
+// newProviderRequest builds the provider request for key e.
+func newProviderRequest(ctx context.Context, e *keyEntry, req Request) (*http.Request, error) {
+	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, e.url, bytes.NewReader(req.Body))
+	if err != nil {
+		return nil, fmt.Errorf("upstream: cannot build a request for key %q", e.key.Name)
 	}
 	hreq.Header.Set("Authorization", "Bearer "+e.key.Secret)
 	hreq.Header.Set("Content-Type", "application/json")
@@ -64,69 +93,47 @@ func (p *Pool) attempt(ctx context.Context, e *keyEntry, probe bool, req Request
 	} else {
 		hreq.Header.Set("Accept", "application/json")
 	}
+	return hreq, nil
+}
 
-	e.h.sent()
-	start := p.opts.Now()
-	resp, err := p.opts.Client.Do(hreq)
-	if err != nil {
-		stop()
-		return p.lost(ctx, e, probe, req, start, timedOut.Load(), err)
-	}
+// streamed hands a 2xx stream to the caller; the stream's end releases the
+// attempt.
+func (p *Pool) streamed(ctx context.Context, e *keyEntry, probe bool, req Request, resp *http.Response, took time.Duration, cancel context.CancelFunc) attemptResult {
+	e.h.answered(resp.StatusCode, probe, true)
+	p.models.observe(req.Model, false, p.opts.Now())
+	return attemptResult{kind: attemptDone, resp: &Response{
+		Status:  resp.StatusCode,
+		Header:  resp.Header,
+		Stream:  p.newStreamBody(ctx, e, req, resp.Body, cancel),
+		KeyID:   e.key.ID,
+		Latency: took,
+	}}
+}
+
+// judge reads a whole answer and decides what it means for the request and
+// for the key.
+func (p *Pool) judge(ctx context.Context, e *keyEntry, probe bool, req Request, resp *http.Response, start time.Time, timedOut *atomic.Bool) attemptResult {
 	took := p.opts.Now().Sub(start)
 	status := resp.StatusCode
 	switch classify(status) {
-	case classOK:
-		if req.Stream {
-			// The attempt timeout covers the wait for the headers only;
-			// from here the stall timer watches the body.
-			if !timer.Stop() {
-				resp.Body.Close()
-				cancel()
-				return p.lost(ctx, e, probe, req, start, true, ErrTimeout)
-			}
-			e.h.answered(status, probe, true)
-			p.models.observe(req.Model, false, p.opts.Now())
-			return attemptResult{kind: attemptDone, resp: &Response{
-				Status:  status,
-				Header:  resp.Header,
-				Stream:  p.newStreamBody(ctx, e, req, resp.Body, cancel),
-				KeyID:   e.key.ID,
-				Latency: took,
-			}}
-		}
+	case classOK, classClientError:
 		body, err := readBody(resp.Body, MaxResponseBytes)
 		resp.Body.Close()
-		stop()
+		healthy := classify(status) == classOK
 		switch {
-		case errors.Is(err, ErrTooLarge):
-			e.h.inFlight.Add(-1)
+		case errors.Is(err, ErrTooLarge) && healthy:
 			e.h.answered(status, probe, true)
 			return attemptResult{kind: attemptFatal, err: fmt.Errorf("%w: over %d bytes from key %q", ErrTooLarge, MaxResponseBytes, e.key.Name)}
-		case err != nil:
+		case err != nil && !errors.Is(err, ErrTooLarge):
 			return p.lost(ctx, e, probe, req, start, timedOut.Load(), err)
 		}
-		e.h.inFlight.Add(-1)
-		e.h.answered(status, probe, true)
-		p.models.observe(req.Model, false, p.opts.Now())
-		return attemptResult{kind: attemptDone, resp: &Response{Status: status, Header: resp.Header, Body: body, KeyID: e.key.ID, Latency: took}}
-
-	case classClientError:
-		body, err := readBody(resp.Body, MaxResponseBytes)
-		resp.Body.Close()
-		stop()
-		if err != nil && !errors.Is(err, ErrTooLarge) {
-			return p.lost(ctx, e, probe, req, start, timedOut.Load(), err)
-		}
-		e.h.inFlight.Add(-1)
-		e.h.answered(status, probe, false)
+		e.h.answered(status, probe, healthy)
 		p.models.observe(req.Model, false, p.opts.Now())
 		return attemptResult{kind: attemptDone, resp: &Response{Status: status, Header: resp.Header, Body: body, KeyID: e.key.ID, Latency: took}}
 	}
 
 	// A failure: keep only what the key's health needs.
 	discard(resp.Body)
-	stop()
-	e.h.inFlight.Add(-1)
 	now := p.opts.Now()
 	aerr := &AttemptError{KeyID: e.key.ID, KeyName: e.key.Name, Status: status}
 	ra, hasRA := retryAfter(resp.Header, now)
@@ -135,9 +142,7 @@ func (p *Pool) attempt(ctx context.Context, e *keyEntry, probe bool, req Request
 		reason := fmt.Sprintf("the provider refused the key: %d %s", status, http.StatusText(status))
 		if e.h.refused(status, reason, probe) {
 			p.opts.Log.Warn("upstream key disabled", "key", e.key.Name, "key_id", e.key.ID, "status", status, "request_id", req.ID)
-			if p.opts.OnDisabled != nil {
-				p.opts.OnDisabled(e.key.ID, reason)
-			}
+			p.refused(e.key.ID, reason)
 		}
 		p.models.observe(req.Model, false, now)
 		return attemptResult{kind: attemptRefused, err: aerr}
@@ -166,7 +171,6 @@ func (p *Pool) attempt(ctx context.Context, e *keyEntry, probe bool, req Request
 // lost ends an attempt that got no usable answer: the caller went away (not
 // the key's fault), it timed out, or the connection failed.
 func (p *Pool) lost(ctx context.Context, e *keyEntry, probe bool, req Request, start time.Time, timedOut bool, err error) attemptResult {
-	e.h.inFlight.Add(-1)
 	if ctx.Err() != nil {
 		e.h.abandoned(probe)
 		return attemptResult{kind: attemptGone, err: ctx.Err()}

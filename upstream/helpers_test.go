@@ -145,7 +145,7 @@ func testPool(t *testing.T, opts PoolOptions, keys ...Key) (*Pool, *clock) {
 	return p, c
 }
 
-func chat(model string) Request {
+func chatRequest(model string) Request {
 	return Request{Model: model, Body: []byte(`{"model":"` + model + `","messages":[{"role":"user","content":"hi"}]}`), Estimate: 20, ID: "req-1"}
 }
 

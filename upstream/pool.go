@@ -91,11 +91,6 @@ type PoolOptions struct {
 	// breaker opened or model degraded; nil discards them. Secrets are never
 	// logged.
 	Log *slog.Logger
-	// OnDisabled, if set, is called once when a provider refuses a key
-	// (401/403), e.g. to persist the state and raise an admin alert. It runs
-	// on the request's goroutine: it must be quick and must not call back
-	// into the pool.
-	OnDisabled func(keyID int64, reason string)
 }
 
 // BreakerOptions shape a key's circuit breaker. Zero fields take the
@@ -203,12 +198,24 @@ func sleep(ctx context.Context, d time.Duration) error {
 // load, retries what is worth retrying on another key, and keeps a breaker
 // per key. It is safe for concurrent use; Do takes no pool-wide lock.
 type Pool struct {
-	opts    PoolOptions
-	keys    atomic.Pointer[keySet]
-	setMu   sync.Mutex // serialises SetKeys
-	models  degradation
-	retries atomic.Int64
+	opts     PoolOptions
+	keys     atomic.Pointer[keySet]
+	setMu    sync.Mutex // serialises SetKeys
+	models   degradation
+	retries  atomic.Int64
+	refusals chan Refusal
 }
+
+// Refusal is a key a provider refused (401/403). The pool has stopped
+// using it; whoever stores the keys should disable it for good.
+type Refusal struct {
+	KeyID  int64
+	Reason string
+}
+
+// refusalBuffer is how many refusals wait for a reader. A key is refused
+// once (the pool stops using it), so this is far more than needed.
+const refusalBuffer = 64
 
 // keySet is one immutable generation of the configured keys.
 type keySet struct {
@@ -228,7 +235,7 @@ type keyEntry struct {
 
 // NewPool returns a pool with no keys; call SetKeys before Do.
 func NewPool(opts PoolOptions) *Pool {
-	p := &Pool{opts: opts.withDefaults()}
+	p := &Pool{opts: opts.withDefaults(), refusals: make(chan Refusal, refusalBuffer)}
 	p.keys.Store(&keySet{})
 	p.models.init(p.opts.SlowFailures, p.opts.SlowFailure, p.opts.Breaker.CoolDown)
 	return p
@@ -345,6 +352,19 @@ func (p *Pool) Enable(keyID int64) bool {
 func (p *Pool) Degraded(model string) bool {
 	_, ok := p.models.degraded(model, p.opts.Now())
 	return ok
+}
+
+// Refusals delivers each key the pool disables because its provider
+// refused it, once, so it can be persisted and shown to admins.
+func (p *Pool) Refusals() <-chan Refusal { return p.refusals }
+
+// refused reports a refusal without ever blocking the request that saw it.
+func (p *Pool) refused(keyID int64, reason string) {
+	select {
+	case p.refusals <- Refusal{KeyID: keyID, Reason: reason}:
+	default:
+		p.opts.Log.Error("upstream key refusal not reported: nobody reads Refusals", "key_id", keyID)
+	}
 }
 
 // Retries is the number of retries since start (attempts beyond the first),

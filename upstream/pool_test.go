@@ -16,14 +16,14 @@ func TestNoKeyServesModel(t *testing.T) {
 	k := key(1, srv.URL, "a")
 	k.Models = []string{"gpt-4o"}
 	p, _ := testPool(t, PoolOptions{}, k)
-	if _, err := p.Do(context.Background(), chat("claude")); !errors.Is(err, ErrNoKey) {
+	if _, err := p.Do(context.Background(), chatRequest("claude")); !errors.Is(err, ErrNoKey) {
 		t.Fatalf("err = %v, want ErrNoKey", err)
 	}
 	if p.Serves("claude") || !p.Serves("gpt-4o") {
 		t.Fatal("Serves disagrees with the key's models")
 	}
 	empty := NewPool(PoolOptions{})
-	if _, err := empty.Do(context.Background(), chat("gpt-4o")); !errors.Is(err, ErrNoKey) {
+	if _, err := empty.Do(context.Background(), chatRequest("gpt-4o")); !errors.Is(err, ErrNoKey) {
 		t.Fatalf("no keys: err = %v, want ErrNoKey", err)
 	}
 }
@@ -69,7 +69,7 @@ func TestBaseURLJoin(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			p, _ := testPool(t, PoolOptions{}, key(1, tc.base, "sk-test"))
-			resp, err := p.Do(context.Background(), chat("gpt-4o"))
+			resp, err := p.Do(context.Background(), chatRequest("gpt-4o"))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -93,7 +93,7 @@ func TestBaseURLJoin(t *testing.T) {
 		if s := status(t, p, 1); s.State != Disabled {
 			t.Errorf("base URL %q: state %s, want disabled", bad, s.State)
 		}
-		if _, err := p.Do(context.Background(), chat("m")); !errors.Is(err, ErrUnavailable) {
+		if _, err := p.Do(context.Background(), chatRequest("m")); !errors.Is(err, ErrUnavailable) {
 			t.Errorf("base URL %q: err = %v, want ErrUnavailable", bad, err)
 		}
 	}
@@ -117,7 +117,7 @@ func TestWeightedSelection(t *testing.T) {
 	p, _ := testPool(t, PoolOptions{Rand: rnd}, light, heavy)
 	const n = 1000
 	for range n {
-		if _, err := p.Do(context.Background(), chat("m")); err != nil {
+		if _, err := p.Do(context.Background(), chatRequest("m")); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -145,7 +145,7 @@ func TestLeastLoadedFirst(t *testing.T) {
 		writeOK(w)
 	})
 	p, _ := testPool(t, PoolOptions{}, key(1, srv.URL, "a"), key(2, srv.URL, "b"))
-	req := chat("m")
+	req := chatRequest("m")
 	req.Stream = true
 	stream, err := p.Do(context.Background(), req)
 	if err != nil {
@@ -154,7 +154,7 @@ func TestLeastLoadedFirst(t *testing.T) {
 	if stream.KeyID != 1 {
 		t.Fatalf("stream went to key %d; Rand 0 picks the first of equals", stream.KeyID)
 	}
-	resp, err := p.Do(context.Background(), chat("m"))
+	resp, err := p.Do(context.Background(), chatRequest("m"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -166,7 +166,7 @@ func TestLeastLoadedFirst(t *testing.T) {
 	if n := entry(p, 1).h.inFlight.Load(); n != 0 {
 		t.Fatalf("in flight after Close = %d, want 0", n)
 	}
-	resp, err = p.Do(context.Background(), chat("m"))
+	resp, err = p.Do(context.Background(), chatRequest("m"))
 	if err != nil || resp.KeyID != 1 {
 		t.Fatalf("after the stream closed: key %v, err %v; want key 1 again", resp, err)
 	}
@@ -197,7 +197,7 @@ func TestPacing(t *testing.T) {
 			k := key(1, srv.URL, "a")
 			k.RPM, k.TPM = tc.rpm, tc.tpm
 			p, _ := testPool(t, PoolOptions{Now: c.Now, Sleep: c.Sleep}, k)
-			req := chat("m")
+			req := chatRequest("m")
 			req.Estimate = tc.estimate
 			for range 3 {
 				resp, err := p.Do(context.Background(), req)
@@ -241,10 +241,10 @@ func TestPacingBeyondBudget(t *testing.T) {
 	k := key(1, srv.URL, "a")
 	k.RPM = 1 // one request a minute
 	p, c := testPool(t, PoolOptions{Budget: 10 * time.Second}, k)
-	if _, err := p.Do(context.Background(), chat("m")); err != nil {
+	if _, err := p.Do(context.Background(), chatRequest("m")); err != nil {
 		t.Fatal(err)
 	}
-	_, err := p.Do(context.Background(), chat("m"))
+	_, err := p.Do(context.Background(), chatRequest("m"))
 	if !errors.Is(err, ErrUnavailable) {
 		t.Fatalf("err = %v, want ErrUnavailable: a minute's wait does not fit a 10s budget", err)
 	}
@@ -260,7 +260,7 @@ func TestSetKeysKeepsHealth(t *testing.T) {
 	srv := provider(t, func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(500) })
 	a, b := key(1, srv.URL, "a"), key(2, srv.URL, "b")
 	p, _ := testPool(t, PoolOptions{Breaker: BreakerOptions{Failures: 1}, MaxAttempts: 1}, a)
-	if _, err := p.Do(context.Background(), chat("m")); !errors.Is(err, ErrUnavailable) {
+	if _, err := p.Do(context.Background(), chatRequest("m")); !errors.Is(err, ErrUnavailable) {
 		t.Fatalf("err = %v", err)
 	}
 	if s := status(t, p, 1); s.State != Open {
@@ -304,7 +304,7 @@ func TestConcurrentDo(t *testing.T) {
 	errs := make(chan error, 40)
 	for range 40 {
 		wg.Go(func() {
-			if _, err := p.Do(context.Background(), chat("m")); err != nil {
+			if _, err := p.Do(context.Background(), chatRequest("m")); err != nil {
 				errs <- err
 			}
 		})
@@ -327,7 +327,7 @@ func TestSettleRefundsTheEstimate(t *testing.T) {
 	k := key(1, srv.URL, "a")
 	k.TPM = 600 // ten tokens a second
 	p, c := testPool(t, PoolOptions{}, k)
-	req := chat("m")
+	req := chatRequest("m")
 	req.Estimate = 10
 	if _, err := p.Do(context.Background(), req); err != nil {
 		t.Fatal(err)

@@ -53,7 +53,7 @@ func (e *AttemptError) Unwrap() error { return e.Err }
 // (uniform in [0, min(MaxBackoff, BaseBackoff·2^retry)]). A provider's
 // Retry-After or retry-after-ms rests the key that sent it for that long,
 // capped at MaxBackoff, so it is a floor for retrying on that key, not a
-// wait imposed on other keys. A 401/403 disables the key (OnDisabled) and
+// wait imposed on other keys. A 401/403 disables the key (see Refusals) and
 // moves on to another key at once. Nothing waits beyond Budget, and no more
 // than MaxAttempts attempts are made. ctx must be the client's request
 // context: when it ends, the upstream request is cancelled.

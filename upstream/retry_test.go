@@ -32,7 +32,7 @@ func TestRetryAfter3600DoesNotStall(t *testing.T) {
 			Budget: 2 * time.Second, MaxBackoff: 500 * time.Millisecond, BaseBackoff: 100 * time.Millisecond}
 		p, _ := testPool(t, opts, key(1, srv.URL, "a"))
 		start := c.Now()
-		_, err := p.Do(context.Background(), chat("m"))
+		_, err := p.Do(context.Background(), chatRequest("m"))
 		if !errors.Is(err, ErrUnavailable) {
 			t.Fatalf("err = %v, want ErrUnavailable", err)
 		}
@@ -71,7 +71,7 @@ func TestRetryAfter3600DoesNotStall(t *testing.T) {
 		p := NewPool(PoolOptions{Budget: 300 * time.Millisecond, MaxBackoff: 50 * time.Millisecond, BaseBackoff: 10 * time.Millisecond})
 		p.SetKeys([]Key{key(1, srv.URL, "a")})
 		start := time.Now()
-		_, err := p.Do(context.Background(), chat("m"))
+		_, err := p.Do(context.Background(), chatRequest("m"))
 		if !errors.Is(err, ErrUnavailable) {
 			t.Fatalf("err = %v", err)
 		}
@@ -89,7 +89,7 @@ func TestRetryAfter3600DoesNotStall(t *testing.T) {
 			writeOK(w)
 		})
 		p, c := testPool(t, PoolOptions{Rand: fixedRand(0.4)}, key(1, srv.URL, "limited"), key(2, srv.URL, "free"))
-		resp, err := p.Do(context.Background(), chat("m"))
+		resp, err := p.Do(context.Background(), chatRequest("m"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -123,7 +123,7 @@ func TestFailoverToAnotherKey(t *testing.T) {
 				writeOK(w)
 			})
 			p, _ := testPool(t, PoolOptions{}, key(1, srv.URL, "bad"), key(2, srv.URL, "good"))
-			resp, err := p.Do(context.Background(), chat("m"))
+			resp, err := p.Do(context.Background(), chatRequest("m"))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -146,7 +146,7 @@ func TestFailoverToAnotherKey(t *testing.T) {
 		dead.Close()
 		good := provider(t, func(w http.ResponseWriter, r *http.Request) { writeOK(w) })
 		p, _ := testPool(t, PoolOptions{}, key(1, dead.URL, "dead"), key(2, good.URL, "good"))
-		resp, err := p.Do(context.Background(), chat("m"))
+		resp, err := p.Do(context.Background(), chatRequest("m"))
 		if err != nil || resp.KeyID != 2 || resp.Attempts != 2 {
 			t.Fatalf("resp %+v err %v, want key 2 after 2 attempts", resp, err)
 		}
@@ -165,7 +165,7 @@ func TestRetryableStatuses(t *testing.T) {
 				writeOK(w)
 			})
 			p, _ := testPool(t, PoolOptions{}, key(1, srv.URL, "a"))
-			resp, err := p.Do(context.Background(), chat("m"))
+			resp, err := p.Do(context.Background(), chatRequest("m"))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -188,7 +188,7 @@ func TestClientErrorsAreNotRetried(t *testing.T) {
 				io.WriteString(w, body)
 			})
 			p, c := testPool(t, PoolOptions{}, key(1, srv.URL, "a"), key(2, srv.URL, "b"))
-			resp, err := p.Do(context.Background(), chat("m"))
+			resp, err := p.Do(context.Background(), chatRequest("m"))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -222,7 +222,7 @@ func TestAttemptTimeout(t *testing.T) {
 		BaseBackoff: 10 * time.Millisecond, MaxBackoff: 20 * time.Millisecond})
 	p.SetKeys([]Key{key(1, srv.URL, "a"), key(2, srv.URL, "b")})
 	start := time.Now()
-	_, err := p.Do(context.Background(), chat("m"))
+	_, err := p.Do(context.Background(), chatRequest("m"))
 	took := time.Since(start)
 	if !errors.Is(err, ErrUnavailable) || !errors.Is(err, ErrTimeout) {
 		t.Fatalf("err = %v, want ErrUnavailable wrapping ErrTimeout", err)
@@ -248,15 +248,8 @@ func TestUnauthorizedDisablesKey(t *testing.T) {
 				}
 				writeOK(w)
 			})
-			var mu sync.Mutex
-			var disabled []string
-			opts := PoolOptions{OnDisabled: func(id int64, reason string) {
-				mu.Lock()
-				defer mu.Unlock()
-				disabled = append(disabled, fmt.Sprintf("%d: %s", id, reason))
-			}}
-			p, c := testPool(t, opts, key(1, srv.URL, "revoked"), key(2, srv.URL, "good"))
-			resp, err := p.Do(context.Background(), chat("m"))
+			p, c := testPool(t, PoolOptions{}, key(1, srv.URL, "revoked"), key(2, srv.URL, "good"))
+			resp, err := p.Do(context.Background(), chatRequest("m"))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -266,25 +259,33 @@ func TestUnauthorizedDisablesKey(t *testing.T) {
 			if len(c.Sleeps()) != 0 {
 				t.Fatalf("waited %v before moving on from a refused key", c.Sleeps())
 			}
-			mu.Lock()
-			if len(disabled) != 1 || !strings.HasPrefix(disabled[0], "1: ") || !strings.Contains(disabled[0], fmt.Sprint(code)) {
-				t.Fatalf("OnDisabled calls %q, want one for key 1 naming %d", disabled, code)
+			select {
+			case r := <-p.Refusals():
+				if r.KeyID != 1 || !strings.Contains(r.Reason, fmt.Sprint(code)) {
+					t.Fatalf("refusal %+v, want key 1 naming %d", r, code)
+				}
+			default:
+				t.Fatal("the refused key was not reported")
 			}
-			mu.Unlock()
 			s := status(t, p, 1)
 			if s.State != Disabled || !strings.Contains(s.Reason, fmt.Sprint(code)) || s.LastStatus != code {
 				t.Fatalf("status %+v, want disabled with the reason", s)
 			}
 			for range 5 {
-				if resp, err := p.Do(context.Background(), chat("m")); err != nil || resp.KeyID != 2 {
+				if resp, err := p.Do(context.Background(), chatRequest("m")); err != nil || resp.KeyID != 2 {
 					t.Fatalf("resp %v err %v", resp, err)
 				}
 			}
 			if h.get("revoked") != 1 {
 				t.Fatalf("disabled key used %d times, want once", h.get("revoked"))
 			}
+			select {
+			case r := <-p.Refusals():
+				t.Fatalf("a key was reported refused twice: %+v", r)
+			default:
+			}
 			p.SetKeys([]Key{key(2, srv.URL, "good")})
-			if _, err := p.Do(context.Background(), chat("m")); err != nil {
+			if _, err := p.Do(context.Background(), chatRequest("m")); err != nil {
 				t.Fatal(err)
 			}
 		})
@@ -292,7 +293,7 @@ func TestUnauthorizedDisablesKey(t *testing.T) {
 	t.Run("every key refused", func(t *testing.T) {
 		srv := provider(t, func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(401) })
 		p, _ := testPool(t, PoolOptions{}, key(1, srv.URL, "a"), key(2, srv.URL, "b"))
-		_, err := p.Do(context.Background(), chat("m"))
+		_, err := p.Do(context.Background(), chatRequest("m"))
 		var ae *AttemptError
 		if !errors.Is(err, ErrUnavailable) || !errors.As(err, &ae) || ae.Status != 401 {
 			t.Fatalf("err = %v, want ErrUnavailable wrapping a 401", err)
@@ -307,7 +308,7 @@ func TestAllKeysOpen(t *testing.T) {
 		w.WriteHeader(500)
 	})
 	p, _ := testPool(t, PoolOptions{Breaker: BreakerOptions{Failures: 2}}, key(1, srv.URL, "a"), key(2, srv.URL, "b"))
-	if _, err := p.Do(context.Background(), chat("m")); !errors.Is(err, ErrUnavailable) {
+	if _, err := p.Do(context.Background(), chatRequest("m")); !errors.Is(err, ErrUnavailable) {
 		t.Fatalf("err = %v", err)
 	}
 	if h.get("a") != 2 || h.get("b") != 2 {
@@ -319,7 +320,7 @@ func TestAllKeysOpen(t *testing.T) {
 		}
 	}
 	before := h.total()
-	_, err := p.Do(context.Background(), chat("m"))
+	_, err := p.Do(context.Background(), chatRequest("m"))
 	if !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), "open") {
 		t.Fatalf("err = %v, want ErrUnavailable: every key is open", err)
 	}
@@ -349,7 +350,7 @@ func TestBreakerProbe(t *testing.T) {
 	})
 	opts := PoolOptions{Breaker: BreakerOptions{Failures: 3, CoolDown: 30 * time.Second}, MaxAttempts: 3}
 	p, c := testPool(t, opts, key(1, srv.URL, "a"))
-	if _, err := p.Do(context.Background(), chat("m")); !errors.Is(err, ErrUnavailable) {
+	if _, err := p.Do(context.Background(), chatRequest("m")); !errors.Is(err, ErrUnavailable) {
 		t.Fatalf("err = %v", err)
 	}
 	s := status(t, p, 1)
@@ -358,13 +359,13 @@ func TestBreakerProbe(t *testing.T) {
 	}
 
 	c.Advance(29 * time.Second)
-	if _, err := p.Do(context.Background(), chat("m")); !errors.Is(err, ErrUnavailable) || h.total() != 3 {
+	if _, err := p.Do(context.Background(), chatRequest("m")); !errors.Is(err, ErrUnavailable) || h.total() != 3 {
 		t.Fatalf("during the cool-down: err %v, hits %d; want ErrUnavailable and no request", err, h.total())
 	}
 
 	// After the cool-down a failed probe opens it again.
 	c.Advance(time.Second)
-	if _, err := p.Do(context.Background(), chat("m")); !errors.Is(err, ErrUnavailable) || h.total() != 4 {
+	if _, err := p.Do(context.Background(), chatRequest("m")); !errors.Is(err, ErrUnavailable) || h.total() != 4 {
 		t.Fatalf("failed probe: err %v, hits %d; want ErrUnavailable after exactly one probe", err, h.total())
 	}
 	if s := status(t, p, 1); s.State != Open || !strings.Contains(s.Reason, "probe") {
@@ -377,12 +378,12 @@ func TestBreakerProbe(t *testing.T) {
 	gated.Store(true)
 	probe := make(chan error, 1)
 	go func() {
-		_, err := p.Do(context.Background(), chat("m"))
+		_, err := p.Do(context.Background(), chatRequest("m"))
 		probe <- err
 	}()
 	<-arrived
 	gated.Store(false)
-	if _, err := p.Do(context.Background(), chat("m")); !errors.Is(err, ErrUnavailable) {
+	if _, err := p.Do(context.Background(), chatRequest("m")); !errors.Is(err, ErrUnavailable) {
 		t.Fatalf("second request during the probe: err %v, want ErrUnavailable", err)
 	}
 	if s := status(t, p, 1); !strings.Contains(s.Reason, "probe in flight") {
@@ -398,7 +399,7 @@ func TestBreakerProbe(t *testing.T) {
 	if s := status(t, p, 1); s.State != Healthy {
 		t.Fatalf("after a good probe: %+v, want healthy", s)
 	}
-	if _, err := p.Do(context.Background(), chat("m")); err != nil {
+	if _, err := p.Do(context.Background(), chatRequest("m")); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -427,7 +428,7 @@ func TestDegradation(t *testing.T) {
 		c := newClock()
 		srv, h := newSlow(t, c, func(int) (bool, int) { return true, 502 })
 		p, _ := testPool(t, opts(c), key(1, srv.URL, "a"))
-		_, err := p.Do(context.Background(), chat("m"))
+		_, err := p.Do(context.Background(), chatRequest("m"))
 		if !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), "degraded") {
 			t.Fatalf("err = %v, want ErrUnavailable: degraded", err)
 		}
@@ -437,7 +438,7 @@ func TestDegradation(t *testing.T) {
 		if !p.Degraded("m") || p.Degraded("other") {
 			t.Fatal("Degraded should be true for m only")
 		}
-		if _, err := p.Do(context.Background(), chat("m")); !errors.Is(err, ErrUnavailable) || h.total() != 3 {
+		if _, err := p.Do(context.Background(), chatRequest("m")); !errors.Is(err, ErrUnavailable) || h.total() != 3 {
 			t.Fatalf("while degraded: err %v hits %d, want ErrUnavailable with no request", err, h.total())
 		}
 		c.Advance(30 * time.Second)
@@ -449,7 +450,7 @@ func TestDegradation(t *testing.T) {
 		c := newClock()
 		srv, h := newSlow(t, c, func(int) (bool, int) { return false, 500 })
 		p, _ := testPool(t, opts(c), key(1, srv.URL, "a"))
-		if _, err := p.Do(context.Background(), chat("m")); !errors.Is(err, ErrUnavailable) {
+		if _, err := p.Do(context.Background(), chatRequest("m")); !errors.Is(err, ErrUnavailable) {
 			t.Fatal(err)
 		}
 		if h.total() != 5 || p.Degraded("m") {
@@ -462,7 +463,7 @@ func TestDegradation(t *testing.T) {
 		srv, _ := newSlow(t, c, func(n int) (bool, int) { return codes[n-1] != 200, codes[n-1] })
 		p, _ := testPool(t, opts(c), key(1, srv.URL, "a"))
 		for range 2 {
-			if _, err := p.Do(context.Background(), chat("m")); err != nil {
+			if _, err := p.Do(context.Background(), chatRequest("m")); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -494,7 +495,7 @@ func TestSecretsNeverLogged(t *testing.T) {
 		key(4, strings.Replace(dead.URL, "http://", "http://user:"+secret+"-4@", 1)+"/v1?api-key="+secret, secret+"-5"),
 	}
 	p, _ := testPool(t, PoolOptions{Log: log, Rand: fixedRand(0.3), Breaker: BreakerOptions{Failures: 2}}, keys...)
-	_, err := p.Do(context.Background(), chat("m"))
+	_, err := p.Do(context.Background(), chatRequest("m"))
 	if !errors.Is(err, ErrUnavailable) {
 		t.Fatalf("err = %v", err)
 	}
@@ -523,7 +524,7 @@ func TestCallerCancelledBeforeHeaders(t *testing.T) {
 	p, _ := testPool(t, PoolOptions{}, key(1, srv.URL, "a"), key(2, srv.URL, "b"))
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
-	_, err := p.Do(ctx, chat("m"))
+	_, err := p.Do(ctx, chatRequest("m"))
 	if !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, ErrUnavailable) {
 		t.Fatalf("err = %v, want the caller's context error", err)
 	}

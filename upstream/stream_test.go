@@ -19,7 +19,7 @@ const (
 )
 
 func streamReq() Request {
-	r := chat("m")
+	r := chatRequest("m")
 	r.Stream = true
 	return r
 }
@@ -76,8 +76,8 @@ func TestStreamPassesThroughAndTapsUsage(t *testing.T) {
 	if want := chunk1 + chunk2 + usage + done; string(got) != want {
 		t.Fatalf("stream changed on the way:\n%q\nwant\n%q", got, want)
 	}
-	if pr, co, final := tap.Usage(); pr != 9 || co != 2 || !final {
-		t.Fatalf("usage %d %d %v", pr, co, final)
+	if u, final := tap.Usage(); u.PromptTokens != 9 || u.CompletionTokens != 2 || !final {
+		t.Fatalf("usage %+v %v", u, final)
 	}
 	if tap.Delivered() != "Hello world" {
 		t.Fatalf("delivered %q", tap.Delivered())
@@ -175,8 +175,8 @@ func TestStreamClientDisconnect(t *testing.T) {
 		t.Fatalf("read after cancel: %v, want the cancellation", err)
 	}
 	resp.Stream.Close()
-	if _, _, final := tap.Usage(); final || tap.CompletionTokens() != 2 || tap.Delivered() != "Hello" {
-		t.Fatalf("bill what was delivered: %q, %d tokens", tap.Delivered(), tap.CompletionTokens())
+	if _, final := tap.Usage(); final || tap.Billed(nil).CompletionTokens != 2 || tap.Delivered() != "Hello" {
+		t.Fatalf("bill what was delivered: %q, %+v", tap.Delivered(), tap.Billed(nil))
 	}
 	if s := status(t, p, 1); s.Failures != 0 {
 		t.Fatalf("a client leaving counted against the key: %+v", s)

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/sluicehq/sluice/upstream/local"
+	"github.com/sluicehq/sluice/chat"
 )
 
 // maxTapLine bounds one SSE line the tap keeps for parsing; a longer line is
@@ -20,19 +20,18 @@ const maxTapLine = 1 << 20
 // for stream_options.include_usage) and the text delivered so far (delta
 // content, legacy text and tool-call arguments). When a stream ends early
 // (the client disconnected, the provider stalled) and no usage came, the
-// delivered text is what is billed, counted with local.CountTokens.
+// delivered text is what is billed, counted with chat.CountTokens.
 //
 // Read is for one goroutine; the other methods may be called from any.
 type UsageTap struct {
 	r io.Reader
 
-	mu         sync.Mutex
-	line       []byte // the current incomplete line
-	skipping   bool   // the current line outgrew maxTapLine: ignored to its end
-	prompt     int
-	completion int
-	final      bool
-	delivered  strings.Builder
+	mu        sync.Mutex
+	line      []byte // the current incomplete line
+	skipping  bool   // the current line outgrew maxTapLine: ignored to its end
+	usage     chat.Usage
+	final     bool
+	delivered strings.Builder
 }
 
 // NewUsageTap returns a tap reading from r.
@@ -55,10 +54,10 @@ func (t *UsageTap) Read(p []byte) (int, error) {
 
 // Usage is the provider's own count, if it sent one (final true); otherwise
 // zeros and false.
-func (t *UsageTap) Usage() (prompt, completion int, final bool) {
+func (t *UsageTap) Usage() (u chat.Usage, final bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return t.prompt, t.completion, t.final
+	return t.usage, t.final
 }
 
 // Delivered is the generated text that has passed through so far.
@@ -68,13 +67,14 @@ func (t *UsageTap) Delivered() string {
 	return t.delivered.String()
 }
 
-// CompletionTokens is what to bill for the completion: the provider's count
-// when it sent one, else the delivered text counted with local.CountTokens.
-func (t *UsageTap) CompletionTokens() int {
-	if _, c, final := t.Usage(); final {
-		return c
+// Billed is what to bill for the stream: the provider's count when it sent
+// one, else prompt (the request's own count) and the delivered text counted
+// with chat.CountTokens.
+func (t *UsageTap) Billed(prompt []chat.Message) chat.Usage {
+	if u, final := t.Usage(); final {
+		return u
 	}
-	return local.CountTokens(t.Delivered())
+	return chat.Counted(prompt, t.Delivered())
 }
 
 // scan splits b into lines, completing the pending one first.
@@ -118,10 +118,62 @@ type sseChunk struct {
 		} `json:"delta"`
 		Text string `json:"text"`
 	} `json:"choices"`
-	Usage *struct {
-		PromptTokens     int `json:"prompt_tokens"`
-		CompletionTokens int `json:"completion_tokens"`
-	} `json:"usage"`
+	Usage *wireUsage `json:"usage"`
+}
+
+// wireUsage is OpenAI's usage object, in responses and in a stream's final
+// chunk.
+type wireUsage struct {
+	PromptTokens        int `json:"prompt_tokens"`
+	CompletionTokens    int `json:"completion_tokens"`
+	PromptTokensDetails *struct {
+		CachedTokens int `json:"cached_tokens"`
+	} `json:"prompt_tokens_details"`
+}
+
+func (w wireUsage) usage() chat.Usage {
+	u := chat.Usage{PromptTokens: max(0, w.PromptTokens), CompletionTokens: max(0, w.CompletionTokens)}
+	if d := w.PromptTokensDetails; d != nil {
+		// Cached tokens are part of the prompt; a provider claiming more
+		// would bill below zero.
+		u.CachedTokens = min(max(0, d.CachedTokens), u.PromptTokens)
+	}
+	return u
+}
+
+// Completion is what the gateway reads of a whole (non-streaming) chat
+// completion: the model that answered, the first choice's text and the
+// provider's usage, if it reported one.
+type Completion struct {
+	Model    string
+	Reply    string
+	Usage    chat.Usage
+	Reported bool // Usage came from the provider, not from our count
+}
+
+// ReadCompletion parses a chat completion body as OpenAI-compatible
+// providers (and the response cache) return it.
+func ReadCompletion(body []byte) (Completion, error) {
+	var parsed struct {
+		Model   string `json:"model"`
+		Choices []struct {
+			Message struct {
+				Content string `json:"content"`
+			} `json:"message"`
+		} `json:"choices"`
+		Usage *wireUsage `json:"usage"`
+	}
+	if err := json.Unmarshal(body, &parsed); err != nil {
+		return Completion{}, err
+	}
+	c := Completion{Model: parsed.Model}
+	if len(parsed.Choices) > 0 {
+		c.Reply = parsed.Choices[0].Message.Content
+	}
+	if parsed.Usage != nil {
+		c.Usage, c.Reported = parsed.Usage.usage(), true
+	}
+	return c, nil
 }
 
 // handle parses one complete line.
@@ -148,6 +200,6 @@ func (t *UsageTap) handle(line []byte) {
 		}
 	}
 	if c.Usage != nil {
-		t.prompt, t.completion, t.final = c.Usage.PromptTokens, c.Usage.CompletionTokens, true
+		t.usage, t.final = c.Usage.usage(), true
 	}
 }

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"testing/iotest"
 
-	"github.com/sluicehq/sluice/upstream/local"
+	"github.com/sluicehq/sluice/chat"
 )
 
 func TestUsageTap(t *testing.T) {
@@ -48,16 +48,17 @@ func TestUsageTap(t *testing.T) {
 				if tap.Delivered() != tc.delivered {
 					t.Fatalf("Delivered = %q, want %q", tap.Delivered(), tc.delivered)
 				}
-				p, c, final := tap.Usage()
-				if p != tc.prompt || c != tc.completion || final != tc.final {
-					t.Fatalf("Usage = %d, %d, %v; want %d, %d, %v", p, c, final, tc.prompt, tc.completion, tc.final)
+				u, final := tap.Usage()
+				if u.PromptTokens != tc.prompt || u.CompletionTokens != tc.completion || final != tc.final {
+					t.Fatalf("Usage = %+v, %v; want %d, %d, %v", u, final, tc.prompt, tc.completion, tc.final)
 				}
-				want := tc.completion
+				prompt := []chat.Message{{Role: "user", Content: "hi"}}
+				want := chat.Usage{PromptTokens: tc.prompt, CompletionTokens: tc.completion}
 				if !tc.final {
-					want = local.CountTokens(tc.delivered)
+					want = chat.Counted(prompt, tc.delivered)
 				}
-				if got := tap.CompletionTokens(); got != want {
-					t.Fatalf("CompletionTokens = %d, want %d", got, want)
+				if got := tap.Billed(prompt); got != want {
+					t.Fatalf("Billed = %+v, want %+v", got, want)
 				}
 			})
 		}
@@ -74,5 +75,33 @@ func TestUsageTapSkipsOverlongLines(t *testing.T) {
 	}
 	if tap.Delivered() != "Hello" {
 		t.Fatalf("Delivered = %.20q..., want only the parsable line", tap.Delivered())
+	}
+}
+
+func TestCachedPromptTokensAreRead(t *testing.T) {
+	body := `{"model":"gpt-4o-mini","choices":[{"message":{"content":"hi"}}],` +
+		`"usage":{"prompt_tokens":100,"completion_tokens":5,"prompt_tokens_details":{"cached_tokens":64}}}`
+	c, err := ReadCompletion([]byte(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := chat.Usage{PromptTokens: 100, CompletionTokens: 5, CachedTokens: 64}
+	if c.Model != "gpt-4o-mini" || c.Reply != "hi" || !c.Reported || c.Usage != want {
+		t.Fatalf("ReadCompletion = %+v, want %+v", c, want)
+	}
+	// A provider claiming more cached tokens than prompt tokens is capped,
+	// so the cached price never bills below zero.
+	tap := NewUsageTap(strings.NewReader("data: {\"choices\":[],\"usage\":{\"prompt_tokens\":10,\"completion_tokens\":1,\"prompt_tokens_details\":{\"cached_tokens\":50}}}\n\n"))
+	if _, err := io.ReadAll(tap); err != nil {
+		t.Fatal(err)
+	}
+	if u, final := tap.Usage(); !final || u.CachedTokens != 10 || u.PromptTokens != 10 {
+		t.Fatalf("stream usage = %+v, %v", u, final)
+	}
+	if c, err := ReadCompletion([]byte(`{"choices":[]}`)); err != nil || c.Reported {
+		t.Fatalf("no usage: %+v %v", c, err)
+	}
+	if _, err := ReadCompletion([]byte(`not json`)); err == nil {
+		t.Fatal("junk must not parse")
 	}
 }

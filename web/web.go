@@ -19,6 +19,7 @@ import (
 	"github.com/sluicehq/sluice/apperr"
 	"github.com/sluicehq/sluice/models"
 	"github.com/sluicehq/sluice/providers"
+	"github.com/sluicehq/sluice/quota"
 	"github.com/sluicehq/sluice/templates"
 	"github.com/sluicehq/sluice/upstream"
 )
@@ -45,7 +46,7 @@ type Pages struct {
 	poolStatus func() []upstream.KeyStatus
 	now        func() time.Time
 	origins    *http.CrossOriginProtection
-	limits     func() LimiterState
+	limits     func() quota.LimiterStatus
 }
 
 // Deps are what the pages need.
@@ -57,13 +58,7 @@ type Deps struct {
 	Providers  *providers.Service
 	PoolStatus func() []upstream.KeyStatus // live state of provider keys
 	Now        func() time.Time
-	Limits     func() LimiterState // where the rate limiter keeps its state
-}
-
-// LimiterState is where bucket state lives, as the admin page shows it.
-type LimiterState struct {
-	Mode  string // local | shared | degraded
-	Nodes int
+	Limits     func() quota.LimiterStatus // where the rate limiter keeps its state
 }
 
 // New returns the browser handlers.
@@ -88,7 +83,7 @@ func RenderError(c *gin.Context, log *slog.Logger, err error) {
 	e := apperr.As(err)
 	status := apperr.Status(e.Code)
 	msg := e.Message
-	if status >= 500 {
+	if e.Code == apperr.Internal { // only internal errors hide their message
 		log.Error("page failed", "method", c.Request.Method, "path", c.FullPath(), "err", err)
 		msg = "Something went wrong on our side. Please try again."
 	}

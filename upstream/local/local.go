@@ -4,7 +4,7 @@
 // any upstream provider is connected: it writes traditional spring couplets
 // (春联) chosen to fit the prompt, and otherwise gives a short templated
 // answer pointing at upstream providers. Replies are deterministic and their
-// token usage is counted with CountTokens.
+// token usage is counted with chat.CountTokens.
 package local
 
 import (
@@ -12,6 +12,8 @@ import (
 	"strings"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/sluicehq/sluice/chat"
 )
 
 // ModelID is the name clients pass as "model".
@@ -23,29 +25,17 @@ const (
 	finishLength = "length"
 )
 
-// messageOverheadTokens is added to PromptTokens for every message. Chat
-// models wrap each message in role and separator tokens (OpenAI documents
-// about 3-4 per message), so counting content alone would under-report.
-const messageOverheadTokens = 4
-
 // maxTopicRunes bounds how much of the prompt is echoed back, so a huge
 // prompt does not produce a huge reply.
 const maxTopicRunes = 80
-
-// Message is one chat message (role: system|user|assistant).
-type Message struct {
-	Role    string
-	Content string
-}
 
 // Reply is the model's answer with honest token counts.
 type Reply struct {
 	// Content is the answer text, already cut to the token limit.
 	Content string
-	// PromptTokens is the sum over messages of CountTokens(content) plus 4
-	// per message for role and separators.
+	// PromptTokens is chat.PromptTokens of the messages.
 	PromptTokens int
-	// CompletionTokens is CountTokens(Content).
+	// CompletionTokens is chat.CountTokens(Content).
 	CompletionTokens int
 	// FinishReason is "length" when Content was cut to maxTokens, else "stop".
 	FinishReason string
@@ -74,13 +64,13 @@ func New() (*Model, error) {
 // same reply. maxTokens <= 0 means no limit; otherwise the reply is cut on a
 // rune boundary so that its CompletionTokens is at most maxTokens, and
 // FinishReason is "length". It never panics, whatever the input.
-func (m *Model) Complete(msgs []Message, maxTokens int) Reply {
+func (m *Model) Complete(msgs []chat.Message, maxTokens int) Reply {
 	prompt := lastUserContent(msgs)
-	content, cut := truncateTokens(m.answer(prompt), maxTokens)
+	content, cut := chat.Truncate(m.answer(prompt), maxTokens)
 	r := Reply{
 		Content:          content,
-		PromptTokens:     PromptTokens(msgs),
-		CompletionTokens: CountTokens(content),
+		PromptTokens:     chat.PromptTokens(msgs),
+		CompletionTokens: chat.CountTokens(content),
 		FinishReason:     finishStop,
 	}
 	if cut {
@@ -89,20 +79,10 @@ func (m *Model) Complete(msgs []Message, maxTokens int) Reply {
 	return r
 }
 
-// PromptTokens applies the documented usage rule for the request side; the
-// gateway uses it to estimate a request before admitting it.
-func PromptTokens(msgs []Message) int {
-	n := 0
-	for _, msg := range msgs {
-		n += CountTokens(msg.Content) + messageOverheadTokens
-	}
-	return n
-}
-
 // lastUserContent returns the content of the last user message, or "" if
 // there is none. Roles are matched leniently because validation belongs to
 // the HTTP layer, not here.
-func lastUserContent(msgs []Message) string {
+func lastUserContent(msgs []chat.Message) string {
 	for i := len(msgs) - 1; i >= 0; i-- {
 		if strings.EqualFold(strings.TrimSpace(msgs[i].Role), "user") {
 			return msgs[i].Content
@@ -192,4 +172,8 @@ func topicOf(prompt string) string {
 		s = string([]rune(s)[:maxTopicRunes]) + "…"
 	}
 	return s
+}
+
+func isASCIIAlnum(r rune) bool {
+	return r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9'
 }

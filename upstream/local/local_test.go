@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 	"unicode/utf8"
+
+	"github.com/sluicehq/sluice/chat"
 )
 
 func newModel(t testing.TB) *Model {
@@ -15,7 +17,7 @@ func newModel(t testing.TB) *Model {
 	return m
 }
 
-func user(s string) []Message { return []Message{{Role: "user", Content: s}} }
+func user(s string) []chat.Message { return []chat.Message{{Role: "user", Content: s}} }
 
 // parseReplyCouplet splits a couplet answer into its three lines and fails
 // the test if the 上联/下联/横批 form is not there.
@@ -104,40 +106,8 @@ func TestParseCouplets(t *testing.T) {
 	}
 }
 
-func TestCountTokens(t *testing.T) {
-	tests := []struct {
-		in   string
-		want int
-	}{
-		{"", 0},
-		{"   \t\n", 0},
-		{"a", 1},
-		{"abcd", 1},
-		{"abcde", 2},
-		{"hello world", 4},          // ceil(5/4) + ceil(5/4)
-		{"12345678", 2},             // digits join the run
-		{"hello, world!", 6},        // 2 + "," + 2 + "!"
-		{"春联", 2},                   // one per Han character
-		{"上联：天增岁月人增寿", 10},          // full-width colon is punctuation
-		{"写一副couplet", 5},           // 3 Han + ceil(7/4)
-		{"a couplet 关于福", 6},        // 1 + 2 + 3 Han + 0 spaces
-		{"café", 2},                 // "caf" then é counts 1
-		{"😀", 1},                    // symbols count 1
-		{"\xff\xfe", 2},             // each invalid byte counts 1
-		{"ひらがな한국어", 7},              // other CJK scripts: 1 per character
-		{"well-being", 4},           // 1 + "-" + 2
-		{"\u3000春\u3000", 1},        // ideographic space is whitespace
-		{strings.Repeat("x", 9), 3}, // ceil(9/4)
-	}
-	for _, tt := range tests {
-		if got := CountTokens(tt.in); got != tt.want {
-			t.Errorf("CountTokens(%q) = %d, want %d", tt.in, got, tt.want)
-		}
-	}
-}
-
 func TestCompleteIsDeterministic(t *testing.T) {
-	prompts := [][]Message{
+	prompts := [][]chat.Message{
 		user("写一副关于福的春联"),
 		user("Write a spring couplet about health"),
 		user("What is the capital of France?"),
@@ -237,7 +207,7 @@ func TestNonCoupletPrompts(t *testing.T) {
 	m := newModel(t)
 	tests := []struct {
 		name    string
-		msgs    []Message
+		msgs    []chat.Message
 		want    []string
 		notWant []string
 	}{
@@ -253,7 +223,7 @@ func TestNonCoupletPrompts(t *testing.T) {
 		},
 		{
 			name:    "last user message wins",
-			msgs:    []Message{{Role: "user", Content: "写春联"}, {Role: "assistant", Content: "上联：…"}, {Role: "user", Content: "tell me about Go"}},
+			msgs:    []chat.Message{{Role: "user", Content: "写春联"}, {Role: "assistant", Content: "上联：…"}, {Role: "user", Content: "tell me about Go"}},
 			want:    []string{`"tell me about Go"`},
 			notWant: []string{"上联："},
 		},
@@ -275,7 +245,7 @@ func TestNonCoupletPrompts(t *testing.T) {
 		},
 		{
 			name: "no user message",
-			msgs: []Message{{Role: "system", Content: "写春联"}, {Role: "assistant", Content: "hi"}},
+			msgs: []chat.Message{{Role: "system", Content: "写春联"}, {Role: "assistant", Content: "hi"}},
 			want: []string{"Hello! sluice-local"},
 		},
 		{
@@ -285,7 +255,7 @@ func TestNonCoupletPrompts(t *testing.T) {
 		},
 		{
 			name: "role matched leniently",
-			msgs: []Message{{Role: " User ", Content: "ping"}},
+			msgs: []chat.Message{{Role: " User ", Content: "ping"}},
 			want: []string{`"ping"`},
 		},
 	}
@@ -313,11 +283,11 @@ func TestUsage(t *testing.T) {
 	m := newModel(t)
 	tests := []struct {
 		name string
-		msgs []Message
+		msgs []chat.Message
 	}{
 		{"none", nil},
 		{"one", user("写一副关于福的春联")},
-		{"three", []Message{{Role: "system", Content: "You are helpful."}, {Role: "user", Content: "hi"}, {Role: "assistant", Content: ""}}},
+		{"three", []chat.Message{{Role: "system", Content: "You are helpful."}, {Role: "user", Content: "hi"}, {Role: "assistant", Content: ""}}},
 		{"english couplet", user("Write a couplet about spring")},
 	}
 	for _, tt := range tests {
@@ -325,18 +295,18 @@ func TestUsage(t *testing.T) {
 			r := m.Complete(tt.msgs, 0)
 			wantPrompt := 0
 			for _, msg := range tt.msgs {
-				wantPrompt += CountTokens(msg.Content) + 4
+				wantPrompt += chat.CountTokens(msg.Content) + 4
 			}
 			if r.PromptTokens != wantPrompt {
 				t.Errorf("PromptTokens = %d, want %d", r.PromptTokens, wantPrompt)
 			}
-			if got := CountTokens(r.Content); r.CompletionTokens != got || got == 0 {
-				t.Errorf("CompletionTokens = %d, CountTokens(content) = %d", r.CompletionTokens, got)
+			if got := chat.CountTokens(r.Content); r.CompletionTokens != got || got == 0 {
+				t.Errorf("CompletionTokens = %d, chat.CountTokens(content) = %d", r.CompletionTokens, got)
 			}
 		})
 	}
 	// A worked example, so the rule is pinned down and not just restated.
-	r := m.Complete([]Message{{Role: "system", Content: "be brief"}, {Role: "user", Content: "写春联"}}, 0)
+	r := m.Complete([]chat.Message{{Role: "system", Content: "be brief"}, {Role: "user", Content: "写春联"}}, 0)
 	if r.PromptTokens != (3+4)+(3+4) { // "be brief" = 1 + ceil(5/4)
 		t.Errorf("PromptTokens = %d, want 14", r.PromptTokens)
 	}
@@ -377,8 +347,8 @@ func TestMaxTokensTruncation(t *testing.T) {
 			if !strings.HasPrefix(whole, r.Content) || !utf8.ValidString(r.Content) {
 				t.Fatalf("content %q is not a valid prefix of %q", r.Content, whole)
 			}
-			if r.CompletionTokens != CountTokens(r.Content) {
-				t.Errorf("CompletionTokens = %d, CountTokens = %d", r.CompletionTokens, CountTokens(r.Content))
+			if r.CompletionTokens != chat.CountTokens(r.Content) {
+				t.Errorf("CompletionTokens = %d, CountTokens = %d", r.CompletionTokens, chat.CountTokens(r.Content))
 			}
 			if tt.maxTokens > 0 && r.CompletionTokens > tt.maxTokens {
 				t.Errorf("CompletionTokens = %d > maxTokens %d", r.CompletionTokens, tt.maxTokens)
@@ -398,32 +368,9 @@ func TestMaxTokensTruncation(t *testing.T) {
 	}
 }
 
-func TestTruncateTokens(t *testing.T) {
-	tests := []struct {
-		in      string
-		max     int
-		want    string
-		wantCut bool
-	}{
-		{"abcdefgh", 1, "abcd", true},
-		{"abcdefgh", 2, "abcdefgh", false},
-		{"hello world", 2, "hello", true}, // trailing space dropped
-		{"春联好", 2, "春联", true},
-		{"a,b", 2, "a,", true},
-		{"", 1, "", false},
-		{"abc", 0, "abc", false},
-	}
-	for _, tt := range tests {
-		got, cut := truncateTokens(tt.in, tt.max)
-		if got != tt.want || cut != tt.wantCut {
-			t.Errorf("truncateTokens(%q, %d) = %q, %v; want %q, %v", tt.in, tt.max, got, cut, tt.want, tt.wantCut)
-		}
-	}
-}
-
 func TestOddInputNeverPanics(t *testing.T) {
 	m := newModel(t)
-	inputs := [][]Message{
+	inputs := [][]chat.Message{
 		nil,
 		{},
 		{{}},
@@ -461,18 +408,18 @@ func FuzzComplete(f *testing.F) {
 	f.Add("\xff\xfe对联", -1)
 	m := newModel(f)
 	f.Fuzz(func(t *testing.T, prompt string, maxTokens int) {
-		msgs := []Message{{Role: "system", Content: prompt}, {Role: "user", Content: prompt}}
+		msgs := []chat.Message{{Role: "system", Content: prompt}, {Role: "user", Content: prompt}}
 		r := m.Complete(msgs, maxTokens)
 		if r.Content == "" || !utf8.ValidString(r.Content) {
 			t.Fatalf("content = %q", r.Content)
 		}
-		if r.CompletionTokens != CountTokens(r.Content) {
-			t.Fatalf("CompletionTokens = %d, CountTokens = %d", r.CompletionTokens, CountTokens(r.Content))
+		if r.CompletionTokens != chat.CountTokens(r.Content) {
+			t.Fatalf("CompletionTokens = %d, CountTokens = %d", r.CompletionTokens, chat.CountTokens(r.Content))
 		}
 		if maxTokens > 0 && r.CompletionTokens > maxTokens {
 			t.Fatalf("CompletionTokens = %d > maxTokens %d", r.CompletionTokens, maxTokens)
 		}
-		if r.PromptTokens != 2*CountTokens(prompt)+8 {
+		if r.PromptTokens != 2*chat.CountTokens(prompt)+8 {
 			t.Fatalf("PromptTokens = %d", r.PromptTokens)
 		}
 		if r.FinishReason != "stop" && r.FinishReason != "length" {

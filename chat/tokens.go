@@ -1,4 +1,4 @@
-package local
+package chat
 
 import (
 	"strings"
@@ -10,9 +10,10 @@ import (
 // run of n such characters is billed as ceil(n/4) tokens.
 const asciiCharsPerToken = 4
 
-// CountTokens approximates a BPE tokenizer so that usage reported by
-// sluice-local is deterministic and close to what a hosted model would bill,
-// without shipping a vocabulary:
+// CountTokens approximates a BPE tokenizer, so that what sluice-local reports,
+// what a request is estimated at before admission and what a provider that
+// reports no usage is billed are deterministic and close to what a hosted
+// model would count, without shipping a vocabulary:
 //
 //   - each run of ASCII letters and digits (a "word") counts ceil(len/4);
 //   - each whitespace rune counts 0;
@@ -59,10 +60,10 @@ func isASCIIAlnum(r rune) bool {
 	return r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9'
 }
 
-// truncateTokens returns the longest prefix of s, cut on a rune boundary, that
+// Truncate returns the longest prefix of s, cut on a rune boundary, that
 // counts at most maxTokens, and whether anything was cut. maxTokens <= 0 means
 // no limit. Trailing whitespace left by the cut is dropped; it costs no tokens.
-func truncateTokens(s string, maxTokens int) (string, bool) {
+func Truncate(s string, maxTokens int) (string, bool) {
 	if maxTokens <= 0 {
 		return s, false
 	}

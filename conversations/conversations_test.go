@@ -1,10 +1,10 @@
-package sessions_test
+package conversations_test
 
 import (
 	"strings"
 	"testing"
 
-	"github.com/sluicehq/sluice/sessions"
+	"github.com/sluicehq/sluice/conversations"
 )
 
 func TestValidID(t *testing.T) {
@@ -29,7 +29,7 @@ func TestValidID(t *testing.T) {
 		{"é", false},
 	}
 	for _, tt := range tests {
-		if got := sessions.ValidID(tt.id); got != tt.want {
+		if got := conversations.ValidID(tt.id); got != tt.want {
 			t.Errorf("ValidID(%q) = %v, want %v", tt.id, got, tt.want)
 		}
 	}

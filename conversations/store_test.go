@@ -1,4 +1,4 @@
-package sessions_test
+package conversations_test
 
 import (
 	"context"
@@ -10,11 +10,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/chat"
 	"github.com/sluicehq/sluice/internal/clocktest"
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/sluicehq/sluice/sessions"
+	"github.com/sluicehq/sluice/conversations"
 )
 
 func newFakeClock() *clocktest.Clock {
@@ -38,7 +39,7 @@ func testRedis(t *testing.T) (*redis.Client, string) {
 	if err := client.Ping(context.Background()).Err(); err != nil {
 		t.Fatalf("ping redis at %s: %v", url, err)
 	}
-	prefix := fmt.Sprintf("test:sessions:%s:%d:", t.Name(), time.Now().UnixNano())
+	prefix := fmt.Sprintf("test:conversations:%s:%d:", t.Name(), time.Now().UnixNano())
 	t.Cleanup(func() {
 		ctx := context.Background()
 		iter := client.Scan(ctx, 0, prefix+"*", 100).Iterator()
@@ -50,26 +51,26 @@ func testRedis(t *testing.T) (*redis.Client, string) {
 }
 
 // stores runs fn against every Store implementation available.
-func stores(t *testing.T, fn func(t *testing.T, s sessions.Store)) {
+func stores(t *testing.T, fn func(t *testing.T, s conversations.Store)) {
 	t.Run("memory", func(t *testing.T) {
-		fn(t, sessions.NewMemory(0, nil))
+		fn(t, conversations.NewMemory(0, nil))
 	})
 	t.Run("redis", func(t *testing.T) {
 		client, prefix := testRedis(t)
-		fn(t, sessions.NewRedis(client, prefix, 0))
+		fn(t, conversations.NewRedis(client, prefix, 0))
 	})
 }
 
-var history = []sessions.Message{
+var history = []chat.Message{
 	{Role: "system", Content: "be brief"},
 	{Role: "user", Content: "hi"},
 	{Role: "assistant", Content: "hello"},
 }
 
 func TestStoreRoundTrip(t *testing.T) {
-	stores(t, func(t *testing.T, st sessions.Store) {
+	stores(t, func(t *testing.T, st conversations.Store) {
 		ctx := context.Background()
-		s := sessions.Scope{OrgID: 1, TokenID: 10, ID: "chat-1"}
+		s := conversations.Scope{OrgID: 1, TokenID: 10, ID: "chat-1"}
 		if _, ok, err := st.Load(ctx, s); ok || err != nil {
 			t.Fatalf("Load before Save = ok %v, err %v", ok, err)
 		}
@@ -87,19 +88,19 @@ func TestStoreRoundTrip(t *testing.T) {
 		if got, _, _ := st.Load(ctx, s); !reflect.DeepEqual(got, history[:1]) {
 			t.Fatalf("Load after second Save = %v", got)
 		}
-		// An empty history is still a session.
+		// An empty history is still a conversation.
 		if err := st.Save(ctx, s, nil); err != nil {
 			t.Fatalf("Save(nil): %v", err)
 		}
 		if got, ok, _ := st.Load(ctx, s); !ok || len(got) != 0 {
-			t.Fatalf("Load of empty session = %v, %v", got, ok)
+			t.Fatalf("Load of empty conversation = %v, %v", got, ok)
 		}
 		deleted, err := st.Delete(ctx, s)
 		if err != nil || !deleted {
 			t.Fatalf("Delete = %v, %v; want true", deleted, err)
 		}
 		if _, ok, _ := st.Load(ctx, s); ok {
-			t.Fatal("session still there after Delete")
+			t.Fatal("conversation still there after Delete")
 		}
 		if deleted, _ := st.Delete(ctx, s); deleted {
 			t.Fatal("second Delete reported a deletion")
@@ -108,10 +109,10 @@ func TestStoreRoundTrip(t *testing.T) {
 }
 
 func TestStoreIsolation(t *testing.T) {
-	stores(t, func(t *testing.T, st sessions.Store) {
+	stores(t, func(t *testing.T, st conversations.Store) {
 		ctx := context.Background()
-		owner := sessions.Scope{OrgID: 1, TokenID: 10, ID: "shared-id"}
-		others := map[string]sessions.Scope{
+		owner := conversations.Scope{OrgID: 1, TokenID: 10, ID: "shared-id"}
+		others := map[string]conversations.Scope{
 			"other token":         {OrgID: 1, TokenID: 11, ID: "shared-id"},
 			"other org":           {OrgID: 2, TokenID: 10, ID: "shared-id"},
 			"other org and token": {OrgID: 2, TokenID: 11, ID: "shared-id"},
@@ -122,38 +123,38 @@ func TestStoreIsolation(t *testing.T) {
 		}
 		for name, other := range others {
 			if got, ok, err := st.Load(ctx, other); ok || err != nil {
-				t.Errorf("%s: Load = %v, %v, %v; want no session", name, got, ok, err)
+				t.Errorf("%s: Load = %v, %v, %v; want no conversation", name, got, ok, err)
 			}
 			if deleted, err := st.Delete(ctx, other); deleted || err != nil {
 				t.Errorf("%s: Delete = %v, %v; want nothing deleted", name, deleted, err)
 			}
 		}
-		// Another scope saving under the same id creates its own session and
+		// Another scope saving under the same id creates its own conversation and
 		// leaves the owner's untouched.
 		intruder := others["other token"]
-		if err := st.Save(ctx, intruder, []sessions.Message{{Role: "user", Content: "mine"}}); err != nil {
+		if err := st.Save(ctx, intruder, []chat.Message{{Role: "user", Content: "mine"}}); err != nil {
 			t.Fatalf("Save: %v", err)
 		}
 		if got, ok, _ := st.Load(ctx, owner); !ok || !reflect.DeepEqual(got, history) {
-			t.Fatalf("owner's session changed: %v, %v", got, ok)
+			t.Fatalf("owner's conversation changed: %v, %v", got, ok)
 		}
 		if got, _, _ := st.Load(ctx, intruder); len(got) != 1 || got[0].Content != "mine" {
-			t.Fatalf("intruder's session = %v", got)
+			t.Fatalf("intruder's conversation = %v", got)
 		}
 	})
 }
 
 func TestStoreRejectsInvalidID(t *testing.T) {
-	stores(t, func(t *testing.T, st sessions.Store) {
+	stores(t, func(t *testing.T, st conversations.Store) {
 		ctx := context.Background()
-		bad := sessions.Scope{OrgID: 1, TokenID: 1, ID: "a b"}
-		if _, _, err := st.Load(ctx, bad); !errors.Is(err, sessions.ErrInvalidID) {
+		bad := conversations.Scope{OrgID: 1, TokenID: 1, ID: "a b"}
+		if _, _, err := st.Load(ctx, bad); !errors.Is(err, conversations.ErrInvalidID) {
 			t.Errorf("Load err = %v, want ErrInvalidID", err)
 		}
-		if err := st.Save(ctx, bad, history); !errors.Is(err, sessions.ErrInvalidID) {
+		if err := st.Save(ctx, bad, history); !errors.Is(err, conversations.ErrInvalidID) {
 			t.Errorf("Save err = %v, want ErrInvalidID", err)
 		}
-		if _, err := st.Delete(ctx, bad); !errors.Is(err, sessions.ErrInvalidID) {
+		if _, err := st.Delete(ctx, bad); !errors.Is(err, conversations.ErrInvalidID) {
 			t.Errorf("Delete err = %v, want ErrInvalidID", err)
 		}
 	})
@@ -162,50 +163,50 @@ func TestStoreRejectsInvalidID(t *testing.T) {
 func TestMemoryTTLWithInjectedClock(t *testing.T) {
 	ctx := context.Background()
 	clock := newFakeClock()
-	st := sessions.NewMemory(0, clock.Now) // DefaultTTL
-	s := sessions.Scope{OrgID: 1, TokenID: 1, ID: "ttl"}
+	st := conversations.NewMemory(0, clock.Now) // DefaultTTL
+	s := conversations.Scope{OrgID: 1, TokenID: 1, ID: "ttl"}
 
 	if err := st.Save(ctx, s, history); err != nil {
 		t.Fatalf("Save: %v", err)
 	}
-	clock.Advance(sessions.DefaultTTL - time.Second)
+	clock.Advance(conversations.DefaultTTL - time.Second)
 	if _, ok, _ := st.Load(ctx, s); !ok {
-		t.Fatal("session expired before the TTL")
+		t.Fatal("conversation expired before the TTL")
 	}
 	// Load does not refresh; Save does.
 	if err := st.Save(ctx, s, history); err != nil {
 		t.Fatalf("Save: %v", err)
 	}
-	clock.Advance(sessions.DefaultTTL - time.Second)
+	clock.Advance(conversations.DefaultTTL - time.Second)
 	if _, ok, _ := st.Load(ctx, s); !ok {
 		t.Fatal("Save did not refresh the TTL")
 	}
 	clock.Advance(time.Second)
 	if _, ok, _ := st.Load(ctx, s); ok {
-		t.Fatal("session idle for the TTL still loads")
+		t.Fatal("conversation idle for the TTL still loads")
 	}
 
-	// An expired session cannot be deleted either: it is already gone.
+	// An expired conversation cannot be deleted either: it is already gone.
 	if err := st.Save(ctx, s, history); err != nil {
 		t.Fatalf("Save: %v", err)
 	}
-	clock.Advance(sessions.DefaultTTL)
+	clock.Advance(conversations.DefaultTTL)
 	if deleted, _ := st.Delete(ctx, s); deleted {
-		t.Fatal("Delete of an expired session reported a deletion")
+		t.Fatal("Delete of an expired conversation reported a deletion")
 	}
 }
 
 func TestMemorySweepsExpiredOnWrite(t *testing.T) {
 	ctx := context.Background()
 	clock := newFakeClock()
-	st := sessions.NewMemory(time.Minute, clock.Now)
+	st := conversations.NewMemory(time.Minute, clock.Now)
 	for i := range 10 {
-		if err := st.Save(ctx, sessions.Scope{OrgID: 1, TokenID: 1, ID: fmt.Sprint("s", i)}, history); err != nil {
+		if err := st.Save(ctx, conversations.Scope{OrgID: 1, TokenID: 1, ID: fmt.Sprint("s", i)}, history); err != nil {
 			t.Fatalf("Save: %v", err)
 		}
 	}
 	clock.Advance(time.Minute)
-	if err := st.Save(ctx, sessions.Scope{OrgID: 1, TokenID: 1, ID: "fresh"}, history); err != nil {
+	if err := st.Save(ctx, conversations.Scope{OrgID: 1, TokenID: 1, ID: "fresh"}, history); err != nil {
 		t.Fatalf("Save: %v", err)
 	}
 	if n := st.Len(); n != 1 {
@@ -215,18 +216,18 @@ func TestMemorySweepsExpiredOnWrite(t *testing.T) {
 
 func TestMemoryConcurrent(t *testing.T) {
 	ctx := context.Background()
-	st := sessions.NewMemory(time.Minute, nil)
+	st := conversations.NewMemory(time.Minute, nil)
 	var wg sync.WaitGroup
 	for g := range 8 {
 		wg.Go(func() {
 			for i := range 300 {
-				s := sessions.Scope{OrgID: int64(g % 2), TokenID: int64(g), ID: fmt.Sprint("c", i%7)}
+				s := conversations.Scope{OrgID: int64(g % 2), TokenID: int64(g), ID: fmt.Sprint("c", i%7)}
 				msgs, _, err := st.Load(ctx, s)
 				if err != nil {
 					t.Error(err)
 					return
 				}
-				msgs = sessions.Append(msgs, []sessions.Message{{Role: "user", Content: "q"}}, sessions.Message{Role: "assistant", Content: "a"})
+				msgs = conversations.Append(msgs, []chat.Message{{Role: "user", Content: "q"}}, chat.Message{Role: "assistant", Content: "a"})
 				if err := st.Save(ctx, s, msgs); err != nil {
 					t.Error(err)
 					return
@@ -243,16 +244,16 @@ func TestMemoryConcurrent(t *testing.T) {
 func TestRedisTTL(t *testing.T) {
 	ctx := context.Background()
 	client, prefix := testRedis(t)
-	st := sessions.NewRedis(client, prefix, 0) // DefaultTTL
-	s := sessions.Scope{OrgID: 7, TokenID: 8, ID: "ttl:check"}
+	st := conversations.NewRedis(client, prefix, 0) // DefaultTTL
+	s := conversations.Scope{OrgID: 7, TokenID: 8, ID: "ttl:check"}
 	key := prefix + "{7:8}:ttl:check"
 
 	if err := st.Save(ctx, s, history); err != nil {
 		t.Fatalf("Save: %v", err)
 	}
 	pttl, err := client.PTTL(ctx, key).Result()
-	if err != nil || pttl <= sessions.DefaultTTL-5*time.Second || pttl > sessions.DefaultTTL {
-		t.Fatalf("PTTL(%s) = %v, %v; want about %v", key, pttl, err, sessions.DefaultTTL)
+	if err != nil || pttl <= conversations.DefaultTTL-5*time.Second || pttl > conversations.DefaultTTL {
+		t.Fatalf("PTTL(%s) = %v, %v; want about %v", key, pttl, err, conversations.DefaultTTL)
 	}
 	// Age the key, then check Save restarts the TTL and Load does not.
 	if err := client.PExpire(ctx, key, time.Minute).Err(); err != nil {
@@ -267,10 +268,10 @@ func TestRedisTTL(t *testing.T) {
 	if err := st.Save(ctx, s, history); err != nil {
 		t.Fatalf("Save: %v", err)
 	}
-	if pttl, _ := client.PTTL(ctx, key).Result(); pttl <= sessions.DefaultTTL-5*time.Second {
+	if pttl, _ := client.PTTL(ctx, key).Result(); pttl <= conversations.DefaultTTL-5*time.Second {
 		t.Fatalf("Save did not refresh the TTL: PTTL %v", pttl)
 	}
-	// A session whose key expires is gone.
+	// A conversation whose key expires is gone.
 	if err := client.PExpire(ctx, key, 20*time.Millisecond).Err(); err != nil {
 		t.Fatalf("PEXPIRE: %v", err)
 	}
@@ -284,7 +285,7 @@ func TestRedisTTL(t *testing.T) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatal("session still loads after its key expired")
+			t.Fatal("conversation still loads after its key expired")
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -293,8 +294,8 @@ func TestRedisTTL(t *testing.T) {
 func TestRedisCustomTTLAndCorruptValue(t *testing.T) {
 	ctx := context.Background()
 	client, prefix := testRedis(t)
-	st := sessions.NewRedis(client, prefix, 90*time.Second)
-	s := sessions.Scope{OrgID: 1, TokenID: 2, ID: "x"}
+	st := conversations.NewRedis(client, prefix, 90*time.Second)
+	s := conversations.Scope{OrgID: 1, TokenID: 2, ID: "x"}
 	if err := st.Save(ctx, s, history); err != nil {
 		t.Fatalf("Save: %v", err)
 	}

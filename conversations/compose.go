@@ -1,18 +1,14 @@
-package sessions
+package conversations
 
-import "github.com/sluicehq/sluice/upstream/local"
-
-// messageOverheadTokens is counted for every message on top of its content,
-// for the role and separator tokens chat models wrap each message in.
-const messageOverheadTokens = 4
+import "github.com/sluicehq/sluice/chat"
 
 const roleSystem, roleUser, roleAssistant = "system", "user", "assistant"
 
 // Compose returns the messages to send upstream: the stored history followed
 // by the incoming messages, trimmed to fit budget tokens, where a message
-// costs count(content)+4. count nil means local.CountTokens.
+// costs count(content)+4. count nil means chat.CountTokens.
 //
-//   - The session's system prompt leads: the first system message of the
+//   - The conversation's system prompt leads: the first system message of the
 //     history, or else of the incoming messages, is placed first. An incoming
 //     system message whose content equals one already present is skipped (a
 //     client resending its system prompt every turn does not duplicate it);
@@ -26,12 +22,12 @@ const roleSystem, roleUser, roleAssistant = "system", "user", "assistant"
 //     history turns dropped and the gateway's request limits decide.
 //
 // budget <= 0 means no limit.
-func Compose(history []Message, incoming []Message, budget int, count func(string) int) []Message {
+func Compose(history []chat.Message, incoming []chat.Message, budget int, count func(string) int) []chat.Message {
 	if count == nil {
-		count = local.CountTokens
+		count = chat.CountTokens
 	}
 	msgs, fromHistory := merge(history, incoming)
-	cost := func(m Message) int { return count(m.Content) + messageOverheadTokens }
+	cost := func(m chat.Message) int { return count(m.Content) + chat.MessageOverheadTokens }
 	total := 0
 	for _, m := range msgs {
 		total += cost(m)
@@ -70,10 +66,10 @@ func Compose(history []Message, incoming []Message, budget int, count func(strin
 // the system prompt first, repeated system prompts skipped) and the
 // assistant's reply. It never modifies its arguments.
 //
-// Append keeps every turn, so an active session grows until its TTL lapses.
+// Append keeps every turn, so an active conversation grows until its TTL lapses.
 // To keep stored history bounded by the budget, store
 // Append(Compose(history, incoming, budget, count), nil, reply) instead.
-func Append(history []Message, incoming []Message, reply Message) []Message {
+func Append(history []chat.Message, incoming []chat.Message, reply chat.Message) []chat.Message {
 	msgs, _ := merge(history, incoming)
 	return append(msgs, reply)
 }
@@ -82,8 +78,8 @@ func Append(history []Message, incoming []Message, reply Message) []Message {
 // system message to the front and skipping incoming system messages that
 // repeat one already present. fromHistory[i] reports whether msgs[i] came
 // from the history, since only those may be dropped to fit a budget.
-func merge(history, incoming []Message) (msgs []Message, fromHistory []bool) {
-	msgs = make([]Message, 0, len(history)+len(incoming)+1)
+func merge(history, incoming []chat.Message) (msgs []chat.Message, fromHistory []bool) {
+	msgs = make([]chat.Message, 0, len(history)+len(incoming)+1)
 	fromHistory = make([]bool, 0, cap(msgs))
 	systems := make(map[string]bool)
 
@@ -127,7 +123,7 @@ func merge(history, incoming []Message) (msgs []Message, fromHistory []bool) {
 }
 
 // indexOfSystem returns the index of the first system message, or -1.
-func indexOfSystem(msgs []Message) int {
+func indexOfSystem(msgs []chat.Message) int {
 	for i, m := range msgs {
 		if m.Role == roleSystem {
 			return i

@@ -1,0 +1,214 @@
+package completion
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sluicehq/sluice/accounts"
+	"github.com/sluicehq/sluice/apperr"
+	"github.com/sluicehq/sluice/chat"
+	"github.com/sluicehq/sluice/quota"
+)
+
+// Admission: every request spends from its token's request bucket (the
+// tier's capacity and, possibly auto-tuned, refill); a chat completion also
+// reserves its estimated tokens from the tokens-per-minute bucket, both or
+// neither, and settles the reservation with the real usage afterwards.
+// Rejections are counted per token; a token that keeps being rejected is
+// frozen. Every answer carries OpenAI's rate-limit headers.
+
+func requestParams(t accounts.Caller) quota.Params {
+	return quota.Params{Capacity: t.Tier.Capacity, RefillPerSec: t.Tier.EffectiveRefill()}
+}
+
+func tokenParams(t accounts.Caller) quota.Params {
+	return quota.Params{Capacity: t.Tier.TokensPerMinute, RefillPerSec: float64(t.Tier.TokensPerMinute) / 60}
+}
+
+// checkFrozen refuses a frozen token.
+func (p *Pipeline) checkFrozen(caller accounts.Caller) error {
+	if f, frozen := p.Freezes.Frozen(caller.TokenID); frozen {
+		return p.frozenError(f.Until, f.Reason)
+	}
+	return nil
+}
+
+func (p *Pipeline) frozenError(until time.Time, reason string) error {
+	return &apperr.Error{Code: apperr.Frozen, Reason: "token_frozen", RetryAfter: until.Sub(p.Now()),
+		Message: "this API key is frozen until " + until.UTC().Format(time.RFC3339) + ": " + reason +
+			". It thaws by itself then; an admin can lift it earlier."}
+}
+
+// weigh prices a request: its priority's weight, raised for low-value
+// prompts (tiny, repetitive, or repeated by the same token).
+func (p *Pipeline) weigh(c *call) (int64, error) {
+	priority := c.req.Priority
+	if priority == "" {
+		priority = "normal"
+	}
+	base, ok := p.PriorityWeights[priority]
+	if !ok {
+		return 0, apperr.Field(apperr.Invalid, "invalid_priority", "X-Sluice-Priority", "X-Sluice-Priority must be low, normal or high")
+	}
+	// The whole conversation is judged, not the last turn: "ok" in a long
+	// chat is not a tiny request, while the same conversation sent again is
+	// a repeat. Never more than the bucket holds, so a small tier still
+	// admits a low-value request eventually instead of refusing it outright.
+	w := p.Scorer.Weight(c.caller.LimitKey, promptText(c.msgs), base)
+	return min(w, max(base, c.caller.Tier.Capacity)), nil
+}
+
+// promptText is every message's content, for judging a request's value.
+func promptText(msgs []chat.Message) string {
+	if len(msgs) == 1 {
+		return msgs[0].Content
+	}
+	var b strings.Builder
+	for _, m := range msgs {
+		b.WriteString(m.Content)
+		b.WriteByte('\n')
+	}
+	return b.String()
+}
+
+// estimateTokens is what a request may use: its prompt, counted as the
+// model will count it, plus max_tokens or, without one, the default.
+func estimateTokens(msgs []chat.Message, maxTokens int, defaultMax int64) int64 {
+	prompt := int64(chat.PromptTokens(msgs))
+	if maxTokens > 0 {
+		return prompt + int64(maxTokens)
+	}
+	return prompt + defaultMax
+}
+
+// admit spends weight from the request bucket and reserves the estimate
+// from the tokens bucket, both or neither.
+func (p *Pipeline) admit(ctx context.Context, c *call, weight int64) error {
+	caller := c.caller
+	if caller.Tier.TokensPerMinute <= 0 {
+		return p.admitRequests(ctx, caller, c.req.ID, c.sink, weight)
+	}
+	dr, dt, err := p.Limiter.AllowBoth(ctx,
+		quota.Charge{Key: caller.LimitKey, Params: requestParams(caller), Weight: weight},
+		quota.Charge{Key: caller.TokensKey, Params: tokenParams(caller), Weight: c.estimate})
+	if err != nil {
+		return limiterError(caller, err, weight, c.estimate)
+	}
+	setLimitHeaders(c.sink, requestsHeaders, dr)
+	setLimitHeaders(c.sink, tokensHeaders, dt)
+	if dr.Allowed && dt.Allowed {
+		return nil
+	}
+	// Neither bucket was charged. The client must wait for both, so the
+	// longer wait is the one to report, named after its bucket; a shorter
+	// Retry-After would only earn another 429 (and count toward a freeze).
+	if dt.RetryAfter > dr.RetryAfter {
+		return p.reject(ctx, caller, c.req.ID, dt, "tokens")
+	}
+	return p.reject(ctx, caller, c.req.ID, dr, "requests")
+}
+
+// admitRequests spends weight from the request bucket alone.
+func (p *Pipeline) admitRequests(ctx context.Context, caller accounts.Caller, requestID string, sink Sink, weight int64) error {
+	d, err := p.Limiter.Allow(ctx, caller.LimitKey, requestParams(caller), weight)
+	if err != nil {
+		return limiterError(caller, err, weight, 0)
+	}
+	setLimitHeaders(sink, requestsHeaders, d)
+	if !d.Allowed {
+		return p.reject(ctx, caller, requestID, d, "requests")
+	}
+	return nil
+}
+
+// settle corrects the buckets by what the request really used: the tokens
+// bucket (a refund when the estimate was high or nothing was delivered, a
+// debt when it was low) and the provider key's tokens bucket. A provider
+// key's failed attempts were refunded by the pool itself.
+func (p *Pipeline) settle(ctx context.Context, c *call, out Served) {
+	var used int64
+	if out.delivered {
+		used = int64(out.Usage.Total())
+	}
+	if c.caller.Tier.TokensPerMinute > 0 && used != c.estimate {
+		if err := p.Limiter.Adjust(ctx, c.caller.TokensKey, tokenParams(c.caller), used-c.estimate); err != nil {
+			p.Log.Warn("settling tokens-per-minute failed", "request_id", c.req.ID, "err", err)
+		}
+	}
+	if out.delivered && out.KeyID != 0 {
+		if err := p.Providers.Settle(ctx, out.KeyID, c.estimate, used); err != nil {
+			p.Log.Warn("settling a provider key's tokens failed", "request_id", c.req.ID, "err", err)
+		}
+	}
+}
+
+// limiterError explains a request that can never fit, and treats anything
+// else as internal (the degrading limiter has already fallen back to local
+// limits, so an error here is a bug, not an outage).
+func limiterError(caller accounts.Caller, err error, weight, estimate int64) error {
+	if !errors.Is(err, quota.ErrWeightExceedsCapacity) {
+		return apperr.Wrap(err, "rate limiter")
+	}
+	tier := caller.Tier
+	if estimate > tier.TokensPerMinute && tier.TokensPerMinute > 0 {
+		return apperr.Field(apperr.Invalid, "request_exceeds_limit", "max_tokens",
+			"this request may use "+strconv.FormatInt(estimate, 10)+" tokens (prompt + max_tokens), more than the "+
+				tier.Name+" tier's "+strconv.FormatInt(tier.TokensPerMinute, 10)+" tokens per minute; lower max_tokens")
+	}
+	return apperr.Field(apperr.Invalid, "request_exceeds_limit", "X-Sluice-Priority",
+		"this request weighs "+strconv.FormatInt(weight, 10)+" requests, more than the "+
+			tier.Name+" tier's burst of "+strconv.FormatInt(tier.Capacity, 10))
+}
+
+// reject is the 429 for the limit that tripped. It counts the rejection and
+// freezes the token when it crosses its tier's threshold.
+func (p *Pipeline) reject(ctx context.Context, caller accounts.Caller, requestID string, d quota.Decision, limit string) error {
+	count, freeze, err := p.Detector.Rejected(ctx, "rej:"+caller.LimitKey, caller.Tier.FreezeThreshold)
+	if err != nil {
+		p.Log.Warn("counting a rejection failed", "request_id", requestID, "err", err)
+	}
+	if freeze {
+		f, err := p.Freezer.Freeze(ctx, caller, count, p.Now())
+		if err == nil {
+			return p.frozenError(f.FrozenUntil, f.Reason)
+		}
+		p.Log.Error("freezing a token failed", "request_id", requestID, "token_id", caller.TokenID, "err", err)
+	}
+	code, what := "rate_limit_exceeded", "requests"
+	if limit == "tokens" {
+		code, what = "tokens_rate_limit_exceeded", "tokens per minute"
+	}
+	return &apperr.Error{Code: apperr.RateLimited, Reason: code, RetryAfter: d.RetryAfter,
+		Message: "rate limit reached for " + what + " on the " + caller.Tier.Name + " tier (limit " +
+			strconv.FormatInt(d.Limit, 10) + ", remaining " + strconv.FormatInt(d.Remaining, 10) +
+			"); retry after " + formatReset(d.RetryAfter)}
+}
+
+// limitHeaders names OpenAI's x-ratelimit-* headers of one bucket, already
+// in canonical form, so writing them allocates only their values.
+type limitHeaders struct{ limit, remaining, reset string }
+
+var (
+	requestsHeaders = limitHeaders{"X-Ratelimit-Limit-Requests", "X-Ratelimit-Remaining-Requests", "X-Ratelimit-Reset-Requests"}
+	tokensHeaders   = limitHeaders{"X-Ratelimit-Limit-Tokens", "X-Ratelimit-Remaining-Tokens", "X-Ratelimit-Reset-Tokens"}
+)
+
+// setLimitHeaders writes a bucket's x-ratelimit-{limit,remaining,reset}-*.
+func setLimitHeaders(sink Sink, names limitHeaders, d quota.Decision) {
+	h := sink.Header()
+	h[names.limit] = []string{strconv.FormatInt(d.Limit, 10)}
+	h[names.remaining] = []string{strconv.FormatInt(d.Remaining, 10)}
+	h[names.reset] = []string{formatReset(d.ResetAfter)}
+}
+
+// formatReset writes a duration the way OpenAI's reset headers do ("2s",
+// "1m0s", "20ms").
+func formatReset(d time.Duration) string {
+	if d <= 0 {
+		return "0s"
+	}
+	return d.Round(time.Millisecond).String()
+}

@@ -1,0 +1,215 @@
+package completion
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sluicehq/sluice/apperr"
+	"github.com/sluicehq/sluice/chat"
+	"github.com/sluicehq/sluice/respcache"
+	"github.com/sluicehq/sluice/upstream"
+	"github.com/sluicehq/sluice/upstream/local"
+)
+
+// fallbackRetryAfter is what a client is told to wait when every provider
+// for its model is unavailable and its tier does not fall back: about one
+// breaker probe away.
+const fallbackRetryAfter = 10 * time.Second
+
+// answer finds the answer: the response cache, else the local model or a
+// provider.
+func (p *Pipeline) answer(ctx context.Context, c *call) (Served, error) {
+	key := p.cacheKey(c)
+	if key != "" {
+		if out, ok := p.fromCache(ctx, c, key); ok {
+			return out, nil
+		}
+		c.sink.Header().Set("X-Cache", "MISS")
+	}
+	if c.req.Model == local.ModelID {
+		return p.answerLocally(ctx, c, key), nil
+	}
+	return p.answerFromProvider(ctx, c, key)
+}
+
+// answerLocally answers from the local model: the model asked for, or the
+// fallback.
+func (p *Pipeline) answerLocally(ctx context.Context, c *call, cacheKey string) Served {
+	reply := p.Local.Complete(c.msgs, c.req.MaxTokens)
+	out := Served{Status: http.StatusOK, Model: local.ModelID, delivered: true, reply: reply.Content,
+		Usage: chat.Usage{PromptTokens: reply.PromptTokens, CompletionTokens: reply.CompletionTokens}}
+	id := "chatcmpl-" + strings.TrimPrefix(c.req.ID, "req_")
+	finish := reply.FinishReason
+	if c.req.Stream {
+		streamLocal(c.sink, wireResponse{ID: id, Created: c.start.Unix(), Model: out.Model},
+			reply.Content, finish, out.Usage, c.req.IncludeUsage)
+		return out
+	}
+	b, _ := json.Marshal(wireResponse{
+		ID: id, Object: "chat.completion", Created: c.start.Unix(), Model: out.Model,
+		Choices: []wireChoice{{Message: &wireText{Role: "assistant", Content: reply.Content}, FinishReason: &finish}},
+		Usage:   toWireUsage(out.Usage),
+	})
+	_ = c.sink.Send(http.StatusOK, "application/json; charset=utf-8", b)
+	p.storeCached(ctx, c, cacheKey, b)
+	return out
+}
+
+// answerFromProvider sends the request through the provider pool. When
+// every key is unavailable the tier decides: the local model answers (and
+// says so in x-sluice-fallback) or the client gets 503 with Retry-After.
+func (p *Pipeline) answerFromProvider(ctx context.Context, c *call, cacheKey string) (Served, error) {
+	body := c.body
+	if c.req.Stream {
+		body = withIncludeUsage(body)
+	}
+	resp, err := p.Providers.Do(ctx, upstream.Request{Model: c.req.Model, Body: body, Stream: c.req.Stream, Estimate: c.estimate, ID: c.req.ID})
+	if err != nil {
+		return p.providersFailed(ctx, c, err)
+	}
+	c.sink.Header().Set("x-sluice-upstream-attempts", strconv.Itoa(resp.Attempts))
+	out := Served{Status: resp.Status, Model: c.req.Model, KeyID: resp.KeyID, Attempts: resp.Attempts}
+	if c.req.Stream && resp.Stream != nil {
+		return p.relay(ctx, c, resp, out), nil
+	}
+	ct := resp.Header.Get("Content-Type")
+	if ct == "" {
+		ct = "application/json"
+	}
+	_ = c.sink.Send(resp.Status, ct, resp.Body)
+	if resp.Status/100 != 2 {
+		return out, nil // the provider's word on the request itself, passed on and not billed
+	}
+	parsed, _ := upstream.ReadCompletion(resp.Body)
+	out.delivered, out.reply, out.Usage = true, parsed.Reply, parsed.Usage
+	if !parsed.Reported { // a provider that reports no usage is billed by our own count
+		out.Usage = chat.Counted(c.msgs, parsed.Reply)
+	}
+	p.storeCached(ctx, c, cacheKey, resp.Body)
+	return out, nil
+}
+
+// providersFailed answers a request no provider answered.
+func (p *Pipeline) providersFailed(ctx context.Context, c *call, err error) (Served, error) {
+	if ctx.Err() != nil {
+		return Served{}, ctx.Err() // the client left; nothing to answer
+	}
+	if !errors.Is(err, upstream.ErrUnavailable) && !errors.Is(err, upstream.ErrNoKey) {
+		// The provider answered something unusable (e.g. an oversized
+		// body): a bad gateway, not our bug.
+		p.Log.Warn("unusable provider answer", "request_id", c.req.ID, "model", c.req.Model, "err", err)
+		return Served{}, apperr.WithReason(apperr.BadUpstream, "upstream_error", "the provider's answer could not be used; retry later")
+	}
+	if c.caller.Tier.UpstreamFallback == "error" {
+		p.Log.Warn("providers unavailable", "request_id", c.req.ID, "model", c.req.Model, "err", err)
+		e := apperr.WithReason(apperr.Unavailable, "upstream_unavailable",
+			"every provider for '"+c.req.Model+"' is unavailable right now; retry later")
+		e.RetryAfter = fallbackRetryAfter
+		return Served{}, e
+	}
+	p.Log.Info("providers unavailable; answering from the local model", "request_id", c.req.ID, "model", c.req.Model, "err", err)
+	c.sink.Header().Set("x-sluice-fallback", "local")
+	out := p.answerLocally(ctx, c, "")
+	out.Fallback = true
+	return out, nil
+}
+
+// relay forwards a provider's event stream as it arrives. Usage comes from
+// the provider's final usage chunk; when the stream ends early (client gone,
+// provider stalled) only what was delivered is billed.
+func (p *Pipeline) relay(ctx context.Context, c *call, resp *upstream.Response, out Served) Served {
+	defer resp.Stream.Close()
+	_ = c.sink.StartStream(resp.Status)
+	tap := upstream.NewUsageTap(resp.Stream)
+	buf := make([]byte, 32<<10)
+	var readErr error
+	for {
+		n, err := tap.Read(buf)
+		if n > 0 {
+			if _, werr := c.sink.Write(buf[:n]); werr != nil {
+				readErr = werr
+				break
+			}
+		}
+		if err != nil {
+			readErr = err
+			break
+		}
+	}
+	if !errors.Is(readErr, io.EOF) && !errors.Is(readErr, context.Canceled) && ctx.Err() == nil {
+		// A stalled or broken provider: end the stream with an error event
+		// the SDKs understand, rather than a silent cut.
+		p.Log.Warn("provider stream ended abnormally", "request_id", c.req.ID, "err", readErr)
+		var e wireError
+		e.Error.Message, e.Error.Type, e.Error.Code = "the provider stopped sending; the answer is incomplete", "server_error", "upstream_stalled"
+		msg, _ := json.Marshal(e)
+		_, _ = c.sink.Write(append(append([]byte("data: "), msg...), "\n\n"...))
+	}
+	out.delivered, out.reply, out.Usage = true, tap.Delivered(), tap.Billed(c.msgs)
+	return out
+}
+
+// withIncludeUsage asks the provider for its usage chunk, which is what
+// streams are billed by. The chunk is passed on to the client as well.
+func withIncludeUsage(body []byte) []byte {
+	var m map[string]json.RawMessage
+	if json.Unmarshal(body, &m) != nil {
+		return body
+	}
+	m["stream_options"] = json.RawMessage(`{"include_usage":true}`)
+	b, err := json.Marshal(m)
+	if err != nil {
+		return body
+	}
+	return b
+}
+
+// cacheKey is the request's response-cache key, "" when it is not cached.
+// Streams are not cached: a cached answer is replayed as one JSON body.
+func (p *Pipeline) cacheKey(c *call) string {
+	req := c.req
+	// Most requests are neither at temperature 0 nor marked: skip the
+	// second parse of the body that Cacheable would do.
+	if p.Cache == nil || req.Stream || req.CacheMode == "" && (req.Temperature == nil || *req.Temperature != 0) ||
+		!respcache.Cacheable(c.body, req.CacheMode) {
+		return ""
+	}
+	key, err := respcache.Key(c.caller.OrgID, "/v1/chat/completions", c.body)
+	if err != nil {
+		return ""
+	}
+	return key
+}
+
+// fromCache answers from the response cache, if the answer is there.
+func (p *Pipeline) fromCache(ctx context.Context, c *call, key string) (Served, bool) {
+	b, ok, err := p.Cache.Get(ctx, key)
+	if err != nil {
+		p.Log.Warn("response cache unavailable; asking the model", "request_id", c.req.ID, "err", err)
+	}
+	if !ok {
+		return Served{}, false
+	}
+	parsed, err := upstream.ReadCompletion(b)
+	if err != nil {
+		return Served{}, false
+	}
+	c.sink.Header().Set("X-Cache", "HIT")
+	_ = c.sink.Send(http.StatusOK, "application/json; charset=utf-8", b)
+	return Served{Status: http.StatusOK, Model: parsed.Model, Usage: parsed.Usage, Cached: true, delivered: true, reply: parsed.Reply}, true
+}
+
+func (p *Pipeline) storeCached(ctx context.Context, c *call, key string, body []byte) {
+	if key == "" {
+		return
+	}
+	if err := p.Cache.Set(context.WithoutCancel(ctx), key, body, p.CacheTTL); err != nil {
+		p.Log.Warn("storing a cached answer failed", "request_id", c.req.ID, "err", err)
+	}
+}

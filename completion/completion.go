@@ -1,0 +1,192 @@
+// Package completion is the completion pipeline: everything one chat
+// completion goes through between an authenticated caller and its answer,
+// in one place and in order, without HTTP. The /v1 handlers decode a
+// request, call Complete with a Sink that writes the HTTP response, and
+// encode the error it returns; the job worker calls it the same way with a
+// Sink that keeps the answer.
+//
+// The steps of Complete, top to bottom:
+//
+//  1. freeze check: a frozen token is refused before anything else;
+//  2. history: the conversation named by the request is put in front of it;
+//  3. weight: the request's priority, raised for low-value prompts;
+//  4. admission: the request bucket (weight) and the tokens-per-minute
+//     bucket (prompt + max_tokens) are charged together, both or neither;
+//     a rejection counts toward a freeze;
+//  5. answer: the response cache, else the local model or the provider
+//     pool, falling back to the local model as the tier allows;
+//  6. settlement: the tokens bucket and the provider key's bucket are
+//     corrected by the real usage (refunded in full when nothing was
+//     delivered, charged a debt on an overrun);
+//  7. history and metering: the reply is added to the conversation and the
+//     usage event enqueued.
+//
+// Whatever happens after admission, settlement runs exactly once.
+package completion
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/sluicehq/sluice/accounts"
+	"github.com/sluicehq/sluice/chat"
+	"github.com/sluicehq/sluice/conversations"
+	"github.com/sluicehq/sluice/models"
+	"github.com/sluicehq/sluice/quota"
+	"github.com/sluicehq/sluice/respcache"
+	"github.com/sluicehq/sluice/upstream"
+	"github.com/sluicehq/sluice/upstream/local"
+)
+
+// Freezes says whether a token is frozen; the token directory's in-memory
+// set answers it without a database or a lock.
+type Freezes interface {
+	Frozen(tokenID int64) (quota.Freeze, bool)
+}
+
+// Freezer freezes a token that keeps being rejected, storing and auditing it.
+type Freezer interface {
+	Freeze(ctx context.Context, c accounts.Caller, count int, now time.Time) (models.Freeze, error)
+}
+
+// Providers is the provider key pool.
+type Providers interface {
+	Serves(model string) bool
+	Do(ctx context.Context, req upstream.Request) (*upstream.Response, error)
+	// Settle corrects a key's tokens bucket once the real usage is known.
+	Settle(ctx context.Context, keyID, estimate, actual int64) error
+}
+
+// Recorder takes usage events off the request path.
+type Recorder interface {
+	Record(ev models.UsageEvent) error
+}
+
+// Deps are what a Pipeline is built from. Cache, Conversations and
+// Providers may be nil: that step is then off (no response cache, no
+// X-Sluice-Session histories, only the local model).
+type Deps struct {
+	Log *slog.Logger
+	Now func() time.Time
+
+	Limiter          quota.Limiter
+	Freezes          Freezes
+	Freezer          Freezer
+	Detector         *quota.Detector    // counts rejections toward a freeze
+	Scorer           *quota.ValueScorer // raises the weight of low-value prompts
+	PriorityWeights  map[string]int64   // X-Sluice-Priority -> request weight
+	DefaultMaxTokens int64              // completion estimate without max_tokens
+
+	Local     *local.Model
+	Providers Providers
+
+	Cache    respcache.Cache
+	CacheTTL time.Duration
+
+	Conversations conversations.Store
+	HistoryBudget int // tokens of history kept in front of a request
+
+	Recorder Recorder
+}
+
+// Pipeline runs chat completions. It is safe for concurrent use.
+type Pipeline struct {
+	Deps
+}
+
+// New returns a pipeline over d.
+func New(d Deps) *Pipeline { return &Pipeline{Deps: d} }
+
+// Served is how a request was answered.
+type Served struct {
+	Status   int // the answer's HTTP status (a provider's 4xx is passed on as is)
+	Model    string
+	Usage    chat.Usage // what is billed
+	KeyID    int64      // the provider key that answered; 0 for local answers and cache hits
+	Attempts int        // provider attempts it took; 0 when no provider was asked
+	Cached   bool       // answered from the response cache
+	Fallback bool       // answered by the local model because providers were unavailable
+
+	delivered bool   // a 2xx answer reached the sink, wholly or (a stream) partly
+	reply     string // the assistant's text, for the conversation
+}
+
+// call is one request on its way through the pipeline.
+type call struct {
+	caller   accounts.Caller
+	req      *Request
+	sink     Sink
+	start    time.Time
+	msgs     []chat.Message // the request's messages after the conversation's history
+	body     []byte         // the body to send a provider, history included
+	estimate int64          // tokens reserved: prompt + max_tokens (or the default)
+}
+
+// Complete runs one chat completion for caller and writes the answer to
+// sink. It returns what was served, or an error to answer instead: then
+// nothing but headers has reached the sink. When ctx ends before an answer
+// (the client left) it returns ctx's error.
+func (p *Pipeline) Complete(ctx context.Context, caller accounts.Caller, req *Request, sink Sink) (Served, error) {
+	c := &call{caller: caller, req: req, sink: sink, start: p.Now()}
+	if err := p.checkFrozen(caller); err != nil {
+		return Served{}, err
+	}
+	err := p.withHistory(ctx, c)
+	var weight int64
+	if err == nil {
+		weight, err = p.weigh(c)
+	}
+	if err != nil {
+		// A request refused before admission still costs one request, so
+		// a flood of bad requests is limited too.
+		if rerr := p.admitRequests(ctx, caller, req.ID, sink, 1); rerr != nil {
+			return Served{}, rerr
+		}
+		return Served{}, err
+	}
+	c.estimate = estimateTokens(c.msgs, req.MaxTokens, p.DefaultMaxTokens)
+	if err := p.admit(ctx, c, weight); err != nil {
+		return Served{}, err
+	}
+
+	out, err := p.answer(ctx, c)
+	// Bookkeeping outlives a client that hangs up: what it was served is
+	// settled and billed.
+	after := context.WithoutCancel(ctx)
+	p.settle(after, c, out)
+	if err != nil || !out.delivered {
+		return out, err
+	}
+	p.saveHistory(after, c, out.reply)
+	p.record(c, out)
+	return out, nil
+}
+
+// Admit admits a call that is not a completion (listing models, reading a
+// conversation) or a completion refused before it could run (a malformed
+// body): the freeze check and one request from the caller's request bucket.
+// The rate-limit headers go to sink; requestID is for the logs.
+func (p *Pipeline) Admit(ctx context.Context, caller accounts.Caller, requestID string, sink Sink) error {
+	if err := p.checkFrozen(caller); err != nil {
+		return err
+	}
+	return p.admitRequests(ctx, caller, requestID, sink, 1)
+}
+
+// record enqueues the usage event; the recorder batches it into the database.
+func (p *Pipeline) record(c *call, out Served) {
+	ev := models.UsageEvent{
+		RequestID: c.req.ID, OrgID: c.caller.OrgID, TokenID: c.caller.TokenID, Model: out.Model,
+		PromptTokens: out.Usage.PromptTokens, CompletionTokens: out.Usage.CompletionTokens, Status: out.Status,
+		LatencyMs: int(p.Now().Sub(c.start) / time.Millisecond), CreatedAt: c.start.UTC(),
+		Cached: out.Cached, Fallback: out.Fallback,
+	}
+	if out.KeyID != 0 {
+		keyID := out.KeyID // a copy, so out itself stays on the stack
+		ev.UpstreamKeyID = &keyID
+	}
+	if err := p.Recorder.Record(ev); err != nil {
+		p.Log.Error("usage event not recorded", "request_id", ev.RequestID, "err", err)
+	}
+}

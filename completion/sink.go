@@ -1,0 +1,19 @@
+package completion
+
+import "net/http"
+
+// Sink is where the pipeline writes an answer: headers first, then either
+// one whole body or a stream. Over HTTP it is the response; for a queued
+// job it keeps the answer to store.
+type Sink interface {
+	// Header is the answer's header map (rate limits, X-Cache, fallback
+	// markers); changes after Send or StartStream are not seen.
+	Header() http.Header
+	// Send writes a whole answer.
+	Send(status int, contentType string, body []byte) error
+	// StartStream begins a server-sent event stream with status.
+	StartStream(status int) error
+	// Write sends stream bytes and flushes them to the client at once. An
+	// error means the client is gone.
+	Write(p []byte) (int, error)
+}
