@@ -29,18 +29,21 @@ type generation struct {
 	close         func()
 }
 
-func newGeneration(ctx context.Context, cfg config.Config, store *models.Store, adm *admission, log *slog.Logger, metrics *prometheus.Registry) (*generation, error) {
+// newBox opens the master key that seals provider keys and webhook
+// secrets: the configured one, or in the embedded default a key of its own
+// in the data dir.
+func newBox(cfg config.Config) (*secrets.Box, error) {
 	master := cfg.MasterKey
-	if master == nil { // embedded default: a key of its own in the data dir
+	if master == nil {
 		var err error
 		if master, err = secrets.LoadOrCreateMasterKey(cfg.DataDir); err != nil {
 			return nil, fmt.Errorf("master key: %w", err)
 		}
 	}
-	box, err := secrets.NewBox(master)
-	if err != nil {
-		return nil, err
-	}
+	return secrets.NewBox(master)
+}
+
+func newGeneration(ctx context.Context, cfg config.Config, store *models.Store, box *secrets.Box, adm *admission, log *slog.Logger, metrics *prometheus.Registry) (*generation, error) {
 	g := &generation{close: func() {}}
 	g.pool = upstream.NewPool(upstream.PoolOptions{
 		Limiter: adm.limiter,

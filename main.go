@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/sluicehq/sluice/accounts"
+	"github.com/sluicehq/sluice/billing"
 	"github.com/sluicehq/sluice/cluster"
 	"github.com/sluicehq/sluice/completion"
 	"github.com/sluicehq/sluice/config"
@@ -96,11 +97,19 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	}
 	recorder := metering.NewRecorder(store, log, time.Second, 1024)
 
-	gen, err := newGeneration(ctx, cfg, store, adm, log, metrics)
+	box, err := newBox(cfg)
+	if err != nil {
+		return err
+	}
+	gen, err := newGeneration(ctx, cfg, store, box, adm, log, metrics)
 	if err != nil {
 		return err
 	}
 	defer gen.close()
+	bill := newBilling(cfg, store, db, adm, dir, box, log)
+	if err := bill.prices.Load(ctx, store); err != nil {
+		return err
+	}
 
 	pipeline := completion.New(completion.Deps{
 		Log: log, Now: time.Now,
@@ -110,7 +119,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		Local: model, Providers: gen.pool,
 		Cache: gen.cache, CacheTTL: cfg.CacheTTL,
 		Conversations: gen.conversations, HistoryBudget: cfg.ChatSessionBudget,
-		Recorder: recorder,
+		Prices: bill.prices, Ledger: bill.ledger, Alerts: bill.alerts, Recorder: recorder,
 	})
 	inFlight, latency := &quota.InFlight{}, quota.NewLatencyWindow(1024, time.Minute, nil)
 	metrics.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_inflight_requests",
@@ -120,10 +129,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		handlers.Ops{Health: db.Ping, Metrics: promhttp.HandlerFor(metrics, promhttp.HandlerOpts{})},
 		handlers.API{Directory: dir, Pipeline: pipeline, Conversations: gen.conversations, Models: gen.pool.Models,
 			Usage: recorder, MaxBodyBytes: cfg.MaxBodyBytes, InFlight: inFlight, Latency: latency, Now: time.Now},
-		handlers.Management{Store: store, Accounts: acc, Sessions: sessions, Providers: gen.providers,
-			PoolStatus: gen.pool.Status, Limits: adm.status, MaxBodyBytes: cfg.MaxBodyBytes, Now: time.Now},
-		web.New(web.Deps{Log: log, Store: store, Accounts: acc, Sessions: sessions, Providers: gen.providers,
-			PoolStatus: gen.pool.Status, Limits: adm.status, Now: time.Now}),
+		handlers.Management{Store: store, Accounts: acc, Sessions: sessions, Providers: gen.providers, Billing: bill.billing,
+			PoolStatus: gen.pool.Status, Models: gen.pool.Models, Limits: adm.status, MaxBodyBytes: cfg.MaxBodyBytes, Now: time.Now},
+		web.New(web.Deps{Log: log, Store: store, Accounts: acc, Sessions: sessions, Providers: gen.providers, Billing: bill.billing,
+			PoolStatus: gen.pool.Status, Models: gen.pool.Models, Limits: adm.status, Now: time.Now}),
 	)
 	srv := &http.Server{
 		Handler:           handler,
@@ -141,13 +150,18 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	if cfg.PprofAddr != "" {
 		go servePprof(ctx, cfg.PprofAddr, log)
 	}
-	go reloadEvery(ctx, dir, cfg.TokenCacheTTL, log)
+	go reloadEvery(ctx, dir, bill.billing, cfg.TokenCacheTTL, log)
 	go gen.providers.PersistRefusals(ctx, gen.pool.Refusals())
+	go bill.alerts.Run(ctx)
+	go bill.billing.RunFinalizer(ctx, cfg.FinalizeInterval)
 	if adm.listen != nil {
 		go adm.listen(ctx, func(e cluster.Event) {
 			err := dir.Apply(ctx, e)
-			if e.Kind == cluster.UpstreamsChanged {
+			switch e.Kind {
+			case cluster.UpstreamsChanged:
 				err = gen.providers.Reload(ctx)
+			case cluster.PricesChanged:
+				err = bill.billing.ReloadPrices(ctx)
 			}
 			if err != nil && ctx.Err() == nil {
 				log.Warn("applying an invalidation failed; the periodic reload will catch up", "kind", e.Kind, "err", err)
@@ -204,10 +218,10 @@ func prepareSchema(ctx context.Context, cfg config.Config, db *models.DB, stdout
 	return migrations.Check(ctx, sqlDB, dialect)
 }
 
-// reloadEvery refreshes tiers and freezes from the database, so a change
-// made on another node is picked up within one interval even if its
+// reloadEvery refreshes tiers, freezes and prices from the database, so a
+// change made on another node is picked up within one interval even if its
 // invalidation message was lost.
-func reloadEvery(ctx context.Context, dir *accounts.Directory, every time.Duration, log *slog.Logger) {
+func reloadEvery(ctx context.Context, dir *accounts.Directory, bill *billing.Service, every time.Duration, log *slog.Logger) {
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
@@ -215,9 +229,9 @@ func reloadEvery(ctx context.Context, dir *accounts.Directory, every time.Durati
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			err := errors.Join(dir.ReloadTiers(ctx), dir.ReloadFreezes(ctx))
+			err := errors.Join(dir.ReloadTiers(ctx), dir.ReloadFreezes(ctx), bill.ReloadPrices(ctx))
 			if err != nil && ctx.Err() == nil {
-				log.Warn("reloading tiers and freezes failed; keeping the last ones", "err", err)
+				log.Warn("reloading tiers, freezes and prices failed; keeping the last ones", "err", err)
 			}
 		}
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/sluicehq/sluice/apperr"
 	"github.com/sluicehq/sluice/cluster"
 	"github.com/sluicehq/sluice/models"
+	"github.com/sluicehq/sluice/money"
 	"github.com/sluicehq/sluice/quota"
 )
 
@@ -28,6 +29,31 @@ type Caller struct {
 	// limiter keeps both in one hash slot.
 	LimitKey  string
 	TokensKey string
+	// Budget is the organization's monthly spending limit, if any.
+	Budget models.Budget
+}
+
+// SpendLimit is what the organization may spend in a month before its
+// requests are refused, and what that limit is called: the tier's
+// included credit when the tier blocks overage, the budget when it is a
+// hard stop, the lower of the two when both apply. ok is false when
+// nothing limits spending.
+func (c Caller) SpendLimit() (limit money.Amount, what string, ok bool) {
+	if c.Tier.Overage == models.OverageBlock {
+		limit, what, ok = c.Tier.IncludedCredit, "the "+c.Tier.Name+" tier's included credit", true
+	}
+	if b := c.Budget.Limit; b != nil && c.Budget.HardStop && (!ok || *b < limit) {
+		limit, what, ok = *b, "the organization's monthly budget", true
+	}
+	return limit, what, ok
+}
+
+// TracksSpending says whether the request path must follow the
+// organization's spending as it happens: it has a limit, or a budget that
+// only raises alerts.
+func (c Caller) TracksSpending() bool {
+	_, _, limited := c.SpendLimit()
+	return limited || c.Budget.Limit != nil
 }
 
 // Directory resolves API tokens for the gateway. It caches what the
@@ -119,7 +145,8 @@ func (d *Directory) Authenticate(ctx context.Context, secret string) (Caller, er
 	if tier == nil {
 		return Caller{}, apperr.Wrap(errUnknownTier, e.owner.TierName)
 	}
-	return Caller{TokenID: e.owner.ID, OrgID: e.owner.OrgID, UserID: e.owner.UserID, Tier: tier, LimitKey: e.limitKey, TokensKey: e.tokensKey}, nil
+	return Caller{TokenID: e.owner.ID, OrgID: e.owner.OrgID, UserID: e.owner.UserID, Tier: tier, LimitKey: e.limitKey, TokensKey: e.tokensKey,
+		Budget: models.Budget{Limit: e.owner.BudgetLimit, HardStop: e.owner.BudgetHardStop}}, nil
 }
 
 var errUnknownTier = apperr.New(apperr.Internal, "organization's tier is not loaded")

@@ -55,6 +55,31 @@ func (s *Service) UpdateTier(ctx context.Context, admin models.User, name string
 	return t, s.dir.ReloadTiers(ctx)
 }
 
+// CreateTier adds a tier, on every node.
+func (s *Service) CreateTier(ctx context.Context, admin models.User, name string, l models.TierSettings) (models.Tier, error) {
+	if !admin.IsAdmin() {
+		return models.Tier{}, apperr.New(apperr.Forbidden, "only admins may create tiers")
+	}
+	t, err := s.store.CreateTier(ctx, admin, name, l)
+	if err != nil {
+		return t, err
+	}
+	s.publish(ctx, cluster.Event{Kind: cluster.TiersChanged})
+	return t, s.dir.ReloadTiers(ctx)
+}
+
+// DeleteTier removes a tier no organization is on, on every node.
+func (s *Service) DeleteTier(ctx context.Context, admin models.User, name string) error {
+	if !admin.IsAdmin() {
+		return apperr.New(apperr.Forbidden, "only admins may delete tiers")
+	}
+	if err := s.store.DeleteTier(ctx, admin, name); err != nil {
+		return err
+	}
+	s.publish(ctx, cluster.Event{Kind: cluster.TiersChanged})
+	return s.dir.ReloadTiers(ctx)
+}
+
 // SetOrganizationTier moves an organization to a tier; its tokens' next
 // requests use the new limits.
 func (s *Service) SetOrganizationTier(ctx context.Context, admin models.User, orgID int64, tier string) (models.Organization, error) {

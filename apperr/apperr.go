@@ -25,6 +25,7 @@ const (
 	Conflict      Code = "conflict"           // unique constraint and the like: 409
 	RateLimited   Code = "rate_limited"       // over a limit: 429
 	Frozen        Code = "frozen"             // token frozen for abuse: 429
+	NoCredit      Code = "insufficient_quota" // budget or included credit spent; retrying will not help: 429
 	Unavailable   Code = "unavailable"        // dependency down: 503
 	BadUpstream   Code = "bad_upstream"       // a provider answered something unusable: 502
 	Internal      Code = "internal"           // a bug or an unexpected failure: 500
@@ -111,7 +112,7 @@ func Status(code Code) int {
 		return http.StatusMethodNotAllowed
 	case Conflict:
 		return http.StatusConflict
-	case RateLimited, Frozen:
+	case RateLimited, Frozen, NoCredit:
 		return http.StatusTooManyRequests
 	case Unavailable:
 		return http.StatusServiceUnavailable

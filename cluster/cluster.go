@@ -23,6 +23,7 @@ const (
 	TiersChanged     Kind = "tiers"     // a tier's settings or the tuner's refill
 	FreezesChanged   Kind = "freezes"   // a token frozen or a freeze lifted
 	UpstreamsChanged Kind = "upstreams" // a provider key added, deleted or disabled
+	PricesChanged    Kind = "prices"    // a model's price set
 )
 
 // Event is one invalidation.

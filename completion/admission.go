@@ -10,6 +10,8 @@ import (
 	"github.com/sluicehq/sluice/accounts"
 	"github.com/sluicehq/sluice/apperr"
 	"github.com/sluicehq/sluice/chat"
+	"github.com/sluicehq/sluice/metering"
+	"github.com/sluicehq/sluice/money"
 	"github.com/sluicehq/sluice/quota"
 )
 
@@ -28,9 +30,10 @@ func tokenParams(t accounts.Caller) quota.Params {
 	return quota.Params{Capacity: t.Tier.TokensPerMinute, RefillPerSec: float64(t.Tier.TokensPerMinute) / 60}
 }
 
-// checkFrozen refuses a frozen token.
-func (p *Pipeline) checkFrozen(caller accounts.Caller) error {
+// checkFrozen refuses a frozen token, counting the rejection.
+func (p *Pipeline) checkFrozen(caller accounts.Caller, model string) error {
 	if f, frozen := p.Freezes.Frozen(caller.TokenID); frozen {
+		p.Recorder.Reject(caller.OrgID, caller.TokenID, model, metering.RejectedFrozen, p.Now())
 		return p.frozenError(f.Until, f.Reason)
 	}
 	return nil
@@ -85,11 +88,29 @@ func estimateTokens(msgs []chat.Message, maxTokens int, defaultMax int64) int64 
 }
 
 // admit spends weight from the request bucket and reserves the estimate
-// from the tokens bucket, both or neither.
+// from the tokens bucket, both or neither, then reserves the budget.
 func (p *Pipeline) admit(ctx context.Context, c *call, weight int64) error {
+	if err := p.admitBuckets(ctx, c, weight); err != nil {
+		return err
+	}
+	if err := p.reserveBudget(ctx, c); err != nil {
+		// Refused for money: the tokens it reserved go back (the request
+		// itself still counts, as any refused request does).
+		if c.caller.Tier.TokensPerMinute > 0 {
+			if aerr := p.Limiter.Adjust(context.WithoutCancel(ctx), c.caller.TokensKey, tokenParams(c.caller), -c.estimate); aerr != nil {
+				p.Log.Warn("refunding tokens-per-minute failed", "request_id", c.req.ID, "err", aerr)
+			}
+		}
+		return err
+	}
+	return nil
+}
+
+// admitBuckets charges the request and tokens buckets, both or neither.
+func (p *Pipeline) admitBuckets(ctx context.Context, c *call, weight int64) error {
 	caller := c.caller
 	if caller.Tier.TokensPerMinute <= 0 {
-		return p.admitRequests(ctx, caller, c.req.ID, c.sink, weight)
+		return p.admitRequests(ctx, caller, c.req.ID, c.req.Model, c.sink, weight)
 	}
 	dr, dt, err := p.Limiter.AllowBoth(ctx,
 		quota.Charge{Key: caller.LimitKey, Params: requestParams(caller), Weight: weight},
@@ -106,29 +127,86 @@ func (p *Pipeline) admit(ctx context.Context, c *call, weight int64) error {
 	// longer wait is the one to report, named after its bucket; a shorter
 	// Retry-After would only earn another 429 (and count toward a freeze).
 	if dt.RetryAfter > dr.RetryAfter {
-		return p.reject(ctx, caller, c.req.ID, dt, "tokens")
+		return p.reject(ctx, caller, c.req.ID, c.req.Model, dt, metering.RejectedTokens)
 	}
-	return p.reject(ctx, caller, c.req.ID, dr, "requests")
+	return p.reject(ctx, caller, c.req.ID, c.req.Model, dr, metering.RejectedRequests)
+}
+
+// reserveBudget holds the request's worst-case cost in the budget ledger
+// when the organization's spending is limited. Nothing is reserved for an
+// unpriced model, nor when nothing limits spending (a soft budget is only
+// tracked, at settlement).
+func (p *Pipeline) reserveBudget(ctx context.Context, c *call) error {
+	limit, what, limited := c.caller.SpendLimit()
+	if !limited {
+		return nil
+	}
+	price, ok := p.Prices.At(c.req.Model, c.start)
+	if !ok {
+		return nil
+	}
+	maxOut := int64(c.req.MaxTokens)
+	if maxOut == 0 {
+		maxOut = p.DefaultMaxTokens
+	}
+	worst := metering.WorstCase(price, int64(chat.PromptTokens(c.msgs)), maxOut)
+	if worst == 0 {
+		return nil
+	}
+	period := metering.Period(c.start)
+	b, ok, err := p.Ledger.Reserve(ctx, c.caller.OrgID, period, worst, limit)
+	if err != nil {
+		return apperr.Wrap(err, "budget ledger")
+	}
+	if !ok {
+		p.Recorder.Reject(c.caller.OrgID, c.caller.TokenID, c.req.Model, metering.RejectedBudget, c.start)
+		left := max(limit-b.Spent-b.Reserved, 0)
+		return &apperr.Error{Code: apperr.NoCredit, Reason: "insufficient_quota",
+			Message: "this request may cost up to $" + worst.String() + ", more than is left of " + what +
+				" ($" + left.String() + " of $" + limit.String() + " this month); it resets at " +
+				metering.PeriodEnd(period).Format(time.RFC3339)}
+	}
+	c.reserved = worst
+	return nil
+}
+
+// settleBudget moves the reservation to the real cost and tells the alerts
+// how spending moved against a budget.
+func (p *Pipeline) settleBudget(ctx context.Context, c *call, cost money.Amount) {
+	if !c.caller.TracksSpending() || c.reserved == 0 && cost == 0 {
+		return
+	}
+	period := metering.Period(c.start)
+	b, err := p.Ledger.Settle(ctx, c.caller.OrgID, period, c.reserved, cost)
+	if err != nil {
+		p.Log.Warn("settling a budget reservation failed", "request_id", c.req.ID, "err", err)
+		return
+	}
+	if budget := c.caller.Budget.Limit; budget != nil {
+		p.Alerts.Spent(c.caller.OrgID, *budget, period, b.Spent-cost, b.Spent)
+	}
 }
 
 // admitRequests spends weight from the request bucket alone.
-func (p *Pipeline) admitRequests(ctx context.Context, caller accounts.Caller, requestID string, sink Sink, weight int64) error {
+func (p *Pipeline) admitRequests(ctx context.Context, caller accounts.Caller, requestID, model string, sink Sink, weight int64) error {
 	d, err := p.Limiter.Allow(ctx, caller.LimitKey, requestParams(caller), weight)
 	if err != nil {
 		return limiterError(caller, err, weight, 0)
 	}
 	setLimitHeaders(sink, requestsHeaders, d)
 	if !d.Allowed {
-		return p.reject(ctx, caller, requestID, d, "requests")
+		return p.reject(ctx, caller, requestID, model, d, metering.RejectedRequests)
 	}
 	return nil
 }
 
 // settle corrects the buckets by what the request really used: the tokens
 // bucket (a refund when the estimate was high or nothing was delivered, a
-// debt when it was low) and the provider key's tokens bucket. A provider
-// key's failed attempts were refunded by the pool itself.
+// debt when it was low), the provider key's tokens bucket and the budget. A
+// provider key's failed attempts were refunded by the pool itself.
 func (p *Pipeline) settle(ctx context.Context, c *call, out Served) {
+	cost, _ := p.cost(c, out)
+	p.settleBudget(ctx, c, cost)
 	var used int64
 	if out.delivered {
 		used = int64(out.Usage.Total())
@@ -165,7 +243,8 @@ func limiterError(caller accounts.Caller, err error, weight, estimate int64) err
 
 // reject is the 429 for the limit that tripped. It counts the rejection and
 // freezes the token when it crosses its tier's threshold.
-func (p *Pipeline) reject(ctx context.Context, caller accounts.Caller, requestID string, d quota.Decision, limit string) error {
+func (p *Pipeline) reject(ctx context.Context, caller accounts.Caller, requestID, model string, d quota.Decision, limit string) error {
+	p.Recorder.Reject(caller.OrgID, caller.TokenID, model, limit, p.Now())
 	count, freeze, err := p.Detector.Rejected(ctx, "rej:"+caller.LimitKey, caller.Tier.FreezeThreshold)
 	if err != nil {
 		p.Log.Warn("counting a rejection failed", "request_id", requestID, "err", err)
@@ -178,7 +257,7 @@ func (p *Pipeline) reject(ctx context.Context, caller accounts.Caller, requestID
 		p.Log.Error("freezing a token failed", "request_id", requestID, "token_id", caller.TokenID, "err", err)
 	}
 	code, what := "rate_limit_exceeded", "requests"
-	if limit == "tokens" {
+	if limit == metering.RejectedTokens {
 		code, what = "tokens_rate_limit_exceeded", "tokens per minute"
 	}
 	return &apperr.Error{Code: apperr.RateLimited, Reason: code, RetryAfter: d.RetryAfter,

@@ -202,7 +202,9 @@ func (p *Pipeline) fromCache(ctx context.Context, c *call, key string) (Served, 
 	}
 	c.sink.Header().Set("X-Cache", "HIT")
 	_ = c.sink.Send(http.StatusOK, "application/json; charset=utf-8", b)
-	return Served{Status: http.StatusOK, Model: parsed.Model, Usage: parsed.Usage, Cached: true, delivered: true, reply: parsed.Reply}, true
+	// Metered and priced as the model asked for, which is what the cache
+	// key was made of (a provider may name its answer's model otherwise).
+	return Served{Status: http.StatusOK, Model: c.req.Model, Usage: parsed.Usage, Cached: true, delivered: true, reply: parsed.Reply}, true
 }
 
 func (p *Pipeline) storeCached(ctx context.Context, c *call, key string, body []byte) {

@@ -12,14 +12,18 @@
 //  3. weight: the request's priority, raised for low-value prompts;
 //  4. admission: the request bucket (weight) and the tokens-per-minute
 //     bucket (prompt + max_tokens) are charged together, both or neither;
-//     a rejection counts toward a freeze;
+//     a rejection counts toward a freeze; then, for an organization whose
+//     spending is limited (a hard budget, or included credit its tier does
+//     not let it exceed), the request's worst-case cost is reserved in the
+//     budget ledger;
 //  5. answer: the response cache, else the local model or the provider
 //     pool, falling back to the local model as the tier allows;
-//  6. settlement: the tokens bucket and the provider key's bucket are
-//     corrected by the real usage (refunded in full when nothing was
-//     delivered, charged a debt on an overrun);
+//  6. settlement: the tokens bucket, the provider key's bucket and the
+//     budget reservation are corrected by the real usage and cost
+//     (refunded in full when nothing was delivered, charged a debt on an
+//     overrun); budget thresholds crossed raise alerts;
 //  7. history and metering: the reply is added to the conversation and the
-//     usage event enqueued.
+//     usage event, with its exact cost, enqueued.
 //
 // Whatever happens after admission, settlement runs exactly once.
 package completion
@@ -32,7 +36,9 @@ import (
 	"github.com/sluicehq/sluice/accounts"
 	"github.com/sluicehq/sluice/chat"
 	"github.com/sluicehq/sluice/conversations"
+	"github.com/sluicehq/sluice/metering"
 	"github.com/sluicehq/sluice/models"
+	"github.com/sluicehq/sluice/money"
 	"github.com/sluicehq/sluice/quota"
 	"github.com/sluicehq/sluice/respcache"
 	"github.com/sluicehq/sluice/upstream"
@@ -58,9 +64,16 @@ type Providers interface {
 	Settle(ctx context.Context, keyID, estimate, actual int64) error
 }
 
-// Recorder takes usage events off the request path.
+// Recorder takes usage events off the request path, and counts rejections.
 type Recorder interface {
 	Record(ev models.UsageEvent) error
+	Reject(orgID, tokenID int64, model, reason string, at time.Time)
+}
+
+// Alerts hears how a settlement moved an organization's spending against
+// its budget, to tell it when a threshold is crossed.
+type Alerts interface {
+	Spent(orgID int64, limit money.Amount, period time.Time, before, after money.Amount)
 }
 
 // Deps are what a Pipeline is built from. Cache, Conversations and
@@ -87,6 +100,9 @@ type Deps struct {
 	Conversations conversations.Store
 	HistoryBudget int // tokens of history kept in front of a request
 
+	Prices   *metering.PriceBook
+	Ledger   metering.Ledger // budgets and blocking included credit
+	Alerts   Alerts
 	Recorder Recorder
 }
 
@@ -121,6 +137,7 @@ type call struct {
 	msgs     []chat.Message // the request's messages after the conversation's history
 	body     []byte         // the body to send a provider, history included
 	estimate int64          // tokens reserved: prompt + max_tokens (or the default)
+	reserved money.Amount   // the budget reservation, 0 when none was needed
 }
 
 // Complete runs one chat completion for caller and writes the answer to
@@ -129,7 +146,7 @@ type call struct {
 // (the client left) it returns ctx's error.
 func (p *Pipeline) Complete(ctx context.Context, caller accounts.Caller, req *Request, sink Sink) (Served, error) {
 	c := &call{caller: caller, req: req, sink: sink, start: p.Now()}
-	if err := p.checkFrozen(caller); err != nil {
+	if err := p.checkFrozen(caller, req.Model); err != nil {
 		return Served{}, err
 	}
 	err := p.withHistory(ctx, c)
@@ -140,7 +157,7 @@ func (p *Pipeline) Complete(ctx context.Context, caller accounts.Caller, req *Re
 	if err != nil {
 		// A request refused before admission still costs one request, so
 		// a flood of bad requests is limited too.
-		if rerr := p.admitRequests(ctx, caller, req.ID, sink, 1); rerr != nil {
+		if rerr := p.admitRequests(ctx, caller, req.ID, req.Model, sink, 1); rerr != nil {
 			return Served{}, rerr
 		}
 		return Served{}, err
@@ -163,22 +180,38 @@ func (p *Pipeline) Complete(ctx context.Context, caller accounts.Caller, req *Re
 	return out, nil
 }
 
+// cost is what a served request is billed, and the price version used:
+// nothing when nothing was delivered, for an unpriced model, or for a
+// response-cache hit on a tier that does not bill them.
+func (p *Pipeline) cost(c *call, out Served) (money.Amount, int64) {
+	if !out.delivered || out.Cached && !c.caller.Tier.BillCacheHits {
+		return 0, 0
+	}
+	price, ok := p.Prices.At(out.Model, c.start)
+	if !ok {
+		return 0, 0
+	}
+	return metering.Cost(price, out.Usage), price.ID
+}
+
 // Admit admits a call that is not a completion (listing models, reading a
 // conversation) or a completion refused before it could run (a malformed
 // body): the freeze check and one request from the caller's request bucket.
 // The rate-limit headers go to sink; requestID is for the logs.
 func (p *Pipeline) Admit(ctx context.Context, caller accounts.Caller, requestID string, sink Sink) error {
-	if err := p.checkFrozen(caller); err != nil {
+	if err := p.checkFrozen(caller, ""); err != nil {
 		return err
 	}
-	return p.admitRequests(ctx, caller, requestID, sink, 1)
+	return p.admitRequests(ctx, caller, requestID, "", sink, 1)
 }
 
 // record enqueues the usage event; the recorder batches it into the database.
 func (p *Pipeline) record(c *call, out Served) {
+	cost, priceID := p.cost(c, out)
 	ev := models.UsageEvent{
 		RequestID: c.req.ID, OrgID: c.caller.OrgID, TokenID: c.caller.TokenID, Model: out.Model,
-		PromptTokens: out.Usage.PromptTokens, CompletionTokens: out.Usage.CompletionTokens, Status: out.Status,
+		PromptTokens: out.Usage.PromptTokens, CompletionTokens: out.Usage.CompletionTokens, CachedTokens: out.Usage.CachedTokens,
+		Cost: cost, PriceID: priceID, Status: out.Status,
 		LatencyMs: int(p.Now().Sub(c.start) / time.Millisecond), CreatedAt: c.start.UTC(),
 		Cached: out.Cached, Fallback: out.Fallback,
 	}

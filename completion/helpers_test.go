@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -16,7 +17,9 @@ import (
 	"github.com/sluicehq/sluice/completion"
 	"github.com/sluicehq/sluice/conversations"
 	"github.com/sluicehq/sluice/internal/clocktest"
+	"github.com/sluicehq/sluice/metering"
 	"github.com/sluicehq/sluice/models"
+	"github.com/sluicehq/sluice/money"
 	"github.com/sluicehq/sluice/quota"
 	"github.com/sluicehq/sluice/respcache"
 	"github.com/sluicehq/sluice/upstream"
@@ -27,6 +30,7 @@ import (
 // clock, with a fake provider pool and a sink that keeps what it is sent.
 type rig struct {
 	t        *testing.T
+	prices   []models.ModelPrice
 	clock    *clocktest.Clock
 	limiter  *spyLimiter
 	freezes  *quota.FreezeSet
@@ -34,9 +38,42 @@ type rig struct {
 	recorder *memRecorder
 	cache    *respcache.Memory
 	convs    *conversations.Memory
+	ledger   *metering.MemoryLedger
+	alerts   *alertLog
 	deps     completion.Deps
 	p        *completion.Pipeline
 	caller   accounts.Caller
+}
+
+// price sets model's price in the pipeline's book, in force from the rig's
+// start.
+func (r *rig) price(model, input, output, cached string) models.ModelPrice {
+	r.t.Helper()
+	p := models.ModelPrice{ID: int64(len(r.prices) + 1), Model: model, EffectiveFrom: r.clock.Now().Add(-time.Hour)}
+	var err error
+	if p.InputPerMTok, err = money.ParsePrice(input); err == nil {
+		if p.OutputPerMTok, err = money.ParsePrice(output); err == nil {
+			p.CachedInputPerMTok, err = money.ParsePrice(cached)
+		}
+	}
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	r.prices = append(r.prices, p)
+	r.deps.Prices.Replace(r.prices)
+	return p
+}
+
+// alertLog keeps the spending moves the pipeline reports.
+type alertLog struct {
+	mu    sync.Mutex
+	moves []string
+}
+
+func (a *alertLog) Spent(orgID int64, limit money.Amount, _ time.Time, before, after money.Amount) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.moves = append(a.moves, fmt.Sprintf("org %d: %s -> %s of %s", orgID, before, after, limit))
 }
 
 const providerModel = "gpt-test"
@@ -54,7 +91,9 @@ func newRig(t *testing.T) *rig {
 	}
 	t.Cleanup(cache.Close)
 	r := &rig{t: t, clock: clk, limiter: &spyLimiter{Memory: quota.NewMemory(clk.Now)}, freezes: quota.NewFreezeSet(clk.Now),
-		provider: &fakeProviders{}, recorder: &memRecorder{}, cache: cache, convs: conversations.NewMemory(time.Hour, clk.Now)}
+		provider: &fakeProviders{}, recorder: &memRecorder{}, cache: cache, convs: conversations.NewMemory(time.Hour, clk.Now),
+		ledger: metering.NewMemoryLedger(func(context.Context, int64, time.Time) (money.Amount, error) { return 0, nil }),
+		alerts: &alertLog{}}
 	r.deps = completion.Deps{
 		Log: slog.New(slog.DiscardHandler), Now: clk.Now,
 		Limiter: r.limiter, Freezes: r.freezes, Freezer: &freezer{set: r.freezes},
@@ -63,6 +102,7 @@ func newRig(t *testing.T) *rig {
 		PriorityWeights: map[string]int64{"low": 1, "normal": 1, "high": 2}, DefaultMaxTokens: 512,
 		Local: m, Providers: r.provider, Cache: cache, CacheTTL: time.Minute,
 		Conversations: r.convs, HistoryBudget: 4096, Recorder: r.recorder,
+		Prices: metering.NewPriceBook(), Ledger: r.ledger, Alerts: r.alerts,
 	}
 	r.p = completion.New(r.deps)
 	r.caller = accounts.Caller{TokenID: 7, OrgID: 3, LimitKey: "tok:7", TokensKey: "tok:7|tpm", Tier: &models.Tier{
@@ -250,8 +290,9 @@ func (s *stream) Close() error {
 
 // memRecorder keeps usage events.
 type memRecorder struct {
-	mu     sync.Mutex
-	events []models.UsageEvent
+	mu         sync.Mutex
+	events     []models.UsageEvent
+	rejections []string
 }
 
 func (m *memRecorder) Record(ev models.UsageEvent) error {
@@ -259,6 +300,12 @@ func (m *memRecorder) Record(ev models.UsageEvent) error {
 	defer m.mu.Unlock()
 	m.events = append(m.events, ev)
 	return nil
+}
+
+func (m *memRecorder) Reject(orgID, tokenID int64, model, reason string, _ time.Time) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.rejections = append(m.rejections, fmt.Sprintf("%d/%d/%s: %s", orgID, tokenID, model, reason))
 }
 
 func (m *memRecorder) all() []models.UsageEvent {

@@ -54,6 +54,9 @@ type Config struct {
 	ChatSessionTTL     time.Duration // SLUICE_CHAT_SESSION_TTL: idle time after which an X-Sluice-Session is forgotten
 	ChatSessionBudget  int           // SLUICE_CHAT_SESSION_TOKENS: history kept in front of a request, in tokens
 	PprofAddr          string        // SLUICE_PPROF_ADDR: where to serve net/http/pprof (loopback only); empty = off
+
+	WebhookHosts     string        // SLUICE_WEBHOOK_HOSTS: hosts budget alerts and job callbacks may be posted to
+	FinalizeInterval time.Duration // SLUICE_INVOICE_INTERVAL: how often a node closes the invoices of ended months
 }
 
 // SQLitePath is where the embedded database lives.
@@ -100,6 +103,9 @@ func Load(args []string, getenv func(string) string) (Config, error) {
 		ChatSessionTTL:     r.duration("SLUICE_CHAT_SESSION_TTL", 30*time.Minute, time.Second, 30*24*time.Hour),
 		ChatSessionBudget:  int(r.int64("SLUICE_CHAT_SESSION_TOKENS", 4096, 64, 1_000_000)),
 		PprofAddr:          r.str("SLUICE_PPROF_ADDR", ""),
+
+		WebhookHosts:     r.str("SLUICE_WEBHOOK_HOSTS", ""),
+		FinalizeInterval: r.duration("SLUICE_INVOICE_INTERVAL", 5*time.Minute, time.Second, 24*time.Hour),
 	}
 	if c.PprofAddr != "" {
 		if host, _, err := net.SplitHostPort(c.PprofAddr); err != nil || (host != "127.0.0.1" && host != "localhost" && host != "::1") {

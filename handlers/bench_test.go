@@ -39,6 +39,8 @@ func (nopRecorder) Record(models.UsageEvent) error { return nil }
 
 func (nopRecorder) Touch(int64, time.Time) error { return nil }
 
+func (nopRecorder) Reject(int64, int64, string, string, time.Time) {}
+
 func BenchmarkChatCompletion(b *testing.B) {
 	e, key := benchEnv(b)
 	b.ReportAllocs()

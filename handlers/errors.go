@@ -69,6 +69,12 @@ func writeOpenAIError(c *gin.Context, log *slog.Logger, err error) {
 	var body openAIErrorBody
 	body.Error.Message, body.Error.Code = message, code
 	body.Error.Type = openAIErrorType(status)
+	if e.Code == apperr.NoCredit {
+		// OpenAI's own shape for a spent quota; the SDKs do not retry it,
+		// and x-should-retry says so to any client that reads it.
+		body.Error.Type = "insufficient_quota"
+		c.Header("x-should-retry", "false")
+	}
 	if e.Param != "" {
 		p := e.Param
 		body.Error.Param = &p

@@ -42,7 +42,7 @@ func newGenEnv(t *testing.T, db *models.DB) *genEnv {
 	t.Cleanup(srv.Close)
 	pool := upstream.NewPool(upstream.PoolOptions{AttemptTimeout: 2 * time.Second, Budget: 300 * time.Millisecond,
 		MaxBackoff: 5 * time.Millisecond, BaseBackoff: time.Millisecond, StallTimeout: 150 * time.Millisecond, Log: discardLog()})
-	box, _ := secrets.NewBox(bytes.Repeat([]byte{3}, 32))
+	box, _ := secrets.NewBox(bytes.Repeat([]byte{4}, 32))
 	prov := providers.New(e.store, box, pool, cluster.None{}, discardLog())
 	disabled := make(chan struct{}, 10)
 	go func() { // as PersistRefusals does, saying when each is stored
@@ -58,8 +58,8 @@ func newGenEnv(t *testing.T, db *models.DB) *genEnv {
 	convs := conversations.NewMemory(30*time.Minute, e.clock.Now)
 	e.pipe.Providers, e.pipe.Cache, e.pipe.CacheTTL, e.pipe.Conversations = pool, cache, time.Minute, convs
 	e.api.Conversations, e.api.Models, e.api.MaxBodyBytes = convs, pool.Models, 1<<20
-	e.mgmt.Providers, e.mgmt.PoolStatus, e.mgmt.MaxBodyBytes = prov, pool.Status, 1<<20
-	e.pages.Providers, e.pages.PoolStatus = prov, pool.Status
+	e.mgmt.Providers, e.mgmt.PoolStatus, e.mgmt.Models, e.mgmt.MaxBodyBytes = prov, pool.Status, pool.Models, 1<<20
+	e.pages.Providers, e.pages.PoolStatus, e.pages.Models = prov, pool.Status, pool.Models
 	e.rebuild()
 	return &genEnv{env: e, pool: pool, providers: prov, mock: m, mockURL: srv.URL + "/v1", disabled: disabled}
 }

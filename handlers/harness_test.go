@@ -14,15 +14,19 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/accounts"
+	"github.com/sluicehq/sluice/billing"
 	"github.com/sluicehq/sluice/cluster"
 	"github.com/sluicehq/sluice/completion"
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/internal/clocktest"
+	"github.com/sluicehq/sluice/metering"
 	"github.com/sluicehq/sluice/models"
 	"github.com/sluicehq/sluice/quota"
+	"github.com/sluicehq/sluice/secrets"
 	"github.com/sluicehq/sluice/upstream"
 	"github.com/sluicehq/sluice/upstream/local"
 	"github.com/sluicehq/sluice/web"
+	"github.com/sluicehq/sluice/webhook"
 )
 
 // storeRecorder writes usage synchronously, so tests see it at once; the
@@ -31,6 +35,23 @@ type storeRecorder struct{ store *models.Store }
 
 func (r storeRecorder) Touch(tokenID int64, at time.Time) error {
 	return r.store.TouchAPITokens(context.Background(), map[int64]time.Time{tokenID: at})
+}
+
+func (r storeRecorder) Reject(orgID, tokenID int64, model, reason string, at time.Time) {
+	rj := models.Rejections{OrgID: orgID, TokenID: tokenID, Model: model, Hour: at}
+	switch reason {
+	case metering.RejectedRequests:
+		rj.Requests = 1
+	case metering.RejectedTokens:
+		rj.Tokens = 1
+	case metering.RejectedFrozen:
+		rj.Frozen = 1
+	case metering.RejectedBudget:
+		rj.Budget = 1
+	}
+	if err := r.store.AddRejections(context.Background(), []models.Rejections{rj}); err != nil {
+		panic(err)
+	}
 }
 
 func (r storeRecorder) Record(ev models.UsageEvent) error {
@@ -54,11 +75,13 @@ type env struct {
 	model   *local.Model
 	jwt     *accounts.Sessions
 
-	log   *slog.Logger
-	pipe  completion.Deps
-	api   API
-	mgmt  Management
-	pages web.Deps
+	log    *slog.Logger
+	bill   *billing.Service
+	alerts *metering.BudgetAlerts
+	pipe   completion.Deps
+	api    API
+	mgmt   Management
+	pages  web.Deps
 }
 
 // rebuild makes the handler from the env's parts, after a test changed one.
@@ -130,6 +153,12 @@ func newEnv(t testing.TB, db *models.DB) *env {
 	jwt := accounts.NewSessions([]byte("0123456789abcdef0123456789abcdef"), time.Hour, clk.Now)
 	cfg := defaults(t)
 	recorder := storeRecorder{store}
+	prices := metering.NewPriceBook()
+	ledger := metering.NewMemoryLedger(metering.StoreSeed(store))
+	box, _ := secrets.NewBox(bytes.Repeat([]byte{3}, 32))
+	bill := billing.New(billing.Deps{Store: store, Directory: dir, Bus: cluster.None{}, Prices: prices, Ledger: ledger, Box: box,
+		Hosts: webhook.Hosts{"127.0.0.1"}, Log: discardLog(), Now: clk.Now})
+	alerts := metering.NewBudgetAlerts(store, webhook.NewSender(webhook.Hosts{"127.0.0.1"}, clk.Now), bill.OpenSecret, discardLog(), clk.Now)
 	e := &env{t: t, store: store, clock: clk, acc: acc, dir: dir, limiter: limiter, model: model, jwt: jwt, log: discardLog(),
 		pipe: completion.Deps{
 			Log: discardLog(), Now: clk.Now,
@@ -139,19 +168,23 @@ func newEnv(t testing.TB, db *models.DB) *env {
 			Scorer:          quota.NewValueScorer(quota.ValueRules{}, clk.Now),
 			PriorityWeights: cfg.PriorityWeights, DefaultMaxTokens: cfg.DefaultMaxTokens,
 			Local: model, CacheTTL: cfg.CacheTTL, HistoryBudget: cfg.ChatSessionBudget,
-			Recorder: recorder,
+			Prices: prices, Ledger: ledger, Alerts: alerts, Recorder: recorder,
 		},
 		api: API{Directory: dir, Models: func() []string { return nil }, Usage: recorder, MaxBodyBytes: 4 << 10,
 			InFlight: &quota.InFlight{}, Latency: quota.NewLatencyWindow(1024, time.Minute, clk.Now), Now: clk.Now},
-		mgmt: Management{Store: store, Accounts: acc, Sessions: jwt, PoolStatus: noKeys, Limits: inProcess,
+		mgmt: Management{Store: store, Accounts: acc, Sessions: jwt, Billing: bill, PoolStatus: noKeys, Models: noModels, Limits: inProcess,
 			MaxBodyBytes: 4 << 10, Now: clk.Now},
-		pages: web.Deps{Log: discardLog(), Store: store, Accounts: acc, Sessions: jwt, PoolStatus: noKeys, Limits: inProcess, Now: clk.Now},
+		pages: web.Deps{Log: discardLog(), Store: store, Accounts: acc, Sessions: jwt, Billing: bill, PoolStatus: noKeys, Models: noModels,
+			Limits: inProcess, Now: clk.Now},
+		bill: bill, alerts: alerts,
 	}
 	e.rebuild()
 	return e
 }
 
 func noKeys() []upstream.KeyStatus { return nil }
+
+func noModels() []string { return nil }
 
 func inProcess() quota.LimiterStatus { return quota.LimiterStatus{Mode: "local", Nodes: 1} }
 

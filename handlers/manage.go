@@ -13,6 +13,7 @@ import (
 
 	"github.com/sluicehq/sluice/accounts"
 	"github.com/sluicehq/sluice/apperr"
+	"github.com/sluicehq/sluice/billing"
 	"github.com/sluicehq/sluice/models"
 	"github.com/sluicehq/sluice/providers"
 	"github.com/sluicehq/sluice/quota"
@@ -25,7 +26,9 @@ type Management struct {
 	Accounts     *accounts.Service
 	Sessions     *accounts.Sessions
 	Providers    *providers.Service
+	Billing      *billing.Service
 	PoolStatus   func() []upstream.KeyStatus // live state of provider keys
+	Models       func() []string             // the models provider keys serve
 	Limits       func() quota.LimiterStatus  // where the rate limiter keeps its state
 	MaxBodyBytes int64
 	Now          func() time.Time
@@ -273,75 +276,6 @@ func (m *manage) usage(c *gin.Context) {
 		return
 	}
 	c.JSON(http.StatusOK, gin.H{"today": toUsageOut(today), "month": toUsageOut(thisMonth)})
-}
-
-type tierOut struct {
-	Name                  string  `json:"name"`
-	Capacity              int64   `json:"capacity"`
-	RefillPerSec          float64 `json:"refill_per_sec"`
-	EffectiveRefillPerSec float64 `json:"effective_refill_per_sec"`
-	TokensPerMinute       int64   `json:"tokens_per_minute"`
-	FreezeThreshold       int     `json:"freeze_threshold"`
-	FreezeMinutes         int     `json:"freeze_minutes"`
-	Autotune              bool    `json:"autotune"`
-	RefillFloor           float64 `json:"refill_floor"`
-	UpstreamFallback      string  `json:"upstream_fallback"`
-}
-
-func toTierOut(t models.Tier) tierOut {
-	return tierOut{t.Name, t.Capacity, t.RefillPerSec, t.EffectiveRefill(), t.TokensPerMinute, t.FreezeThreshold, t.FreezeMinutes, t.Autotune, t.RefillFloor, t.UpstreamFallback}
-}
-
-func (m *manage) listTiers(c *gin.Context) {
-	ts, err := m.Store.Tiers(c.Request.Context())
-	if err != nil {
-		writeAPIError(c, m.log, err)
-		return
-	}
-	out := make([]tierOut, len(ts))
-	for i, t := range ts {
-		out[i] = toTierOut(t)
-	}
-	c.JSON(http.StatusOK, gin.H{"data": out})
-}
-
-// updateTier changes a tier's bucket; omitted fields keep their value.
-func (m *manage) updateTier(c *gin.Context) {
-	var in struct {
-		Capacity        *int64   `json:"capacity"`
-		RefillPerSec    *float64 `json:"refill_per_sec"`
-		TokensPerMinute *int64   `json:"tokens_per_minute"`
-		FreezeThreshold *int     `json:"freeze_threshold"`
-		FreezeMinutes   *int     `json:"freeze_minutes"`
-		Autotune        *bool    `json:"autotune"`
-		RefillFloor     *float64 `json:"refill_floor"`
-		Fallback        *string  `json:"upstream_fallback"`
-	}
-	if err := m.decode(c, &in); err != nil {
-		writeAPIError(c, m.log, err)
-		return
-	}
-	ctx := c.Request.Context()
-	cur, err := m.Store.TierByName(ctx, c.Param("name"))
-	if err != nil {
-		writeAPIError(c, m.log, err)
-		return
-	}
-	l := cur.Settings()
-	set(&l.Capacity, in.Capacity)
-	set(&l.RefillPerSec, in.RefillPerSec)
-	set(&l.TokensPerMinute, in.TokensPerMinute)
-	set(&l.FreezeThreshold, in.FreezeThreshold)
-	set(&l.FreezeMinutes, in.FreezeMinutes)
-	set(&l.Autotune, in.Autotune)
-	set(&l.RefillFloor, in.RefillFloor)
-	set(&l.UpstreamFallback, in.Fallback)
-	t, err := m.Accounts.UpdateTier(ctx, currentUser(c), cur.Name, l)
-	if err != nil {
-		writeAPIError(c, m.log, err)
-		return
-	}
-	c.JSON(http.StatusOK, toTierOut(t))
 }
 
 // set overwrites *dst with *v when the request gave a value.

@@ -16,8 +16,17 @@ import (
 // Sink is where batches go: the store in production.
 type Sink interface {
 	InsertUsageEvents(ctx context.Context, evs []models.UsageEvent) error
+	AddRejections(ctx context.Context, rs []models.Rejections) error
 	TouchAPITokens(ctx context.Context, lastUsed map[int64]time.Time) error
 }
+
+// Reasons a request is rejected, as the rollups count them.
+const (
+	RejectedRequests = "requests" // the request bucket was empty
+	RejectedTokens   = "tokens"   // the tokens-per-minute bucket was empty
+	RejectedFrozen   = "frozen"   // the token is frozen
+	RejectedBudget   = "budget"   // the budget or the included credit is spent
+)
 
 // Recorder batches usage events. Record never touches the database; it
 // blocks only when the buffer is full, which is back-pressure, not loss.
@@ -27,13 +36,16 @@ type Recorder struct {
 	maxBatch int
 	interval time.Duration
 
-	mu      sync.RWMutex // guards closed against Record racing Close
-	closed  bool
-	events  chan models.UsageEvent
-	closing chan struct{} // closed when Close starts: blocked Records give up
-	abandon chan struct{} // closed when Close's deadline passes: stop retrying
-	done    chan struct{}
-	once    sync.Once
+	mu     sync.RWMutex // guards closed against Record racing Close
+	closed bool
+	events chan models.UsageEvent
+
+	rejMu      sync.Mutex // guards rejections, which are counted, not queued
+	rejections map[rejectionKey]*models.Rejections
+	closing    chan struct{} // closed when Close starts: blocked Records give up
+	abandon    chan struct{} // closed when Close's deadline passes: stop retrying
+	done       chan struct{}
+	once       sync.Once
 }
 
 // ErrClosed is returned by Record after Close.
@@ -44,10 +56,11 @@ var ErrClosed = errors.New("metering: recorder is closed")
 func NewRecorder(sink Sink, log *slog.Logger, interval time.Duration, maxBatch int) *Recorder {
 	r := &Recorder{
 		sink: sink, log: log, maxBatch: maxBatch, interval: interval,
-		events:  make(chan models.UsageEvent, 8*maxBatch),
-		closing: make(chan struct{}),
-		abandon: make(chan struct{}),
-		done:    make(chan struct{}),
+		events:     make(chan models.UsageEvent, 8*maxBatch),
+		rejections: make(map[rejectionKey]*models.Rejections),
+		closing:    make(chan struct{}),
+		abandon:    make(chan struct{}),
+		done:       make(chan struct{}),
 	}
 	go r.loop()
 	return r
@@ -57,6 +70,53 @@ func NewRecorder(sink Sink, log *slog.Logger, interval time.Duration, maxBatch i
 // (listing models, reading a session), so its last-used time stays true.
 func (r *Recorder) Touch(tokenID int64, at time.Time) error {
 	return r.Record(models.UsageEvent{TokenID: tokenID, CreatedAt: at})
+}
+
+// rejectionKey is one rollup row's identity.
+type rejectionKey struct {
+	org, token int64
+	model      string
+	hour       int64 // unix seconds
+}
+
+// Reject counts one rejected request toward its hour's rollup. Rejections
+// are summed in memory and stored with the next flush, so a flood of 429s
+// costs no database rows of its own.
+func (r *Recorder) Reject(orgID, tokenID int64, model, reason string, at time.Time) {
+	hour := at.UTC().Truncate(time.Hour)
+	k := rejectionKey{orgID, tokenID, model, hour.Unix()}
+	r.rejMu.Lock()
+	defer r.rejMu.Unlock()
+	c := r.rejections[k]
+	if c == nil {
+		c = &models.Rejections{OrgID: orgID, TokenID: tokenID, Model: model, Hour: hour}
+		r.rejections[k] = c
+	}
+	switch reason {
+	case RejectedRequests:
+		c.Requests++
+	case RejectedTokens:
+		c.Tokens++
+	case RejectedFrozen:
+		c.Frozen++
+	case RejectedBudget:
+		c.Budget++
+	}
+}
+
+// takeRejections hands over the counts so far.
+func (r *Recorder) takeRejections() []models.Rejections {
+	r.rejMu.Lock()
+	defer r.rejMu.Unlock()
+	if len(r.rejections) == 0 {
+		return nil
+	}
+	out := make([]models.Rejections, 0, len(r.rejections))
+	for _, c := range r.rejections {
+		out = append(out, *c)
+	}
+	clear(r.rejections)
+	return out
 }
 
 // Record enqueues one event. With the buffer full (the database is slow or
@@ -111,6 +171,7 @@ func (r *Recorder) loop() {
 		case ev, ok := <-r.events:
 			if !ok {
 				r.flush(batch)
+				r.flushRejections()
 				return
 			}
 			batch = append(batch, ev)
@@ -123,8 +184,18 @@ func (r *Recorder) loop() {
 				r.flush(batch)
 				batch = batch[:0]
 			}
+			r.flushRejections()
 		}
 	}
+}
+
+// flushRejections stores the rejection counts, retrying like flush.
+func (r *Recorder) flushRejections() {
+	rs := r.takeRejections()
+	if len(rs) == 0 {
+		return
+	}
+	r.retry("rejection counts", len(rs), func(ctx context.Context) error { return r.sink.AddRejections(ctx, rs) })
 }
 
 // flush stores a batch, retrying with backoff until it lands: inserts are
@@ -144,22 +215,30 @@ func (r *Recorder) flush(batch []models.UsageEvent) {
 		}
 	}
 	batch = billed
+	r.retry("usage events", len(batch), func(ctx context.Context) error {
+		if err := r.sink.InsertUsageEvents(ctx, batch); err != nil {
+			return err
+		}
+		return r.sink.TouchAPITokens(ctx, lastUsed)
+	})
+}
+
+// retry runs store until it succeeds, with backoff, or until Close's
+// deadline passes: then what is queued is given up, and logged.
+func (r *Recorder) retry(what string, n int, store func(context.Context) error) {
 	backoff := 100 * time.Millisecond
 	for attempt := 1; ; attempt++ {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		err := r.sink.InsertUsageEvents(ctx, batch)
-		if err == nil {
-			err = r.sink.TouchAPITokens(ctx, lastUsed)
-		}
+		err := store(ctx)
 		cancel()
 		if err == nil {
 			return
 		}
-		r.log.Error("storing usage events failed; retrying", "events", len(batch), "attempt", attempt, "err", err)
+		r.log.Error("storing "+what+" failed; retrying", "count", n, "attempt", attempt, "err", err)
 		select {
 		case <-time.After(backoff):
 		case <-r.abandon:
-			r.log.Error("usage events lost: the database stayed unavailable past the shutdown deadline", "events", len(batch)+len(r.events))
+			r.log.Error(what+" lost: the database stayed unavailable past the shutdown deadline", "count", n+len(r.events))
 			for range r.events { // drain what is queued, uncounted
 			}
 			return

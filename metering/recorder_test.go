@@ -17,10 +17,22 @@ import (
 
 // flakySink fails its first few inserts, as a database restarting would.
 type flakySink struct {
-	mu       sync.Mutex
-	failures int
-	stored   map[string]models.UsageEvent
-	touched  map[int64]time.Time
+	mu         sync.Mutex
+	failures   int
+	stored     map[string]models.UsageEvent
+	touched    map[int64]time.Time
+	rejections []models.Rejections
+}
+
+func (s *flakySink) AddRejections(_ context.Context, rs []models.Rejections) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.failures > 0 {
+		s.failures--
+		return errors.New("connection refused")
+	}
+	s.rejections = append(s.rejections, rs...)
+	return nil
 }
 
 func (s *flakySink) InsertUsageEvents(_ context.Context, evs []models.UsageEvent) error {
@@ -129,6 +141,9 @@ func (downSink) InsertUsageEvents(context.Context, []models.UsageEvent) error {
 	return errors.New("database is down")
 }
 func (downSink) TouchAPITokens(context.Context, map[int64]time.Time) error { return nil }
+func (downSink) AddRejections(context.Context, []models.Rejections) error {
+	return errors.New("database is down")
+}
 
 // With the database down and the buffer full, a shutdown must still end at
 // its deadline: blocked Records give up and the recorder stops retrying.
@@ -180,5 +195,42 @@ func TestTouchMarksUseWithoutBilling(t *testing.T) {
 	}
 	if len(sink.stored) != 0 || !sink.touched[42].Equal(at) {
 		t.Fatalf("stored %v touched %v", sink.stored, sink.touched)
+	}
+}
+
+// Rejections are summed per organization, token, model and hour, and the
+// sums survive a failing store and shutdown.
+func TestRejectionsAreCountedNotQueued(t *testing.T) {
+	sink := &flakySink{failures: 1, stored: map[string]models.UsageEvent{}, touched: map[int64]time.Time{}}
+	r := NewRecorder(sink, quiet(), time.Hour, 16)
+	h := time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
+	var wg sync.WaitGroup
+	for i := range 100 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			reason := []string{RejectedRequests, RejectedTokens, RejectedFrozen, RejectedBudget}[i%4]
+			r.Reject(1, 2, "m", reason, h.Add(time.Duration(i)*time.Second))
+		}()
+	}
+	wg.Wait()
+	r.Reject(1, 2, "m", RejectedRequests, h.Add(time.Hour)) // the next hour: its own row
+	if err := r.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if len(sink.rejections) != 2 {
+		t.Fatalf("rows %+v", sink.rejections)
+	}
+	var first, second models.Rejections
+	for _, rj := range sink.rejections {
+		if rj.Hour.Equal(h) {
+			first = rj
+		} else {
+			second = rj
+		}
+	}
+	if first != (models.Rejections{OrgID: 1, TokenID: 2, Model: "m", Hour: h, Requests: 25, Tokens: 25, Frozen: 25, Budget: 25}) ||
+		second.Requests != 1 || second.Total() != 1 {
+		t.Fatalf("counts %+v %+v", first, second)
 	}
 }

@@ -9,15 +9,84 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/sluicehq/sluice/apperr"
+	"github.com/sluicehq/sluice/money"
 )
 
 // Organization is a tenant: it owns users, tokens and usage, and has a tier.
 type Organization struct {
-	ID        int64
-	Name      string
-	TierID    int64
-	Tier      Tier `gorm:"foreignKey:TierID"`
-	CreatedAt time.Time
+	ID     int64
+	Name   string
+	TierID int64
+	Tier   Tier `gorm:"foreignKey:TierID"`
+	// TimeZone is the IANA zone its days are counted in (charts); billing
+	// periods are calendar months in UTC whatever it is.
+	TimeZone string
+	// BudgetLimit is the owner's monthly spending limit; nil for none.
+	BudgetLimit *money.Amount
+	// BudgetHardStop refuses requests that would pass the limit; without
+	// it the limit only raises alerts.
+	BudgetHardStop bool
+	// WebhookURL receives budget alerts (only on hosts the operator
+	// allows); WebhookSecret, sealed, signs them.
+	WebhookURL    string
+	WebhookSecret string
+	CreatedAt     time.Time
+}
+
+// Budget is an organization's spending limit as its owner sets it.
+type Budget struct {
+	Limit    *money.Amount // nil: no budget
+	HardStop bool
+}
+
+// SetBudget sets or (with a nil limit) removes an organization's monthly
+// budget, audited.
+func (s *Store) SetBudget(ctx context.Context, actor User, orgID int64, b Budget) (Organization, error) {
+	if b.Limit != nil && (*b.Limit < 0 || *b.Limit > money.MaxAmount) {
+		return Organization{}, apperr.New(apperr.Unprocessable, "monthly_limit must be from 0 to %s", money.MaxAmount)
+	}
+	detail := "no budget"
+	if b.Limit != nil {
+		detail = fmt.Sprintf("monthly limit %s, hard stop %v", b.Limit, b.HardStop)
+	}
+	return s.updateOrganization(ctx, actor, orgID, "organization.budget", detail,
+		map[string]any{"budget_limit": b.Limit, "budget_hard_stop": b.HardStop})
+}
+
+// SetTimeZone sets the zone an organization's days are counted in; the
+// caller has checked it names a zone.
+func (s *Store) SetTimeZone(ctx context.Context, actor User, orgID int64, zone string) (Organization, error) {
+	return s.updateOrganization(ctx, actor, orgID, "organization.time_zone", zone, map[string]any{"time_zone": zone})
+}
+
+// SetWebhook sets where budget alerts are posted and the sealed secret that
+// signs them; an empty url turns them off.
+func (s *Store) SetWebhook(ctx context.Context, actor User, orgID int64, url, sealedSecret string) (Organization, error) {
+	detail := "off"
+	if url != "" {
+		detail = url
+	}
+	return s.updateOrganization(ctx, actor, orgID, "organization.webhook", detail,
+		map[string]any{"webhook_url": url, "webhook_secret": sealedSecret})
+}
+
+// updateOrganization changes columns of one organization and audits it.
+func (s *Store) updateOrganization(ctx context.Context, actor User, orgID int64, action, detail string, cols map[string]any) (Organization, error) {
+	var o Organization
+	err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		res := tx.Model(&Organization{}).Where("id = ?", orgID).Updates(cols)
+		if res.Error != nil {
+			return dbErr(res.Error, "organization")
+		}
+		if res.RowsAffected == 0 {
+			return apperr.New(apperr.NotFound, "organization not found")
+		}
+		if err := tx.Preload("Tier").Where("id = ?", orgID).Take(&o).Error; err != nil {
+			return dbErr(err, "organization")
+		}
+		return audit(tx, orgID, actor.ID, action, fmt.Sprint(orgID), detail)
+	})
+	return o, err
 }
 
 // Organization returns one organization with its tier.

@@ -151,8 +151,12 @@ func TestUsageEventsRoundTrip(t *testing.T) {
 		if b.Cached || !b.Fallback || b.UpstreamKeyID != nil || !b.CreatedAt.Equal(at.Add(time.Second)) {
 			t.Fatalf("b: %+v", b)
 		}
-		if got, _ := s.UsageSince(ctx, o.ID, at.Add(time.Millisecond)); got.Requests != 1 {
-			t.Fatalf("time comparison: %+v", got)
+		// UsageSince reads the hourly rollups: it counts from the hour of since.
+		if got, _ := s.UsageSince(ctx, o.ID, at.Add(time.Millisecond)); got.Requests != 2 || got.PromptTokens != 3 {
+			t.Fatalf("same hour: %+v", got)
+		}
+		if got, _ := s.UsageSince(ctx, o.ID, at.Add(time.Hour)); got.Requests != 0 {
+			t.Fatalf("next hour: %+v", got)
 		}
 	})
 }

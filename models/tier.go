@@ -9,29 +9,46 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/sluicehq/sluice/apperr"
+	"github.com/sluicehq/sluice/money"
 )
 
-// Tier is a plan: the shape of every token bucket of its organizations.
+// Tier is a plan: the shape of every token bucket of its organizations, and
+// what they pay.
 type Tier struct {
-	ID                int64
-	Name              string
-	Capacity          int64
-	RefillPerSec      float64
-	TokensPerMinute   int64 // 0: no tokens-per-minute limit
-	MonthlyTokenQuota int64
-	FreezeThreshold   int // rejections in a minute that freeze a token; 0: never
-	FreezeMinutes     int
-	Autotune          bool
-	RefillFloor       float64
+	ID              int64
+	Name            string
+	Capacity        int64
+	RefillPerSec    float64
+	TokensPerMinute int64 // 0: no tokens-per-minute limit
+	FreezeThreshold int   // rejections in a minute that freeze a token; 0: never
+	FreezeMinutes   int
+	Autotune        bool
+	RefillFloor     float64
 	// EffectiveRefillPerSec is the auto-tuner's current refill, nil when the
 	// tier runs as configured.
 	EffectiveRefillPerSec *float64
 	// UpstreamFallback is what the tier gets when every provider key is
 	// unavailable: "local" (sluice-local answers) or "error" (503).
 	UpstreamFallback string
-	CreatedAt        time.Time
-	UpdatedAt        time.Time
+	// MonthlyFee is the plan's price per month.
+	MonthlyFee money.Amount
+	// IncludedCredit is the usage cost the fee covers each month.
+	IncludedCredit money.Amount
+	// Overage is what happens past the included credit: "bill" it on the
+	// invoice, or "block" requests until the month ends.
+	Overage string
+	// BillCacheHits says whether an answer from Sluice's response cache
+	// costs what the model would have (true) or nothing (false).
+	BillCacheHits bool
+	CreatedAt     time.Time
+	UpdatedAt     time.Time
 }
+
+// Overage choices of a tier.
+const (
+	OverageBill  = "bill"
+	OverageBlock = "block"
+)
 
 // EffectiveRefill is the refill the gateway applies now.
 func (t Tier) EffectiveRefill() float64 {
@@ -53,11 +70,16 @@ type TierSettings struct {
 	// UpstreamFallback: "local" or "error"; empty keeps the tier's current
 	// choice (callers that predate it send none).
 	UpstreamFallback string
+	MonthlyFee       money.Amount
+	IncludedCredit   money.Amount
+	Overage          string // "bill" or "block"; empty keeps the tier's current choice
+	BillCacheHits    bool
 }
 
 // Settings returns the tier's editable settings, to merge a partial update into.
 func (t Tier) Settings() TierSettings {
-	return TierSettings{t.Capacity, t.RefillPerSec, t.TokensPerMinute, t.FreezeThreshold, t.FreezeMinutes, t.Autotune, t.RefillFloor, t.UpstreamFallback}
+	return TierSettings{t.Capacity, t.RefillPerSec, t.TokensPerMinute, t.FreezeThreshold, t.FreezeMinutes, t.Autotune, t.RefillFloor,
+		t.UpstreamFallback, t.MonthlyFee, t.IncludedCredit, t.Overage, t.BillCacheHits}
 }
 
 // Validate says what is wrong with the settings, in words for the admin.
@@ -79,8 +101,78 @@ func (l TierSettings) Validate() error {
 		return apperr.New(apperr.Unprocessable, "an autotuned tier needs a refill_floor above 0")
 	case l.UpstreamFallback != "" && l.UpstreamFallback != "local" && l.UpstreamFallback != "error":
 		return apperr.New(apperr.Unprocessable, "upstream_fallback must be local or error")
+	case l.MonthlyFee < 0 || l.MonthlyFee > money.MaxAmount:
+		return apperr.New(apperr.Unprocessable, "monthly_fee must be from 0 to %s", money.MaxAmount)
+	case l.IncludedCredit < 0 || l.IncludedCredit > money.MaxAmount:
+		return apperr.New(apperr.Unprocessable, "included_credit must be from 0 to %s", money.MaxAmount)
+	case l.Overage != "" && l.Overage != OverageBill && l.Overage != OverageBlock:
+		return apperr.New(apperr.Unprocessable, "overage must be bill or block")
 	}
 	return nil
+}
+
+// validTierName: a tier's name is part of URLs and forms.
+func validTierName(name string) bool {
+	if len(name) == 0 || len(name) > 32 {
+		return false
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if !('a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '-' || c == '_') {
+			return false
+		}
+	}
+	return true
+}
+
+// CreateTier adds a tier with the given settings, audited.
+func (s *Store) CreateTier(ctx context.Context, actor User, name string, l TierSettings) (Tier, error) {
+	if !validTierName(name) {
+		return Tier{}, apperr.New(apperr.Unprocessable, "name must be 1 to 32 lower-case letters, digits, - or _")
+	}
+	if l.UpstreamFallback == "" {
+		l.UpstreamFallback = "local"
+	}
+	if l.Overage == "" {
+		l.Overage = OverageBlock
+	}
+	if err := l.Validate(); err != nil {
+		return Tier{}, err
+	}
+	now := time.Now().UTC()
+	t := Tier{Name: name, Capacity: l.Capacity, RefillPerSec: l.RefillPerSec, TokensPerMinute: l.TokensPerMinute,
+		FreezeThreshold: l.FreezeThreshold, FreezeMinutes: l.FreezeMinutes, Autotune: l.Autotune, RefillFloor: l.RefillFloor,
+		UpstreamFallback: l.UpstreamFallback, MonthlyFee: l.MonthlyFee, IncludedCredit: l.IncludedCredit,
+		Overage: l.Overage, BillCacheHits: l.BillCacheHits, CreatedAt: now, UpdatedAt: now}
+	err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		if err := tx.Create(&t).Error; err != nil {
+			return dbErr(err, "tier "+name)
+		}
+		return audit(tx, actor.OrgID, actor.ID, "tier.create", name, describeChange(TierSettings{}, l))
+	})
+	return t, err
+}
+
+// DeleteTier removes a tier no organization is on; a tier in use is a
+// conflict, so no organization is ever left without limits.
+func (s *Store) DeleteTier(ctx context.Context, actor User, name string) error {
+	return s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		var t Tier
+		if err := tx.Where("name = ?", name).Take(&t).Error; err != nil {
+			return dbErr(err, "tier "+name)
+		}
+		var users int64
+		if err := tx.Model(&Organization{}).Where("tier_id = ?", t.ID).Count(&users).Error; err != nil {
+			return dbErr(err, "tier "+name)
+		}
+		if users > 0 {
+			return apperr.New(apperr.Conflict, "the %s tier is in use by %d organizations; move them to another tier first", name, users)
+		}
+		if err := tx.Delete(&t).Error; err != nil {
+			return dbErr(err, "tier "+name)
+		}
+		return audit(tx, actor.OrgID, actor.ID, "tier.delete", name, "")
+	})
 }
 
 // Tiers lists every tier by name.
@@ -114,9 +206,14 @@ func (s *Store) UpdateTier(ctx context.Context, actor User, name string, l TierS
 		if l.UpstreamFallback != "" {
 			t.UpstreamFallback = l.UpstreamFallback
 		}
+		if l.Overage != "" {
+			t.Overage = l.Overage
+		}
+		t.MonthlyFee, t.IncludedCredit, t.BillCacheHits = l.MonthlyFee, l.IncludedCredit, l.BillCacheHits
 		t.EffectiveRefillPerSec, t.UpdatedAt = nil, time.Now().UTC()
 		err := tx.Model(&t).Select("capacity", "refill_per_sec", "tokens_per_minute", "freeze_threshold", "freeze_minutes",
-			"autotune", "refill_floor", "upstream_fallback", "effective_refill_per_sec", "updated_at").Updates(&t).Error
+			"autotune", "refill_floor", "upstream_fallback", "monthly_fee", "included_credit", "overage", "bill_cache_hits",
+			"effective_refill_per_sec", "updated_at").Updates(&t).Error
 		if err != nil {
 			return dbErr(err, "tier "+name)
 		}
@@ -143,6 +240,12 @@ func describeChange(a, b TierSettings) string {
 	if b.UpstreamFallback != "" {
 		add("upstream_fallback", a.UpstreamFallback, b.UpstreamFallback)
 	}
+	add("monthly_fee", a.MonthlyFee.String(), b.MonthlyFee.String())
+	add("included_credit", a.IncludedCredit.String(), b.IncludedCredit.String())
+	if b.Overage != "" {
+		add("overage", a.Overage, b.Overage)
+	}
+	add("bill_cache_hits", a.BillCacheHits, b.BillCacheHits)
 	if len(parts) == 0 {
 		return "no change"
 	}

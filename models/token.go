@@ -8,6 +8,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/sluicehq/sluice/apperr"
+	"github.com/sluicehq/sluice/money"
 )
 
 // APIToken is a credential for the metered API. Only its SHA-256 is kept.
@@ -37,10 +38,12 @@ func (t APIToken) Status(now time.Time) string {
 }
 
 // TokenOwner is what the gateway needs to admit a request: the token, its
-// organization and the organization's tier name.
+// organization's tier name and budget.
 type TokenOwner struct {
 	APIToken
-	TierName string
+	TierName       string
+	BudgetLimit    *money.Amount
+	BudgetHardStop bool
 }
 
 const maxTokenName = 100
@@ -102,7 +105,7 @@ func (s *Store) RevokeAPIToken(ctx context.Context, actor User, orgID, id int64)
 func (s *Store) TokenOwnerByHash(ctx context.Context, hash string) (TokenOwner, error) {
 	var o TokenOwner
 	err := s.db.WithContext(ctx).Table("api_tokens").
-		Select("api_tokens.*, tiers.name AS tier_name").
+		Select("api_tokens.*, tiers.name AS tier_name, organizations.budget_limit, organizations.budget_hard_stop").
 		Joins("JOIN organizations ON organizations.id = api_tokens.org_id").
 		Joins("JOIN tiers ON tiers.id = organizations.tier_id").
 		Where("api_tokens.hash = ?", hash).Take(&o).Error

@@ -8,6 +8,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/stdlib"
+	"gorm.io/gorm"
+
+	"github.com/sluicehq/sluice/money"
 )
 
 // UsageEvent is one admitted API request as billed.
@@ -19,6 +22,9 @@ type UsageEvent struct {
 	Model            string
 	PromptTokens     int
 	CompletionTokens int
+	CachedTokens     int // of PromptTokens, served from the provider's prompt cache
+	Cost             money.Amount
+	PriceID          int64 // the price version billed; 0 when not billed (no price, or a free cache hit)
 	Status           int
 	LatencyMs        int
 	Cached           bool   // answered from the response cache
@@ -31,9 +37,12 @@ type UsageEvent struct {
 // and is not billed).
 func (e UsageEvent) TouchOnly() bool { return e.RequestID == "" }
 
-// InsertUsageEvents stores a batch. A request id already stored is skipped,
-// so a batch retried after a partial failure never double-bills.
+// InsertUsageEvents stores a batch and adds it to the hourly and monthly
+// rollups, in one transaction. A request id already stored is skipped and
+// only newly stored events are rolled up, so a batch retried after a
+// partial failure never double-bills or double-counts.
 func (s *Store) InsertUsageEvents(ctx context.Context, evs []UsageEvent) error {
+	evs = uniqueRequests(evs)
 	if len(evs) == 0 {
 		return nil
 	}
@@ -43,13 +52,40 @@ func (s *Store) InsertUsageEvents(ctx context.Context, evs []UsageEvent) error {
 	return dbErr(s.copyUsageRows(ctx, evs), "usage events")
 }
 
+// uniqueRequests drops repeats of a request id within a batch, which the
+// rollups below would otherwise count twice.
+func uniqueRequests(evs []UsageEvent) []UsageEvent {
+	seen := make(map[string]struct{}, len(evs))
+	out := evs[:0:0]
+	for _, e := range evs {
+		if _, dup := seen[e.RequestID]; !dup {
+			seen[e.RequestID] = struct{}{}
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
 // usageColumns are the columns a usage batch writes, in order.
 var usageColumns = []string{"request_id", "org_id", "token_id", "model", "prompt_tokens", "completion_tokens",
-	"status", "latency_ms", "cached", "fallback", "upstream_key_id", "created_at"}
+	"cached_tokens", "cost", "price_id", "status", "latency_ms", "cached", "fallback", "upstream_key_id", "created_at"}
+
+// rollupUpdate adds the incoming counts to a rollup row's.
+const rollupUpdate = `requests = usage_hourly.requests + EXCLUDED.requests,
+	prompt_tokens = usage_hourly.prompt_tokens + EXCLUDED.prompt_tokens,
+	completion_tokens = usage_hourly.completion_tokens + EXCLUDED.completion_tokens,
+	cached_tokens = usage_hourly.cached_tokens + EXCLUDED.cached_tokens,
+	cache_hits = usage_hourly.cache_hits + EXCLUDED.cache_hits,
+	cost = usage_hourly.cost + EXCLUDED.cost`
+
+const monthlyUpdate = `requests = usage_monthly.requests + EXCLUDED.requests,
+	tokens = usage_monthly.tokens + EXCLUDED.tokens,
+	cost = usage_monthly.cost + EXCLUDED.cost`
 
 // copyUsageRows streams a batch into Postgres with COPY, the cheapest way in,
-// through a temporary table so that request ids already stored are skipped
-// (COPY itself has no ON CONFLICT).
+// through a temporary table; one statement then stores the new events and
+// rolls up exactly those (the RETURNING of the insert), so request ids
+// already stored are skipped by both.
 func (s *Store) copyUsageRows(ctx context.Context, evs []UsageEvent) error {
 	sqlDB, err := s.db.DB()
 	if err != nil {
@@ -69,22 +105,39 @@ func (s *Store) copyUsageRows(ctx context.Context, evs []UsageEvent) error {
 		defer tx.Rollback(ctx)
 		_, err = tx.Exec(ctx, `CREATE TEMP TABLE IF NOT EXISTS usage_incoming (
 			request_id TEXT, org_id BIGINT, token_id BIGINT, model TEXT, prompt_tokens INTEGER,
-			completion_tokens INTEGER, status INTEGER, latency_ms INTEGER, cached BOOLEAN, fallback BOOLEAN,
-			upstream_key_id BIGINT, created_at TIMESTAMPTZ) ON COMMIT DELETE ROWS`)
+			completion_tokens INTEGER, cached_tokens INTEGER, cost BIGINT, price_id BIGINT, status INTEGER,
+			latency_ms INTEGER, cached BOOLEAN, fallback BOOLEAN, upstream_key_id BIGINT, created_at TIMESTAMPTZ)
+			ON COMMIT DELETE ROWS`)
 		if err != nil {
 			return err
 		}
 		rows := make([][]any, len(evs))
 		for i, e := range evs {
 			rows[i] = []any{e.RequestID, e.OrgID, e.TokenID, e.Model, e.PromptTokens, e.CompletionTokens,
-				e.Status, e.LatencyMs, e.Cached, e.Fallback, e.UpstreamKeyID, e.CreatedAt.UTC()}
+				e.CachedTokens, int64(e.Cost), e.PriceID, e.Status, e.LatencyMs, e.Cached, e.Fallback, e.UpstreamKeyID, e.CreatedAt.UTC()}
 		}
 		if _, err := tx.CopyFrom(ctx, pgx.Identifier{"usage_incoming"}, usageColumns, pgx.CopyFromRows(rows)); err != nil {
 			return err
 		}
 		cols := strings.Join(usageColumns, ", ")
-		_, err = tx.Exec(ctx, `INSERT INTO usage_events (`+cols+`) SELECT `+cols+` FROM usage_incoming
-			ON CONFLICT (request_id) DO NOTHING`)
+		_, err = tx.Exec(ctx, `WITH stored AS (
+				INSERT INTO usage_events (`+cols+`) SELECT `+cols+` FROM usage_incoming
+				ON CONFLICT (request_id) DO NOTHING
+				RETURNING org_id, token_id, model, price_id, created_at, prompt_tokens, completion_tokens, cached_tokens, cost, cached
+			), hourly AS (
+				INSERT INTO usage_hourly (org_id, hour, token_id, model, price_id, requests, prompt_tokens,
+					completion_tokens, cached_tokens, cache_hits, cost)
+				SELECT org_id, date_trunc('hour', created_at, 'UTC'), token_id, model, price_id, count(*), sum(prompt_tokens),
+					sum(completion_tokens), sum(cached_tokens), count(*) FILTER (WHERE cached), sum(cost)
+				FROM stored GROUP BY 1, 2, 3, 4, 5
+				ON CONFLICT (org_id, hour, token_id, model, price_id) DO UPDATE SET `+rollupUpdate+`
+			), seen AS (
+				INSERT INTO metered_models (model) SELECT DISTINCT model FROM stored ON CONFLICT (model) DO NOTHING
+			)
+			INSERT INTO usage_monthly (period, org_id, requests, tokens, cost)
+			SELECT date_trunc('month', created_at, 'UTC'), org_id, count(*), sum(prompt_tokens + completion_tokens), sum(cost)
+			FROM stored GROUP BY 1, 2
+			ON CONFLICT (period, org_id) DO UPDATE SET `+monthlyUpdate)
 		if err != nil {
 			return err
 		}
@@ -92,36 +145,126 @@ func (s *Store) copyUsageRows(ctx context.Context, evs []UsageEvent) error {
 	})
 }
 
-// insertUsageRows writes a whole batch with one short statement whose one
-// parameter is the batch as JSON, expanded by SQLite's json_each. The
-// pure-Go SQLite driver parses a statement's text on every execution and
-// binds parameters in time quadratic in their number, so both a multi-row
-// INSERT (thousands of parameters) and a prepared row-at-a-time INSERT cost
-// more CPU than the requests they recorded; this costs one parse a batch.
+// insertUsageRows writes a whole batch to SQLite with short statements
+// whose one parameter is the batch as JSON, expanded by json_each into a
+// temporary table. The pure-Go SQLite driver parses a statement's text on
+// every execution and binds parameters in time quadratic in their number,
+// so both a multi-row INSERT (thousands of parameters) and a prepared
+// row-at-a-time INSERT cost more CPU than the requests they recorded. The
+// rollups are taken from the rows not stored yet, before storing them.
 func (s *Store) insertUsageRows(ctx context.Context, evs []UsageEvent) error {
 	rows := make([]usageRow, len(evs))
 	for i, e := range evs {
-		rows[i] = usageRow{e.RequestID, e.OrgID, e.TokenID, e.Model, e.PromptTokens, e.CompletionTokens, e.Status,
-			e.LatencyMs, e.Cached, e.Fallback, e.UpstreamKeyID, e.CreatedAt.UTC().Format(sqliteTime)}
+		at := e.CreatedAt.UTC()
+		rows[i] = usageRow{e.RequestID, e.OrgID, e.TokenID, e.Model, e.PromptTokens, e.CompletionTokens,
+			e.CachedTokens, int64(e.Cost), e.PriceID, e.Status, e.LatencyMs, e.Cached, e.Fallback, e.UpstreamKeyID,
+			at.Format(sqliteTime), at.Truncate(time.Hour).Format(sqliteTime), MonthOf(at).Format(sqliteTime)}
 	}
 	batch, err := json.Marshal(rows)
 	if err != nil {
 		return err
 	}
-	return s.db.WithContext(ctx).Exec(`INSERT INTO usage_events (request_id, org_id, token_id, model, prompt_tokens,
-		completion_tokens, status, latency_ms, cached, fallback, upstream_key_id, created_at)
-		SELECT value->>0, value->>1, value->>2, value->>3, value->>4, value->>5, value->>6, value->>7,
-			value->>8, value->>9, value->>10, value->>11
-		FROM json_each(?) WHERE true
-		ON CONFLICT (request_id) DO NOTHING`, string(batch)).Error
+	return s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		stmts := []string{
+			`CREATE TEMP TABLE IF NOT EXISTS usage_incoming (request_id TEXT, org_id INTEGER, token_id INTEGER,
+				model TEXT, prompt_tokens INTEGER, completion_tokens INTEGER, cached_tokens INTEGER, cost INTEGER,
+				price_id INTEGER, status INTEGER, latency_ms INTEGER, cached BOOLEAN, fallback BOOLEAN,
+				upstream_key_id INTEGER, created_at DATETIME, hour DATETIME, period DATETIME)`,
+			`DELETE FROM usage_incoming`,
+		}
+		for _, q := range stmts {
+			if err := tx.Exec(q).Error; err != nil {
+				return err
+			}
+		}
+		if err := tx.Exec(`INSERT INTO usage_incoming SELECT value->>0, value->>1, value->>2, value->>3, value->>4,
+			value->>5, value->>6, value->>7, value->>8, value->>9, value->>10, value->>11, value->>12, value->>13,
+			value->>14, value->>15, value->>16 FROM json_each(?)`, string(batch)).Error; err != nil {
+			return err
+		}
+		const fresh = `FROM usage_incoming i WHERE NOT EXISTS (SELECT 1 FROM usage_events e WHERE e.request_id = i.request_id)`
+		if err := tx.Exec(`INSERT INTO usage_hourly (org_id, hour, token_id, model, price_id, requests, prompt_tokens,
+				completion_tokens, cached_tokens, cache_hits, cost)
+			SELECT org_id, hour, token_id, model, price_id, count(*), sum(prompt_tokens), sum(completion_tokens),
+				sum(cached_tokens), sum(cached), sum(cost) ` + fresh + ` GROUP BY 1, 2, 3, 4, 5
+			ON CONFLICT (org_id, hour, token_id, model, price_id) DO UPDATE SET ` + rollupUpdate).Error; err != nil {
+			return err
+		}
+		if err := tx.Exec(`INSERT INTO usage_monthly (period, org_id, requests, tokens, cost)
+			SELECT period, org_id, count(*), sum(prompt_tokens + completion_tokens), sum(cost) ` + fresh + ` GROUP BY 1, 2
+			ON CONFLICT (period, org_id) DO UPDATE SET ` + monthlyUpdate).Error; err != nil {
+			return err
+		}
+		if err := tx.Exec(`INSERT INTO metered_models (model) SELECT DISTINCT model FROM usage_incoming WHERE true
+			ON CONFLICT (model) DO NOTHING`).Error; err != nil {
+			return err
+		}
+		cols := strings.Join(usageColumns, ", ")
+		return tx.Exec(`INSERT INTO usage_events (` + cols + `) SELECT ` + cols + ` FROM usage_incoming WHERE true
+			ON CONFLICT (request_id) DO NOTHING`).Error
+	})
 }
 
-// usageRow is one usage event as a JSON array, in insertUsageRows' column order.
-type usageRow [12]any
+// usageRow is one usage event as a JSON array, in insertUsageRows' column
+// order, with its UTC hour and month for the rollups.
+type usageRow [17]any
 
 // sqliteTime is how the SQLite driver stores times, so rows written here
 // compare and read back like the ones gorm writes.
 const sqliteTime = "2006-01-02 15:04:05.999999999-07:00"
+
+// MonthOf is the start of t's calendar month in UTC: a billing period.
+func MonthOf(t time.Time) time.Time {
+	t = t.UTC()
+	return time.Date(t.Year(), t.Month(), 1, 0, 0, 0, 0, time.UTC)
+}
+
+// Rejections counts requests refused in one hour for one organization,
+// token and model, by reason; the recorder adds them up in memory and
+// stores the sums, never a row per rejection.
+type Rejections struct {
+	OrgID, TokenID int64
+	Model          string // "" when the request was refused before its model was known
+	Hour           time.Time
+	Requests       int64 // request bucket empty
+	Tokens         int64 // tokens-per-minute bucket empty
+	Frozen         int64 // token frozen
+	Budget         int64 // budget or included credit exhausted
+}
+
+// Total is every rejection counted.
+func (r Rejections) Total() int64 { return r.Requests + r.Tokens + r.Frozen + r.Budget }
+
+// AddRejections adds rejection counts to the hourly and monthly rollups.
+func (s *Store) AddRejections(ctx context.Context, rs []Rejections) error {
+	if len(rs) == 0 {
+		return nil
+	}
+	return dbErr(s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		for _, r := range rs {
+			hour := r.Hour.UTC().Truncate(time.Hour)
+			err := tx.Exec(`INSERT INTO usage_hourly (org_id, hour, token_id, model, price_id,
+					rejected_requests, rejected_tokens, rejected_frozen, rejected_budget)
+				VALUES (?, ?, ?, ?, 0, ?, ?, ?, ?)
+				ON CONFLICT (org_id, hour, token_id, model, price_id) DO UPDATE SET
+					rejected_requests = usage_hourly.rejected_requests + EXCLUDED.rejected_requests,
+					rejected_tokens = usage_hourly.rejected_tokens + EXCLUDED.rejected_tokens,
+					rejected_frozen = usage_hourly.rejected_frozen + EXCLUDED.rejected_frozen,
+					rejected_budget = usage_hourly.rejected_budget + EXCLUDED.rejected_budget`,
+				r.OrgID, hour, r.TokenID, r.Model, r.Requests, r.Tokens, r.Frozen, r.Budget).Error
+			if err != nil {
+				return err
+			}
+			err = tx.Exec(`INSERT INTO usage_monthly (period, org_id, rejected) VALUES (?, ?, ?)
+				ON CONFLICT (period, org_id) DO UPDATE SET rejected = usage_monthly.rejected + EXCLUDED.rejected`,
+				MonthOf(hour), r.OrgID, r.Total()).Error
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	}), "rejection counts")
+}
 
 // UsageTotals are an organization's counts over a period.
 type UsageTotals struct {
@@ -133,12 +276,109 @@ type UsageTotals struct {
 // TotalTokens is prompt plus completion tokens.
 func (u UsageTotals) TotalTokens() int64 { return u.PromptTokens + u.CompletionTokens }
 
-// UsageSince sums orgID's usage from since on.
+// UsageSince sums orgID's usage from the hour of since on, from the hourly
+// rollups.
 func (s *Store) UsageSince(ctx context.Context, orgID int64, since time.Time) (UsageTotals, error) {
 	var u UsageTotals
-	err := s.db.WithContext(ctx).Model(&UsageEvent{}).
-		Select("COUNT(*) AS requests, COALESCE(SUM(prompt_tokens), 0) AS prompt_tokens, COALESCE(SUM(completion_tokens), 0) AS completion_tokens").
-		Where("org_id = ? AND created_at >= ?", orgID, since.UTC()).
-		Scan(&u).Error
+	err := s.db.WithContext(ctx).Raw(`SELECT COALESCE(SUM(requests), 0) AS requests,
+			COALESCE(SUM(prompt_tokens), 0) AS prompt_tokens, COALESCE(SUM(completion_tokens), 0) AS completion_tokens
+		FROM usage_hourly WHERE org_id = ? AND hour >= ?`, orgID, since.UTC().Truncate(time.Hour)).Scan(&u).Error
 	return u, dbErr(err, "usage")
+}
+
+// UsageBucket is usage summed over one UTC hour, for one group (a model, a
+// token id, or everything).
+type UsageBucket struct {
+	Hour             time.Time
+	Group            string // the model or the token id; "" when not grouped
+	Requests         int64
+	Rejected         int64
+	PromptTokens     int64
+	CompletionTokens int64
+	CachedTokens     int64
+	CacheHits        int64
+	Cost             money.Amount
+}
+
+// Usage groupings of UsageHours.
+const (
+	GroupNone  = ""
+	GroupModel = "model"
+	GroupToken = "token"
+)
+
+// UsageHours reads orgID's hourly rollups in [from, to), summed per hour
+// and group, ordered by hour. It reads rollups, never raw events, so it
+// stays fast however many events there are.
+func (s *Store) UsageHours(ctx context.Context, orgID int64, from, to time.Time, groupBy string) ([]UsageBucket, error) {
+	group, groupBys := "''", "hour"
+	switch groupBy {
+	case GroupModel:
+		group = "model"
+	case GroupToken:
+		group = "CAST(token_id AS TEXT)"
+	}
+	if group != "''" {
+		groupBys += ", " + group
+	}
+	var out []UsageBucket
+	err := s.db.WithContext(ctx).Raw(`SELECT hour, `+group+` AS "group", SUM(requests) AS requests,
+			SUM(rejected_requests + rejected_tokens + rejected_frozen + rejected_budget) AS rejected,
+			SUM(prompt_tokens) AS prompt_tokens, SUM(completion_tokens) AS completion_tokens,
+			SUM(cached_tokens) AS cached_tokens, SUM(cache_hits) AS cache_hits, SUM(cost) AS cost
+		FROM usage_hourly WHERE org_id = ? AND hour >= ? AND hour < ?
+		GROUP BY `+groupBys+` ORDER BY `+groupBys,
+		orgID, from.UTC(), to.UTC()).Scan(&out).Error
+	for i := range out {
+		out[i].Hour = out[i].Hour.UTC()
+	}
+	return out, dbErr(err, "usage")
+}
+
+// MonthlyUsage is one organization's month, from the monthly rollup.
+type MonthlyUsage struct {
+	Requests int64
+	Rejected int64
+	Tokens   int64
+	Cost     money.Amount
+}
+
+// UsageInMonth reads orgID's totals for the month starting at period.
+func (s *Store) UsageInMonth(ctx context.Context, orgID int64, period time.Time) (MonthlyUsage, error) {
+	var m MonthlyUsage
+	err := s.db.WithContext(ctx).Raw(`SELECT requests, rejected, tokens, cost FROM usage_monthly
+		WHERE period = ? AND org_id = ?`, MonthOf(period), orgID).Scan(&m).Error
+	return m, dbErr(err, "usage")
+}
+
+// PricedUsage is a month's usage of one model at one price version
+// (PriceID 0: not billed).
+type PricedUsage struct {
+	Model            string
+	PriceID          int64
+	Requests         int64
+	PromptTokens     int64
+	CompletionTokens int64
+	CachedTokens     int64
+	Cost             money.Amount
+}
+
+// UsageByPrice sums orgID's hourly rollups over the month starting at
+// period, per model and price version: an invoice's usage lines.
+func (s *Store) UsageByPrice(ctx context.Context, orgID int64, period time.Time) ([]PricedUsage, error) {
+	from := MonthOf(period)
+	var out []PricedUsage
+	err := s.db.WithContext(ctx).Raw(`SELECT model, price_id, SUM(requests) AS requests,
+			SUM(prompt_tokens) AS prompt_tokens, SUM(completion_tokens) AS completion_tokens,
+			SUM(cached_tokens) AS cached_tokens, SUM(cost) AS cost
+		FROM usage_hourly WHERE org_id = ? AND hour >= ? AND hour < ? AND requests > 0
+		GROUP BY model, price_id ORDER BY model, price_id`, orgID, from, from.AddDate(0, 1, 0)).Scan(&out).Error
+	return out, dbErr(err, "usage by price")
+}
+
+// MeteredModels lists every model that has ever been metered.
+func (s *Store) MeteredModels(ctx context.Context) ([]string, error) {
+	var out []string
+	err := s.db.WithContext(ctx).Raw(`SELECT model FROM metered_models ORDER BY model`).Scan(&out).Error
+	return out, dbErr(err, "metered models")
 }

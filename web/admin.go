@@ -10,6 +10,7 @@ import (
 
 	"github.com/sluicehq/sluice/apperr"
 	"github.com/sluicehq/sluice/models"
+	"github.com/sluicehq/sluice/money"
 	"github.com/sluicehq/sluice/templates"
 )
 
@@ -76,8 +77,13 @@ func (p *Pages) showAdmin(c *gin.Context, status int, formErr, flash string) {
 
 // UpdateTier saves a tier's settings from the admin form.
 func (p *Pages) UpdateTier(c *gin.Context) {
-	settings, err := tierForm(c)
+	cur, err := p.store.TierByName(c.Request.Context(), c.Param("name"))
 	if err != nil {
+		p.fail(c, err)
+		return
+	}
+	settings := cur.Settings()
+	if err := tierForm(c, &settings); err != nil {
 		p.showAdmin(c, http.StatusUnprocessableEntity, err.Error(), "")
 		return
 	}
@@ -108,10 +114,10 @@ func (p *Pages) SetOrganizationTier(c *gin.Context) {
 	c.Redirect(http.StatusSeeOther, "/admin/tiers?done=org")
 }
 
-// tierForm reads the tier form; every field is required, as the form
-// always sends them all.
-func tierForm(c *gin.Context) (models.TierSettings, error) {
-	var s models.TierSettings
+// tierForm reads the tier form into s; every bucket field is required, as
+// the form always sends them all; plan fields the form does not carry keep
+// their value.
+func tierForm(c *gin.Context, s *models.TierSettings) error {
 	var bad []string
 	num := func(name string, dst *int64) {
 		n, err := strconv.ParseInt(strings.TrimSpace(c.PostForm(name)), 10, 64)
@@ -137,10 +143,28 @@ func tierForm(c *gin.Context) (models.TierSettings, error) {
 	s.FreezeThreshold, s.FreezeMinutes = int(threshold), int(minutes)
 	s.Autotune = c.PostForm("autotune") == "on"
 	s.UpstreamFallback = c.PostForm("upstream_fallback")
-	if len(bad) > 0 {
-		return s, errors.New("These fields need a number: " + strings.Join(bad, ", ") + ".")
+	for _, f := range []struct {
+		name string
+		dst  *money.Amount
+	}{{"monthly_fee", &s.MonthlyFee}, {"included_credit", &s.IncludedCredit}} {
+		if v, ok := c.GetPostForm(f.name); ok {
+			a, err := money.ParseAmount(strings.TrimSpace(v))
+			if err != nil {
+				bad = append(bad, f.name)
+			}
+			*f.dst = a
+		}
 	}
-	return s, nil
+	if v, ok := c.GetPostForm("overage"); ok {
+		s.Overage = v
+	}
+	if _, ok := c.GetPostForm("plan"); ok { // the plan fieldset is on the form: an unchecked box means off
+		s.BillCacheHits = c.PostForm("bill_cache_hits") == "on"
+	}
+	if len(bad) > 0 {
+		return errors.New("These fields need a number: " + strings.Join(bad, ", ") + ".")
+	}
+	return nil
 }
 
 // freezeRows turns freezes into rows; orgNames is nil on a user's own page.

@@ -12,6 +12,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/testdb"
 	"github.com/sluicehq/sluice/models"
+	"github.com/sluicehq/sluice/money"
 )
 
 // TestTokenLifecycle creates a token, sees its secret once, and revokes it.
@@ -100,8 +101,9 @@ func TestAdminChangesTiersOrganizationsAndFreezes(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		// The plan (fee, credit, overage) is not on this form: it keeps its value.
 		if want := (models.TierSettings{Capacity: 45, RefillPerSec: 0.75, FreezeThreshold: 20, FreezeMinutes: 10,
-			RefillFloor: 0.3, UpstreamFallback: "error"}); tier.Settings() != want {
+			RefillFloor: 0.3, UpstreamFallback: "error", IncludedCredit: money.Dollar, Overage: models.OverageBlock}); tier.Settings() != want {
 			t.Errorf("free tier = %+v, want %+v", tier.Settings(), want)
 		}
 		w := admin.get("/admin/tiers?done=tier")

@@ -17,6 +17,7 @@ import (
 
 	"github.com/sluicehq/sluice/accounts"
 	"github.com/sluicehq/sluice/apperr"
+	"github.com/sluicehq/sluice/billing"
 	"github.com/sluicehq/sluice/models"
 	"github.com/sluicehq/sluice/providers"
 	"github.com/sluicehq/sluice/quota"
@@ -43,6 +44,8 @@ type Pages struct {
 	accounts   *accounts.Service
 	sessions   *accounts.Sessions
 	providers  *providers.Service
+	billing    *billing.Service
+	models     func() []string
 	poolStatus func() []upstream.KeyStatus
 	now        func() time.Time
 	origins    *http.CrossOriginProtection
@@ -56,6 +59,8 @@ type Deps struct {
 	Accounts   *accounts.Service
 	Sessions   *accounts.Sessions
 	Providers  *providers.Service
+	Billing    *billing.Service
+	Models     func() []string             // the models provider keys serve
 	PoolStatus func() []upstream.KeyStatus // live state of provider keys
 	Now        func() time.Time
 	Limits     func() quota.LimiterStatus // where the rate limiter keeps its state
@@ -64,7 +69,7 @@ type Deps struct {
 // New returns the browser handlers.
 func New(d Deps) *Pages {
 	return &Pages{log: d.Log, store: d.Store, accounts: d.Accounts, sessions: d.Sessions, providers: d.Providers,
-		poolStatus: d.PoolStatus, now: d.Now, origins: http.NewCrossOriginProtection(), limits: d.Limits}
+		billing: d.Billing, models: d.Models, poolStatus: d.PoolStatus, now: d.Now, origins: http.NewCrossOriginProtection(), limits: d.Limits}
 }
 
 // render writes a component with status.

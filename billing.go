@@ -1,0 +1,46 @@
+package main
+
+import (
+	"log/slog"
+	"time"
+
+	"github.com/sluicehq/sluice/accounts"
+	"github.com/sluicehq/sluice/billing"
+	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/metering"
+	"github.com/sluicehq/sluice/models"
+	"github.com/sluicehq/sluice/secrets"
+	"github.com/sluicehq/sluice/webhook"
+)
+
+// billingParts is a node's billing: the price book and budget ledger the request
+// path prices and reserves with, the budget alerts it raises, and the
+// billing service the API and pages use.
+type billingParts struct {
+	prices  *metering.PriceBook
+	ledger  metering.Ledger
+	alerts  *metering.BudgetAlerts
+	billing *billing.Service
+}
+
+// newBilling builds billing for the node: budgets in Redis when there is one
+// (per node while it is unreachable), in Postgres otherwise, in memory for
+// the embedded single node.
+func newBilling(cfg config.Config, store *models.Store, db *models.DB, adm *admission, dir *accounts.Directory, box *secrets.Box, log *slog.Logger) *billingParts {
+	seed := metering.StoreSeed(store)
+	var ledger metering.Ledger
+	switch {
+	case adm.redis != nil:
+		ledger = metering.NewFallbackLedger(metering.NewRedisLedger(adm.redis, cfg.RedisPrefix+"budget:", seed), seed, cfg.ExpectedNodes, log)
+	case db.Dialect == "postgres":
+		ledger = metering.NewSQLLedger(store, seed)
+	default:
+		ledger = metering.NewMemoryLedger(seed)
+	}
+	m := &billingParts{prices: metering.NewPriceBook(), ledger: ledger}
+	hosts := webhook.ParseHosts(cfg.WebhookHosts)
+	m.billing = billing.New(billing.Deps{Store: store, Directory: dir, Bus: adm.bus, Prices: m.prices, Ledger: ledger,
+		Box: box, Hosts: hosts, Log: log, Now: time.Now})
+	m.alerts = metering.NewBudgetAlerts(store, webhook.NewSender(hosts, time.Now), m.billing.OpenSecret, log, time.Now)
+	return m
+}

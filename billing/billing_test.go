@@ -1,0 +1,183 @@
+package billing
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/accounts"
+	"github.com/sluicehq/sluice/apperr"
+	"github.com/sluicehq/sluice/chat"
+	"github.com/sluicehq/sluice/cluster"
+	"github.com/sluicehq/sluice/internal/clocktest"
+	"github.com/sluicehq/sluice/internal/testdb"
+	"github.com/sluicehq/sluice/metering"
+	"github.com/sluicehq/sluice/models"
+	"github.com/sluicehq/sluice/money"
+	"github.com/sluicehq/sluice/secrets"
+	"github.com/sluicehq/sluice/webhook"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files")
+
+// fixture is a billing service on a real database with a hand-moved clock.
+type fixture struct {
+	t     *testing.T
+	store *models.Store
+	clock *clocktest.Clock
+	svc   *Service
+	book  *metering.PriceBook
+	admin models.User
+}
+
+func newFixture(t *testing.T, db *models.DB, start time.Time) *fixture {
+	t.Helper()
+	ctx := context.Background()
+	store := models.NewStore(db)
+	clk := clocktest.New(start)
+	dir, err := accounts.NewDirectory(ctx, store, time.Minute, clk.Now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	box, _ := secrets.NewBox(bytes.Repeat([]byte{5}, 32))
+	book := metering.NewPriceBook()
+	f := &fixture{t: t, store: store, clock: clk, book: book}
+	f.svc = New(Deps{Store: store, Directory: dir, Bus: cluster.None{}, Prices: book,
+		Ledger: metering.NewMemoryLedger(metering.StoreSeed(store)), Box: box, Hosts: webhook.Hosts{"hooks.example.com"},
+		Log: slog.New(slog.DiscardHandler), Now: clk.Now})
+	_, f.admin, err = store.CreateOrganizationWithOwner(ctx, "Ops", "premium", "ops@example.com", "h", models.RoleAdmin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// setPrice sets a price at the clock's time.
+func (f *fixture) setPrice(model, in, out, cached string) {
+	f.t.Helper()
+	if _, err := f.svc.SetPrice(context.Background(), f.admin, model, PriceInput{in, out, cached}); err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+// event stores one request as the pipeline would: priced at its time.
+func (f *fixture) event(org models.Organization, tok models.APIToken, id, model string, at time.Time, u chat.Usage, cacheHit bool) {
+	f.t.Helper()
+	ev := models.UsageEvent{RequestID: id, OrgID: org.ID, TokenID: tok.ID, Model: model, PromptTokens: u.PromptTokens,
+		CompletionTokens: u.CompletionTokens, CachedTokens: u.CachedTokens, Status: 200, Cached: cacheHit, CreatedAt: at}
+	if p, ok := f.book.At(model, at); ok && !(cacheHit && !org.Tier.BillCacheHits) {
+		ev.Cost, ev.PriceID = metering.Cost(p, u), p.ID
+	}
+	if err := f.store.InsertUsageEvents(context.Background(), []models.UsageEvent{ev}); err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+// The invoice of a month with a price change in the middle, a cached-prompt
+// discount, a free cache hit, an unpriced model, half cents to round and the
+// included credit, from real events through the rollups; then closed once,
+// and never changed again.
+func TestInvoiceGolden(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, db *models.DB) {
+		ctx := context.Background()
+		nov := time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
+		f := newFixture(t, db, nov)
+		org, owner, err := f.store.CreateOrganizationWithOwner(ctx, "Acme", "premium", "owner@acme.example", "h", models.RoleOwner)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tok, _, _ := f.store.CreateAPIToken(ctx, org.ID, owner.ID, "t", nil)
+		f.setPrice("gpt-x", "0.50", "1.50", "0.25")
+		// Before the change: 10M uncached + 2M cached prompt, 4.23M completion,
+		// over ten requests: 5.00 + 0.50 + 6.345 = 11.845, rounded once to 11.85.
+		for i := range 10 {
+			f.event(org, tok, fmt.Sprint("a", i), "gpt-x", nov.Add(time.Duration(i)*time.Hour),
+				chat.Usage{PromptTokens: 1_200_000, CachedTokens: 200_000, CompletionTokens: 423_000}, false)
+		}
+		// A response-cache hit: free on this tier.
+		f.event(org, tok, "hit", "gpt-x", nov.Add(48*time.Hour), chat.Usage{PromptTokens: 999, CompletionTokens: 999}, true)
+		f.clock.Advance(14*24*time.Hour + 12*time.Hour) // 2026-11-15 12:00
+		f.setPrice("gpt-x", "0.60", "1.80", "0.30")
+		// After: 3.00 + 1.80 = 4.80, and one token more (0.0000006): 4.80.
+		f.event(org, tok, "b1", "gpt-x", f.clock.Now(), chat.Usage{PromptTokens: 5_000_000, CompletionTokens: 1_000_000}, false)
+		f.event(org, tok, "b2", "gpt-x", f.clock.Now().Add(time.Hour), chat.Usage{PromptTokens: 1}, false)
+		f.event(org, tok, "local", "sluice-local", f.clock.Now(), chat.Usage{PromptTokens: 100, CompletionTokens: 20}, false)
+		// The month's last second counts; the next month's first does not.
+		f.event(org, tok, "last", "sluice-local", nov.AddDate(0, 1, 0).Add(-time.Second), chat.Usage{PromptTokens: 1}, false)
+		f.event(org, tok, "dec", "gpt-x", nov.AddDate(0, 1, 0), chat.Usage{PromptTokens: 1_000_000}, false)
+
+		// Still November: a live draft.
+		list, err := f.svc.Invoices(ctx, org.ID)
+		if err != nil || len(list) != 1 || list[0].Status != Draft || list[0].Total.StringCents() != "55.65" {
+			t.Fatalf("draft list: %+v %v", list, err)
+		}
+		// December 1st, 00:20: November closes, once.
+		f.clock.Advance(15*24*time.Hour + 12*time.Hour + 20*time.Minute)
+		n, err := f.svc.FinalizeDue(ctx)
+		if err != nil || n < 1 {
+			t.Fatalf("finalized %d: %v", n, err)
+		}
+		if n, _ := f.svc.FinalizeDue(ctx); n != 0 {
+			t.Fatalf("finalized %d more on the second run", n)
+		}
+		inv, err := f.svc.Invoice(ctx, org.ID, list[0].ID)
+		if err != nil || inv.Status != Final {
+			t.Fatalf("%+v %v", inv, err)
+		}
+		golden(t, "invoice-2026-11.csv", inv.CSV())
+
+		// Nothing changes it afterwards: not a late event, not a new price.
+		f.event(org, tok, "late", "gpt-x", nov.Add(29*24*time.Hour), chat.Usage{PromptTokens: 50_000_000}, false)
+		f.setPrice("gpt-x", "9", "9", "9")
+		again, _ := f.svc.Invoice(ctx, org.ID, list[0].ID)
+		if string(again.CSV()) != string(inv.CSV()) {
+			t.Fatal("a final invoice changed")
+		}
+		// Another tenant's id is not found.
+		other, _, _ := f.store.CreateOrganizationWithOwner(ctx, "Other", "free", "o@other.example", "h", models.RoleOwner)
+		if _, err := f.svc.Invoice(ctx, other.ID, list[0].ID); apperr.CodeOf(err) != apperr.NotFound {
+			t.Fatalf("another tenant's invoice: %v", err)
+		}
+	})
+}
+
+func golden(t *testing.T, name string, got []byte) {
+	t.Helper()
+	path := filepath.Join("testdata", name)
+	if *update {
+		if err := os.WriteFile(path, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run with -update to create it)", err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatalf("%s differs:\n got:\n%s\nwant:\n%s", name, got, want)
+	}
+}
+
+func TestBuildRoundsEachLineOnceAndCreditsUpToUsage(t *testing.T) {
+	period := time.Date(2026, 2, 1, 0, 0, 0, 0, time.UTC)
+	half := money.Cent / 2
+	inv := Build(period, Plan{Tier: "free", IncludedCredit: money.Dollar}, []Usage{
+		{Model: "a", PriceID: 1, Cost: 10*money.Cent + half},     // 0.105 -> 0.11
+		{Model: "b", PriceID: 2, Cost: 20*money.Cent + half - 1}, // just under 0.205 -> 0.20
+	})
+	if inv.Total != 0 || len(inv.Lines) != 3 || inv.Lines[2].Amount != -31*money.Cent {
+		t.Fatalf("%+v", inv)
+	}
+	// Usage beyond the credit is what is left to pay.
+	inv = Build(period, Plan{Tier: "premium", MonthlyFee: 49 * money.Dollar, IncludedCredit: 10 * money.Dollar},
+		[]Usage{{Model: "a", PriceID: 1, Cost: 12*money.Dollar + money.Picodollar}})
+	if inv.Total.StringCents() != "51.00" {
+		t.Fatalf("total %s", inv.Total.StringCents())
+	}
+}

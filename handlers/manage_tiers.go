@@ -1,0 +1,155 @@
+package handlers
+
+import (
+	"net/http"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/sluicehq/sluice/apperr"
+	"github.com/sluicehq/sluice/models"
+	"github.com/sluicehq/sluice/money"
+)
+
+type tierOut struct {
+	Name                  string  `json:"name"`
+	Capacity              int64   `json:"capacity"`
+	RefillPerSec          float64 `json:"refill_per_sec"`
+	EffectiveRefillPerSec float64 `json:"effective_refill_per_sec"`
+	TokensPerMinute       int64   `json:"tokens_per_minute"`
+	FreezeThreshold       int     `json:"freeze_threshold"`
+	FreezeMinutes         int     `json:"freeze_minutes"`
+	Autotune              bool    `json:"autotune"`
+	RefillFloor           float64 `json:"refill_floor"`
+	UpstreamFallback      string  `json:"upstream_fallback"`
+	MonthlyFee            string  `json:"monthly_fee"`
+	IncludedCredit        string  `json:"included_credit"`
+	Overage               string  `json:"overage"`
+	BillCacheHits         bool    `json:"bill_cache_hits"`
+}
+
+func toTierOut(t models.Tier) tierOut {
+	return tierOut{t.Name, t.Capacity, t.RefillPerSec, t.EffectiveRefill(), t.TokensPerMinute, t.FreezeThreshold, t.FreezeMinutes,
+		t.Autotune, t.RefillFloor, t.UpstreamFallback, t.MonthlyFee.String(), t.IncludedCredit.String(), t.Overage, t.BillCacheHits}
+}
+
+func (m *manage) listTiers(c *gin.Context) {
+	ts, err := m.Store.Tiers(c.Request.Context())
+	if err != nil {
+		writeAPIError(c, m.log, err)
+		return
+	}
+	out := make([]tierOut, len(ts))
+	for i, t := range ts {
+		out[i] = toTierOut(t)
+	}
+	c.JSON(http.StatusOK, gin.H{"data": out})
+}
+
+// tierIn is a tier's settings as the API takes them; omitted fields keep
+// their value on update and take the defaults below on create.
+type tierIn struct {
+	Name            string   `json:"name"`
+	Capacity        *int64   `json:"capacity"`
+	RefillPerSec    *float64 `json:"refill_per_sec"`
+	TokensPerMinute *int64   `json:"tokens_per_minute"`
+	FreezeThreshold *int     `json:"freeze_threshold"`
+	FreezeMinutes   *int     `json:"freeze_minutes"`
+	Autotune        *bool    `json:"autotune"`
+	RefillFloor     *float64 `json:"refill_floor"`
+	Fallback        *string  `json:"upstream_fallback"`
+	MonthlyFee      *string  `json:"monthly_fee"`
+	IncludedCredit  *string  `json:"included_credit"`
+	Overage         *string  `json:"overage"`
+	BillCacheHits   *bool    `json:"bill_cache_hits"`
+}
+
+// apply merges the given fields into l, reading money from decimal strings.
+func (in tierIn) apply(l *models.TierSettings) error {
+	set(&l.Capacity, in.Capacity)
+	set(&l.RefillPerSec, in.RefillPerSec)
+	set(&l.TokensPerMinute, in.TokensPerMinute)
+	set(&l.FreezeThreshold, in.FreezeThreshold)
+	set(&l.FreezeMinutes, in.FreezeMinutes)
+	set(&l.Autotune, in.Autotune)
+	set(&l.RefillFloor, in.RefillFloor)
+	set(&l.UpstreamFallback, in.Fallback)
+	set(&l.Overage, in.Overage)
+	set(&l.BillCacheHits, in.BillCacheHits)
+	for _, f := range []struct {
+		name string
+		in   *string
+		dst  *money.Amount
+	}{{"monthly_fee", in.MonthlyFee, &l.MonthlyFee}, {"included_credit", in.IncludedCredit, &l.IncludedCredit}} {
+		if f.in == nil {
+			continue
+		}
+		a, err := money.ParseAmount(*f.in)
+		if err != nil {
+			return apperr.Field(apperr.Invalid, "invalid_amount", f.name, f.name+` must be a decimal string of dollars such as "49.00"`)
+		}
+		*f.dst = a
+	}
+	return nil
+}
+
+// updateTier changes a tier's settings; omitted fields keep their value.
+func (m *manage) updateTier(c *gin.Context) {
+	var in tierIn
+	if err := m.decode(c, &in); err != nil {
+		writeAPIError(c, m.log, err)
+		return
+	}
+	ctx := c.Request.Context()
+	cur, err := m.Store.TierByName(ctx, c.Param("name"))
+	if err != nil {
+		writeAPIError(c, m.log, err)
+		return
+	}
+	l := cur.Settings()
+	if err := in.apply(&l); err != nil {
+		writeAPIError(c, m.log, err)
+		return
+	}
+	t, err := m.Accounts.UpdateTier(ctx, currentUser(c), cur.Name, l)
+	if err != nil {
+		writeAPIError(c, m.log, err)
+		return
+	}
+	c.JSON(http.StatusOK, toTierOut(t))
+}
+
+// createTier adds a tier. capacity and refill_per_sec are required; the
+// rest default to no tokens-per-minute limit, freezing at 20 rejections
+// for 10 minutes, no auto-tuning, no fee or credit, overage blocked.
+func (m *manage) createTier(c *gin.Context) {
+	var in tierIn
+	if err := m.decode(c, &in); err != nil {
+		writeAPIError(c, m.log, err)
+		return
+	}
+	if in.Capacity == nil || in.RefillPerSec == nil {
+		writeAPIError(c, m.log, apperr.New(apperr.Unprocessable, "capacity and refill_per_sec are required"))
+		return
+	}
+	l := models.TierSettings{FreezeThreshold: 20, FreezeMinutes: 10, UpstreamFallback: "local", Overage: models.OverageBlock}
+	if err := in.apply(&l); err != nil {
+		writeAPIError(c, m.log, err)
+		return
+	}
+	t, err := m.Accounts.CreateTier(c.Request.Context(), currentUser(c), in.Name, l)
+	if err != nil {
+		writeAPIError(c, m.log, err)
+		return
+	}
+	c.JSON(http.StatusCreated, toTierOut(t))
+}
+
+// deleteTier removes a tier no organization is on.
+func (m *manage) deleteTier(c *gin.Context) {
+	name := c.Param("name")
+	if err := m.Accounts.DeleteTier(c.Request.Context(), currentUser(c), name); err != nil {
+		writeAPIError(c, m.log, err)
+		return
+	}
+	c.JSON(http.StatusOK, gin.H{"name": name, "deleted": true})
+}

@@ -1,0 +1,124 @@
+package metering
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/sluicehq/sluice/models"
+	"github.com/sluicehq/sluice/money"
+	"github.com/sluicehq/sluice/webhook"
+)
+
+// AlertPercents are the shares of a budget at which its organization hears
+// about it.
+var AlertPercents = []int{50, 80, 100}
+
+// BudgetAlerts tells an organization when its spending crosses 50%, 80%
+// and 100% of its monthly budget: once per threshold and month however
+// many nodes see it (the store records each), with an audit entry and, if
+// the organization set a webhook, a signed POST to it. The request path
+// only queues a crossing; Run does the rest.
+type BudgetAlerts struct {
+	store  *models.Store
+	sender *webhook.Sender
+	open   func(sealed string) (string, error) // opens a stored webhook secret
+	log    *slog.Logger
+	now    func() time.Time
+	queue  chan crossing
+}
+
+type crossing struct {
+	orgID   int64
+	period  time.Time
+	percent int
+	spent   money.Amount
+	limit   money.Amount
+}
+
+// NewBudgetAlerts returns alerts that post with sender and open secrets
+// with open.
+func NewBudgetAlerts(store *models.Store, sender *webhook.Sender, open func(string) (string, error), log *slog.Logger, now func() time.Time) *BudgetAlerts {
+	return &BudgetAlerts{store: store, sender: sender, open: open, log: log, now: now, queue: make(chan crossing, 1024)}
+}
+
+// Spent notes that a settlement moved orgID's spending from before to
+// after against its budget limit, queuing each threshold crossed. It never
+// blocks: a full queue drops the crossing with a log line (alerts are a few
+// per organization per month, so that means Run is stuck).
+func (a *BudgetAlerts) Spent(orgID int64, limit money.Amount, period time.Time, before, after money.Amount) {
+	for _, pct := range Crossed(limit, before, after) {
+		select {
+		case a.queue <- crossing{orgID, Period(period), pct, after, limit}:
+		default:
+			a.log.Error("budget alert dropped: the alert queue is full", "org_id", orgID, "percent", pct)
+		}
+	}
+}
+
+// Crossed lists the thresholds a move from before to after crosses.
+func Crossed(limit, before, after money.Amount) []int {
+	if limit <= 0 || after <= before {
+		return nil
+	}
+	var out []int
+	for _, pct := range AlertPercents {
+		// limit*pct/100 without overflow: limit is at most MaxAmount.
+		mark := limit/100*money.Amount(pct) + limit%100*money.Amount(pct)/100
+		if before < mark && after >= mark {
+			out = append(out, pct)
+		}
+	}
+	return out
+}
+
+// Run records and sends queued alerts until ctx ends.
+func (a *BudgetAlerts) Run(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case c := <-a.queue:
+			a.send(ctx, c)
+		}
+	}
+}
+
+// alertBody is the webhook's JSON.
+type alertBody struct {
+	Type           string `json:"type"`
+	OrganizationID int64  `json:"organization_id"`
+	Period         string `json:"period"`
+	Percent        int    `json:"percent"`
+	Spent          string `json:"spent"`
+	Limit          string `json:"monthly_limit"`
+	Currency       string `json:"currency"`
+	SentAt         string `json:"sent_at"`
+}
+
+func (a *BudgetAlerts) send(ctx context.Context, c crossing) {
+	detail := fmt.Sprintf("spending reached %d%% of the monthly budget: %s of %s", c.percent, c.spent, c.limit)
+	fresh, err := a.store.RecordBudgetAlert(ctx, c.orgID, c.period, c.percent, detail)
+	if err != nil || !fresh {
+		if err != nil {
+			a.log.Error("recording a budget alert failed", "org_id", c.orgID, "percent", c.percent, "err", err)
+		}
+		return
+	}
+	o, err := a.store.Organization(ctx, c.orgID)
+	if err != nil || o.WebhookURL == "" {
+		return
+	}
+	secret, err := a.open(o.WebhookSecret)
+	if err != nil {
+		a.log.Error("a webhook secret does not open; alert not sent", "org_id", c.orgID, "err", err)
+		return
+	}
+	body, _ := json.Marshal(alertBody{Type: "budget.threshold", OrganizationID: c.orgID, Period: c.period.Format("2006-01"),
+		Percent: c.percent, Spent: c.spent.String(), Limit: c.limit.String(), Currency: "USD", SentAt: a.now().UTC().Format(time.RFC3339)})
+	if err := a.sender.Send(ctx, o.WebhookURL, secret, body); err != nil {
+		a.log.Warn("budget alert webhook failed", "org_id", c.orgID, "percent", c.percent, "err", err)
+	}
+}

@@ -1,0 +1,115 @@
+package metering
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sluicehq/sluice/money"
+)
+
+// FallbackLedger is the shared ledger while it answers, and a per-node
+// ledger while it does not, so losing Redis never stops budgeted traffic
+// and never lifts a budget either: each node then allows 1/Share of what
+// was left when it lost the shared ledger (what the store had billed, as
+// seeded, less what the node has spent since). When the shared ledger
+// answers again, the balances this node settled on its own are reset there,
+// to be seeded again from the store, which by then holds those requests.
+// A reservation made on one side and settled on the other after a switch
+// releases nothing where it was made: balances are then conservative (too
+// much reserved) until the period's balance is next reset.
+type FallbackLedger struct {
+	shared Ledger
+	local  *MemoryLedger
+	share  int64
+	log    *slog.Logger
+
+	down    atomic.Bool
+	mu      sync.Mutex
+	touched map[ledgerKey]time.Time // balances settled locally, by period
+}
+
+// NewFallbackLedger wraps shared; share is the expected node count.
+func NewFallbackLedger(shared Ledger, seed Seed, share int, log *slog.Logger) *FallbackLedger {
+	return &FallbackLedger{shared: shared, local: NewMemoryLedger(seed), share: int64(max(share, 1)), log: log,
+		touched: make(map[ledgerKey]time.Time)}
+}
+
+// Reserve implements Ledger.
+func (l *FallbackLedger) Reserve(ctx context.Context, orgID int64, period time.Time, amount, limit money.Amount) (Balance, bool, error) {
+	b, ok, err := l.shared.Reserve(ctx, orgID, period, amount, limit)
+	if l.answered(ctx, err) {
+		return b, ok, err
+	}
+	local, err := l.local.Balance(ctx, orgID, period)
+	if err != nil {
+		return Balance{}, false, err
+	}
+	share := local.Spent + max(limit-local.Spent, 0)/money.Amount(l.share)
+	return l.local.Reserve(ctx, orgID, period, amount, share)
+}
+
+// Settle implements Ledger.
+func (l *FallbackLedger) Settle(ctx context.Context, orgID int64, period time.Time, reserved, actual money.Amount) (Balance, error) {
+	b, err := l.shared.Settle(ctx, orgID, period, reserved, actual)
+	if l.answered(ctx, err) {
+		return b, err
+	}
+	l.mu.Lock()
+	l.touched[ledgerKey{orgID, Period(period).Unix()}] = Period(period)
+	l.mu.Unlock()
+	return l.local.Settle(ctx, orgID, period, reserved, actual)
+}
+
+// Balance implements Ledger.
+func (l *FallbackLedger) Balance(ctx context.Context, orgID int64, period time.Time) (Balance, error) {
+	b, err := l.shared.Balance(ctx, orgID, period)
+	if l.answered(ctx, err) {
+		return b, err
+	}
+	return l.local.Balance(ctx, orgID, period)
+}
+
+// Reset implements Ledger.
+func (l *FallbackLedger) Reset(ctx context.Context, orgID int64, period time.Time) error {
+	_ = l.local.Reset(ctx, orgID, period)
+	return l.shared.Reset(ctx, orgID, period)
+}
+
+// Degraded reports whether the node is on its own ledger.
+func (l *FallbackLedger) Degraded() bool { return l.down.Load() }
+
+// answered reports whether the shared ledger's answer stands (it answered,
+// or the caller gave up), and notes the transitions.
+func (l *FallbackLedger) answered(ctx context.Context, err error) bool {
+	if err == nil {
+		if l.down.CompareAndSwap(true, false) {
+			l.recovered(ctx)
+		}
+		return true
+	}
+	if ctx.Err() != nil {
+		return true // the caller left: not an outage
+	}
+	if l.down.CompareAndSwap(false, true) {
+		l.log.Warn("budget ledger unavailable; budgets are enforced per node at a 1/N share of what is left", "expected_nodes", l.share, "err", err)
+	}
+	return false
+}
+
+// recovered resets in the shared ledger what this node settled alone.
+func (l *FallbackLedger) recovered(ctx context.Context) {
+	l.mu.Lock()
+	touched := l.touched
+	l.touched = make(map[ledgerKey]time.Time)
+	l.mu.Unlock()
+	for k, period := range touched {
+		if err := l.shared.Reset(ctx, k.org, period); err != nil {
+			l.log.Warn("resetting a budget balance after the ledger came back failed", "org_id", k.org, "err", err)
+		}
+		_ = l.local.Reset(ctx, k.org, period)
+	}
+	l.log.Info("budget ledger back", "balances_reset", len(touched))
+}

@@ -1,0 +1,89 @@
+package metering
+
+import (
+	"context"
+	"slices"
+	"sync/atomic"
+	"time"
+
+	"github.com/sluicehq/sluice/chat"
+	"github.com/sluicehq/sluice/models"
+	"github.com/sluicehq/sluice/money"
+)
+
+// PriceBook is every model's price history in memory, so pricing a request
+// reads no database. It is replaced whole on every reload, and safe for
+// concurrent use.
+type PriceBook struct {
+	byModel atomic.Pointer[map[string][]models.ModelPrice] // each model's versions, oldest first
+}
+
+// NewPriceBook returns an empty book: every model is unpriced until Replace.
+func NewPriceBook() *PriceBook {
+	b := &PriceBook{}
+	b.Replace(nil)
+	return b
+}
+
+// Load replaces the book with the store's prices.
+func (b *PriceBook) Load(ctx context.Context, store *models.Store) error {
+	ps, err := store.ModelPrices(ctx)
+	if err != nil {
+		return err
+	}
+	b.Replace(ps)
+	return nil
+}
+
+// Replace puts ps in the book.
+func (b *PriceBook) Replace(ps []models.ModelPrice) {
+	m := make(map[string][]models.ModelPrice)
+	for _, p := range ps {
+		m[p.Model] = append(m[p.Model], p)
+	}
+	for _, vs := range m {
+		slices.SortFunc(vs, func(a, b models.ModelPrice) int { return a.EffectiveFrom.Compare(b.EffectiveFrom) })
+	}
+	b.byModel.Store(&m)
+}
+
+// At is the price of model in force at t: its latest version effective at
+// or before t. A model with no such version is unpriced (ok false): it costs
+// nothing, and the admin pages flag it.
+func (b *PriceBook) At(model string, t time.Time) (models.ModelPrice, bool) {
+	vs := (*b.byModel.Load())[model]
+	for i := len(vs) - 1; i >= 0; i-- {
+		if !vs[i].EffectiveFrom.After(t) {
+			return vs[i], true
+		}
+	}
+	return models.ModelPrice{}, false
+}
+
+// Models lists the priced models.
+func (b *PriceBook) Models() []string {
+	m := *b.byModel.Load()
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Cost is what usage costs at p: prompt tokens the provider did not serve
+// from its prompt cache at the input price, those it did at the cached
+// input price, and completion tokens at the output price. Exact.
+func Cost(p models.ModelPrice, u chat.Usage) money.Amount {
+	cached := int64(min(max(u.CachedTokens, 0), max(u.PromptTokens, 0)))
+	return p.InputPerMTok.Cost(int64(u.PromptTokens)-cached) +
+		p.CachedInputPerMTok.Cost(cached) +
+		p.OutputPerMTok.Cost(int64(u.CompletionTokens))
+}
+
+// WorstCase is the most a request may cost before it runs: every prompt
+// token at the full input price plus maxCompletion tokens of output. It is
+// what a budget reserves.
+func WorstCase(p models.ModelPrice, promptTokens, maxCompletion int64) money.Amount {
+	return p.InputPerMTok.Cost(promptTokens) + p.OutputPerMTok.Cost(maxCompletion)
+}
