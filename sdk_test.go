@@ -269,4 +269,34 @@ func TestOpenAIGoSDK(t *testing.T) {
 			t.Errorf("%d attempts with retries off, want 1", n)
 		}
 	})
+
+	// A spent budget is final for the month: the SDK must not retry it
+	// even when allowed to, which is what type insufficient_quota and
+	// x-should-retry: false tell it.
+	t.Run("insufficient_quota is not retried", func(t *testing.T) {
+		if r := c.call("PUT", "/api/admin/prices/sluice-local", admin.Token, `{"input_per_mtok":"1","output_per_mtok":"2"}`, nil); r.StatusCode != 200 {
+			t.Fatalf("price: %d", r.StatusCode)
+		}
+		if r := c.call("PUT", "/api/budget", signup.Token, `{"monthly_limit":"0.000001","hard_stop":true}`, nil); r.StatusCode != 200 {
+			t.Fatalf("budget: %d", r.StatusCode)
+		}
+		var seen attempts
+		cl := sdk(newToken("broke"), option.WithMiddleware(seen.middleware), option.WithMaxRetries(3))
+		_, err := cl.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{
+			Model: "sluice-local", Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("hello")}})
+		var apiErr *openai.Error
+		if !errors.As(err, &apiErr) {
+			t.Fatalf("%v (%T), want *openai.Error", err, err)
+		}
+		if apiErr.StatusCode != 429 || apiErr.Code != "insufficient_quota" || apiErr.Type != "insufficient_quota" ||
+			!strings.Contains(apiErr.Message, "the organization's monthly budget") || !strings.Contains(apiErr.Message, "it resets at") {
+			t.Errorf("error: status %d, code %q, type %q, message %q", apiErr.StatusCode, apiErr.Code, apiErr.Type, apiErr.Message)
+		}
+		if got := seen.get(); len(got) != 1 {
+			t.Fatalf("%d attempts, want 1: the SDK retried a spent budget", len(got))
+		}
+		if r := c.call("PUT", "/api/budget", signup.Token, `{"monthly_limit":null}`, nil); r.StatusCode != 200 {
+			t.Fatalf("removing the budget: %d", r.StatusCode)
+		}
+	})
 }

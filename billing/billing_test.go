@@ -181,3 +181,52 @@ func TestBuildRoundsEachLineOnceAndCreditsUpToUsage(t *testing.T) {
 		t.Fatalf("total %s", inv.Total.StringCents())
 	}
 }
+
+// Days are the organization's: the same two events are one UTC day but two
+// days in Shanghai; a day with a daylight-saving change has 25 hours.
+func TestDaysAreCountedInTheOrganizationsTimeZone(t *testing.T) {
+	ctx := context.Background()
+	f := newFixture(t, testdb.SQLite(t), time.Date(2026, 12, 2, 0, 0, 0, 0, time.UTC))
+	org, owner, _ := f.store.CreateOrganizationWithOwner(ctx, "Acme", "free", "o@acme.example", "h", models.RoleOwner)
+	tok, _, _ := f.store.CreateAPIToken(ctx, org.ID, owner.ID, "t", nil)
+	u := chat.Usage{PromptTokens: 1}
+	f.event(org, tok, "a", "m", time.Date(2026, 11, 30, 15, 30, 0, 0, time.UTC), u, false) // 23:30 in Shanghai
+	f.event(org, tok, "b", "m", time.Date(2026, 11, 30, 16, 30, 0, 0, time.UTC), u, false) // 00:30 on Dec 1 there
+	days := func() []string {
+		t.Helper()
+		ps, err := f.svc.Series(ctx, org.ID, Day, time.Date(2026, 11, 29, 0, 0, 0, 0, time.UTC), f.clock.Now(), models.GroupNone)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, p := range ps {
+			out = append(out, fmt.Sprintf("%s:%d", p.Start.Format("2006-01-02T15:04Z07:00"), p.Requests))
+		}
+		return out
+	}
+	if got := fmt.Sprint(days()); got != "[2026-11-30T00:00Z:2]" {
+		t.Fatalf("UTC days %s", got)
+	}
+	if err := f.svc.SetTimeZone(ctx, owner, "Asia/Shanghai"); err != nil {
+		t.Fatal(err)
+	}
+	if got := fmt.Sprint(days()); got != "[2026-11-30T00:00+08:00:1 2026-12-01T00:00+08:00:1]" {
+		t.Fatalf("Shanghai days %s", got)
+	}
+	// New York leaves daylight saving on 2026-11-01: that day has 25 hours,
+	// and all 25 are counted in it.
+	if err := f.svc.SetTimeZone(ctx, owner, "America/New_York"); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Date(2026, 11, 1, 4, 0, 0, 0, time.UTC) // midnight in New York (EDT)
+	for h := range 26 {
+		f.event(org, tok, fmt.Sprint("ny", h), "m", start.Add(time.Duration(h)*time.Hour), u, false)
+	}
+	ps, err := f.svc.Series(ctx, org.ID, Day, start, start.Add(26*time.Hour), models.GroupNone)
+	if err != nil || len(ps) != 2 || ps[0].Requests != 25 || ps[1].Requests != 1 {
+		t.Fatalf("the 25-hour day: %+v %v", ps, err)
+	}
+	if err := f.svc.SetTimeZone(ctx, owner, "Not/AZone"); apperr.As(err).Reason != "invalid_time_zone" {
+		t.Fatalf("bad zone: %v", err)
+	}
+}

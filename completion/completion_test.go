@@ -12,6 +12,7 @@ import (
 	"github.com/sluicehq/sluice/apperr"
 	"github.com/sluicehq/sluice/chat"
 	"github.com/sluicehq/sluice/conversations"
+	"github.com/sluicehq/sluice/money"
 	"github.com/sluicehq/sluice/upstream"
 )
 
@@ -205,6 +206,7 @@ func TestCacheHitIsMeteredAsCached(t *testing.T) {
 
 func TestStreamWithTheClientGoneBillsWhatWasDelivered(t *testing.T) {
 	r := newRig(t)
+	r.price("gpt-test", "1", "3", "1")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var body *stream
@@ -245,6 +247,10 @@ func TestStreamWithTheClientGoneBillsWhatWasDelivered(t *testing.T) {
 	evs := r.recorder.all()
 	if len(evs) != 1 || evs[0].PromptTokens != want.PromptTokens || evs[0].CompletionTokens != want.CompletionTokens {
 		t.Fatalf("usage %+v, want %+v", evs, want)
+	}
+	// And it costs what was delivered: 1.00 in, 3.00 out per million.
+	if wantCost := money.Amount(want.PromptTokens*1_000_000 + want.CompletionTokens*3_000_000); evs[0].Cost != wantCost {
+		t.Fatalf("cost %s, want %s", evs[0].Cost, wantCost)
 	}
 	for _, a := range r.limiter.settlements() {
 		if a.cancelled {

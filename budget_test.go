@@ -1,0 +1,139 @@
+package main
+
+import (
+	"strconv"
+	"sync"
+	"testing"
+
+	"github.com/sluicehq/sluice/money"
+)
+
+// setUpBudget signs up an organization on the premium tier (overage billed,
+// so only the budget limits it), prices sluice-local and sets the budget.
+// It returns an API token.
+func setUpBudget(t *testing.T, c client, limit string) string {
+	t.Helper()
+	var admin, owner struct{ Token string }
+	if r := c.call("POST", "/api/auth/login", "", `{"email":"admin@localhost","password":"admin-password"}`, &admin); r.StatusCode != 200 {
+		t.Fatalf("admin login: %d", r.StatusCode)
+	}
+	var signup struct {
+		Token        string
+		Organization struct{ ID int64 }
+	}
+	if r := c.call("POST", "/api/auth/signup", "", `{"email":"spender@example.com","password":"password123","organization":"Spenders"}`, &signup); r.StatusCode != 201 {
+		t.Fatalf("signup: %d", r.StatusCode)
+	}
+	owner.Token = signup.Token
+	if r := c.call("PUT", "/api/admin/organizations/"+strconv.FormatInt(signup.Organization.ID, 10)+"/tier", admin.Token, `{"tier":"premium"}`, nil); r.StatusCode != 200 {
+		t.Fatalf("tier: %d", r.StatusCode)
+	}
+	// 1.00 in and 2.00 out per million tokens.
+	if r := c.call("PUT", "/api/admin/prices/sluice-local", admin.Token, `{"input_per_mtok":"1","output_per_mtok":"2"}`, nil); r.StatusCode != 200 {
+		t.Fatalf("price: %d", r.StatusCode)
+	}
+	if r := c.call("PUT", "/api/budget", owner.Token, `{"monthly_limit":"`+limit+`","hard_stop":true}`, nil); r.StatusCode != 200 {
+		t.Fatalf("budget: %d", r.StatusCode)
+	}
+	var tok struct{ Token string }
+	if r := c.call("POST", "/api/tokens", owner.Token, `{"name":"spend"}`, &tok); r.StatusCode != 201 {
+		t.Fatalf("token: %d", r.StatusCode)
+	}
+	return tok.Token
+}
+
+// budgetBody asks sluice-local for up to 100 tokens of a 6-token prompt
+// ("hello" + 4): its worst case at 1.00 in / 2.00 out per million is
+// 6 x 1 + 100 x 2 = 206 microdollars.
+const budgetBody = `{"model":"sluice-local","max_tokens":100,"messages":[{"role":"user","content":"hello"}]}`
+
+// A budget holds across gateway instances: with room for exactly one
+// request's worst case, twenty concurrent requests on two nodes admit
+// exactly one, and a longer stream never spends past the limit.
+func TestBudgetHoldsAcrossNodes(t *testing.T) {
+	redisURL := needRedis(t)
+	env := clusterEnv(t, redisURL)
+	env["SLUICE_EXPECTED_NODES"] = "2"
+	nodes := startNodes(t, 2, env)
+	key := setUpBudget(t, nodes[0], "0.000206")
+
+	statuses := make(chan int, 20)
+	var wg sync.WaitGroup
+	for i := range 20 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := nodes[i%2].chat(key, budgetBody)
+			statuses <- r.status
+			if r.status == 429 && (r.code != "insufficient_quota" || r.shouldRetry != "false") {
+				t.Errorf("refusal: %d %s %q", r.status, r.code, r.shouldRetry)
+			}
+		}()
+	}
+	wg.Wait()
+	close(statuses)
+	admitted := 0
+	for s := range statuses {
+		switch s {
+		case 200:
+			admitted++
+		case 429:
+		default:
+			t.Fatalf("status %d", s)
+		}
+	}
+	if admitted != 1 {
+		t.Fatalf("%d of 20 admitted with room for one", admitted)
+	}
+}
+
+// Under a stream of requests from both nodes, the spend settles at or
+// below the limit: reservations cover each request's worst case.
+func TestBudgetSpendNeverPassesTheLimitAcrossNodes(t *testing.T) {
+	redisURL := needRedis(t)
+	env := clusterEnv(t, redisURL)
+	env["SLUICE_EXPECTED_NODES"] = "2"
+	nodes := startNodes(t, 2, env)
+	limit := "0.002"
+	key := setUpBudget(t, nodes[0], limit)
+	var wg sync.WaitGroup
+	for w := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 15 {
+				if r := nodes[w%2].chat(key, budgetBody); r.status != 200 && r.status != 429 {
+					t.Errorf("status %d", r.status)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	var owner struct{ Token string }
+	nodes[1].call("POST", "/api/auth/login", "", `{"email":"spender@example.com","password":"password123"}`, &owner)
+	var b struct{ Spent, Reserved string }
+	if r := nodes[1].call("GET", "/api/budget", owner.Token, "", &b); r.StatusCode != 200 {
+		t.Fatalf("budget: %d", r.StatusCode)
+	}
+	spent, err1 := money.ParseAmount(b.Spent)
+	max, err2 := money.ParseAmount(limit)
+	if err1 != nil || err2 != nil || spent > max || spent == 0 || b.Reserved != "0.00" {
+		t.Fatalf("spent %s (reserved %s) of %s", b.Spent, b.Reserved, limit)
+	}
+}
+
+// chatResult is what a test needs of one completion.
+type chatResult struct {
+	status      int
+	code        string
+	shouldRetry string
+}
+
+func (c client) chat(key, body string) chatResult {
+	c.t.Helper()
+	var e struct {
+		Error struct{ Code, Type string }
+	}
+	r := c.call("POST", "/v1/chat/completions", key, body, &e)
+	return chatResult{status: r.StatusCode, code: e.Error.Code, shouldRetry: r.Header.Get("x-should-retry")}
+}
