@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sluicehq/sluice/internal/testdb"
 	"github.com/sluicehq/sluice/quota"
@@ -103,5 +104,21 @@ func TestServerErrorsSayWhatFailedAndAreLoggedOnce(t *testing.T) {
 	}
 	if !strings.Contains(logs.String(), "secret detail") {
 		t.Fatal("the internal error's cause must be in the log")
+	}
+}
+
+func TestRequestIDsAreUniqueAndOrderedByTime(t *testing.T) {
+	t0 := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	seen := map[string]bool{}
+	prev := ""
+	for i := range 1000 {
+		id := newRequestID(t0.Add(time.Duration(i) * time.Millisecond))
+		if len(id) != 30 || !strings.HasPrefix(id, "req_") || seen[id] || id <= prev {
+			t.Fatalf("id %d: %q after %q", i, id, prev)
+		}
+		seen[id], prev = true, id
+	}
+	if a, b := newRequestID(t0), newRequestID(t0); a == b || a[:14] != b[:14] {
+		t.Fatalf("same millisecond: %q %q", a, b)
 	}
 }

@@ -24,7 +24,7 @@ func TestRollupsCountEachEventOnce(t *testing.T) {
 		batch := []models.UsageEvent{
 			ev("r1", "m", h.Add(5*time.Minute), 10, 5, 100, false),
 			ev("r2", "m", h.Add(59*time.Minute), 20, 5, 200, true),
-			ev("r2", "m", h.Add(59*time.Minute), 20, 5, 200, true), // a repeat inside the batch
+			ev("r2", "m", h.Add(59*time.Minute), 20, 5, 200, true),   // a repeat inside the batch
 			ev("r3", "other", h.Add(61*time.Minute), 1, 1, 7, false), // next hour, next month
 		}
 		for range 2 { // the second time is a replay: nothing more
@@ -58,6 +58,32 @@ func TestRollupsCountEachEventOnce(t *testing.T) {
 		dec, _ := s.UsageInMonth(ctx, o.ID, h.Add(2*time.Hour))
 		if nov != (models.MonthlyUsage{Requests: 2, Rejected: 6, Tokens: 40, Cost: 300}) || dec != (models.MonthlyUsage{Requests: 1, Tokens: 2, Cost: 7}) {
 			t.Fatalf("months: %+v %+v", nov, dec)
+		}
+	})
+}
+
+// Last-used times are stored in one statement for many tokens, and never
+// move back.
+func TestTouchAPITokensKeepsTheLatest(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, db *models.DB) {
+		s := models.NewStore(db)
+		o, u, _ := s.CreateOrganizationWithOwner(ctx, "A", "free", "a@example.com", "h", models.RoleOwner)
+		a, _, _ := s.CreateAPIToken(ctx, o.ID, u.ID, "a", nil)
+		b, _, _ := s.CreateAPIToken(ctx, o.ID, u.ID, "b", nil)
+		t1 := time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
+		if err := s.TouchAPITokens(ctx, map[int64]time.Time{a.ID: t1, b.ID: t1.Add(time.Minute)}); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.TouchAPITokens(ctx, map[int64]time.Time{a.ID: t1.Add(-time.Hour), b.ID: t1.Add(2 * time.Minute)}); err != nil {
+			t.Fatal(err)
+		}
+		toks, _ := s.APITokens(ctx, o.ID)
+		got := map[int64]time.Time{}
+		for _, tk := range toks {
+			got[tk.ID] = tk.LastUsedAt.UTC()
+		}
+		if !got[a.ID].Equal(t1) || !got[b.ID].Equal(t1.Add(2*time.Minute)) {
+			t.Fatalf("last used %v", got)
 		}
 	})
 }

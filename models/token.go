@@ -2,7 +2,10 @@ package models
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"gorm.io/gorm"
@@ -112,21 +115,41 @@ func (s *Store) TokenOwnerByHash(ctx context.Context, hash string) (TokenOwner, 
 	return o, dbErr(err, "token")
 }
 
-// TouchAPITokens records when tokens were last used, in one transaction, so
-// the gateway can batch what would otherwise be a write per request.
+// TouchAPITokens records when tokens were last used, in one statement, so
+// the gateway can batch what would otherwise be a write per request. A
+// later time never goes back to an earlier one.
 func (s *Store) TouchAPITokens(ctx context.Context, lastUsed map[int64]time.Time) error {
 	if len(lastUsed) == 0 {
 		return nil
 	}
-	return s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-		for id, at := range lastUsed {
-			err := tx.Model(&APIToken{}).
-				Where("id = ? AND (last_used_at IS NULL OR last_used_at < ?)", id, at).
-				Update("last_used_at", at.UTC()).Error
-			if err != nil {
-				return dbErr(err, "token last used")
-			}
+	ids := make([]int64, 0, len(lastUsed))
+	ats := make([]time.Time, 0, len(lastUsed))
+	for id, at := range lastUsed {
+		ids, ats = append(ids, id), append(ats, at.UTC())
+	}
+	db := s.db.WithContext(ctx)
+	if s.db.Dialector.Name() == "sqlite" {
+		pairs := make([][2]any, len(ids))
+		for i := range ids {
+			pairs[i] = [2]any{ids[i], ats[i].Format(sqliteTime)}
 		}
-		return nil
-	})
+		b, err := json.Marshal(pairs)
+		if err != nil {
+			return err
+		}
+		return dbErr(db.Exec(`UPDATE api_tokens SET last_used_at = v.at
+			FROM (SELECT value->>0 AS id, value->>1 AS at FROM json_each(?)) AS v
+			WHERE api_tokens.id = v.id AND (api_tokens.last_used_at IS NULL OR api_tokens.last_used_at < v.at)`, string(b)).Error,
+			"token last used")
+	}
+	// Array literals as text: gorm would spread a slice parameter into a
+	// list of parameters.
+	idList, atList := make([]string, len(ids)), make([]string, len(ats))
+	for i := range ids {
+		idList[i], atList[i] = strconv.FormatInt(ids[i], 10), `"`+ats[i].Format(time.RFC3339Nano)+`"`
+	}
+	return dbErr(db.Exec(`UPDATE api_tokens SET last_used_at = v.at
+		FROM unnest(?::bigint[], ?::timestamptz[]) AS v(id, at)
+		WHERE api_tokens.id = v.id AND (api_tokens.last_used_at IS NULL OR api_tokens.last_used_at < v.at)`,
+		"{"+strings.Join(idList, ",")+"}", "{"+strings.Join(atList, ",")+"}").Error, "token last used")
 }

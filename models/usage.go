@@ -15,8 +15,7 @@ import (
 
 // UsageEvent is one admitted API request as billed.
 type UsageEvent struct {
-	ID               int64
-	RequestID        string
+	RequestID        string `gorm:"primaryKey"`
 	OrgID            int64
 	TokenID          int64
 	Model            string

@@ -31,6 +31,16 @@ CREATE TABLE model_prices (
     UNIQUE (model, effective_from)
 );
 
+-- usage_events is append-only and nothing reads it on a hot path (pages
+-- read the rollups): the request id, which makes inserts idempotent, is
+-- its only index, and the recorder, which writes only ids it got from the
+-- token directory, is not slowed by foreign key checks.
+ALTER TABLE usage_events DROP CONSTRAINT usage_events_org_id_fkey;
+ALTER TABLE usage_events DROP CONSTRAINT usage_events_token_id_fkey;
+DROP INDEX usage_events_org_time;
+ALTER TABLE usage_events DROP CONSTRAINT usage_events_request_id_key;
+ALTER TABLE usage_events DROP COLUMN id;
+ALTER TABLE usage_events ADD PRIMARY KEY (request_id);
 ALTER TABLE usage_events ADD COLUMN cached_tokens INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE usage_events ADD COLUMN cost BIGINT NOT NULL DEFAULT 0;
 ALTER TABLE usage_events ADD COLUMN price_id BIGINT NOT NULL DEFAULT 0; -- 0: not billed (no price, or a free cache hit)

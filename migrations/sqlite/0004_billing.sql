@@ -31,6 +31,9 @@ CREATE TABLE model_prices (
     UNIQUE (model, effective_from)
 );
 
+-- usage_events is append-only and nothing reads it on a hot path (pages
+-- read the rollups): the request id is all it needs an index on.
+DROP INDEX usage_events_org_time;
 ALTER TABLE usage_events ADD COLUMN cached_tokens INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE usage_events ADD COLUMN cost BIGINT NOT NULL DEFAULT 0;
 ALTER TABLE usage_events ADD COLUMN price_id BIGINT NOT NULL DEFAULT 0; -- 0: not billed (no price, or a free cache hit)
