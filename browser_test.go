@@ -169,6 +169,8 @@ func TestBrowserJourney(t *testing.T) {
 		chromedp.Submit(chromedp.CSS(`[data-testid=login-form]`)),
 		chromedp.WaitVisible(chromedp.CSS(`[data-testid=dashboard]`)),
 		chromedp.Click(chromedp.CSS(`[data-testid=nav-admin]`)),
+		chromedp.WaitVisible(chromedp.CSS(`[data-testid=admin-overview]`)),
+		chromedp.Click(chromedp.CSS(`[data-testid=admin-nav-tiers]`)),
 		chromedp.WaitVisible(chromedp.CSS(`[data-testid=admin-tiers]`)),
 		chromedp.SetValue(chromedp.CSS(`[data-testid=tier-form-free] input[name=capacity]`), "45"),
 		chromedp.Submit(chromedp.CSS(`[data-testid=tier-form-free]`)),

@@ -25,6 +25,7 @@ import (
 	"github.com/sluicehq/sluice/completion"
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/handlers"
+	"github.com/sluicehq/sluice/jobs"
 	"github.com/sluicehq/sluice/metering"
 	"github.com/sluicehq/sluice/migrations"
 	"github.com/sluicehq/sluice/models"
@@ -121,13 +122,19 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		Conversations: gen.conversations, HistoryBudget: cfg.ChatSessionBudget,
 		Prices: bill.prices, Ledger: bill.ledger, Alerts: bill.alerts, Recorder: recorder,
 	})
+	queue, err := jobs.New(ctx, jobs.Deps{DB: db, DatabaseURL: cfg.DatabaseURL, Pipeline: pipeline, Directory: dir,
+		Notify: bill.billing.Notify, Log: log}, jobs.Config{Workers: cfg.JobWorkers, MaxAttempts: cfg.JobAttempts,
+		Retention: cfg.JobRetention, MaxWait: 2 * time.Second, RetryBase: cfg.JobRetryBase, Now: time.Now})
+	if err != nil {
+		return err
+	}
 	inFlight, latency := &quota.InFlight{}, quota.NewLatencyWindow(1024, time.Minute, nil)
 	metrics.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_inflight_requests",
 		Help: "API requests in flight on this node."}, func() float64 { return float64(inFlight.Value()) }))
 	sessions := accounts.NewSessions([]byte(secret), cfg.SessionTTL, nil)
 	handler := handlers.New(log,
 		handlers.Ops{Health: db.Ping, Metrics: promhttp.HandlerFor(metrics, promhttp.HandlerOpts{})},
-		handlers.API{Directory: dir, Pipeline: pipeline, Conversations: gen.conversations, Models: gen.pool.Models,
+		handlers.API{Directory: dir, Pipeline: pipeline, Conversations: gen.conversations, Jobs: queue, Callbacks: bill.billing, Models: gen.pool.Models,
 			Usage: recorder, MaxBodyBytes: cfg.MaxBodyBytes, InFlight: inFlight, Latency: latency, Now: time.Now},
 		handlers.Management{Store: store, Accounts: acc, Sessions: sessions, Providers: gen.providers, Billing: bill.billing,
 			PoolStatus: gen.pool.Status, Models: gen.pool.Models, Limits: adm.status, MaxBodyBytes: cfg.MaxBodyBytes, Now: time.Now},
@@ -145,8 +152,32 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	if err != nil {
 		return fmt.Errorf("listen on %s (SLUICE_ADDR): %w", cfg.Addr, err)
 	}
-	fmt.Fprintf(stdout, "Sluice is listening on %s — open it in your browser.\n", browserURL(ln.Addr()))
-
+	// Hear other nodes' changes before serving: an invalidation published
+	// before the subscription would be missed until the periodic reload.
+	if adm.listen != nil {
+		subscribed := make(chan struct{})
+		go adm.listen(ctx, func(e cluster.Event) {
+			var err error
+			switch e.Kind {
+			case cluster.Subscribed:
+				close(subscribed)
+			case cluster.UpstreamsChanged:
+				err = gen.providers.Reload(ctx)
+			case cluster.PricesChanged:
+				err = bill.billing.ReloadPrices(ctx)
+			default:
+				err = dir.Apply(ctx, e)
+			}
+			if err != nil && ctx.Err() == nil {
+				log.Warn("applying an invalidation failed; the periodic reload will catch up", "kind", e.Kind, "err", err)
+			}
+		})
+		select {
+		case <-subscribed:
+		case <-time.After(5 * time.Second):
+			log.Warn("not subscribed to other nodes' changes yet; serving anyway (the periodic reload catches up)")
+		}
+	}
 	if cfg.PprofAddr != "" {
 		go servePprof(ctx, cfg.PprofAddr, log)
 	}
@@ -154,29 +185,20 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	go gen.providers.PersistRefusals(ctx, gen.pool.Refusals())
 	go bill.alerts.Run(ctx)
 	go bill.billing.RunFinalizer(ctx, cfg.FinalizeInterval)
-	if adm.listen != nil {
-		go adm.listen(ctx, func(e cluster.Event) {
-			err := dir.Apply(ctx, e)
-			switch e.Kind {
-			case cluster.UpstreamsChanged:
-				err = gen.providers.Reload(ctx)
-			case cluster.PricesChanged:
-				err = bill.billing.ReloadPrices(ctx)
-			}
-			if err != nil && ctx.Err() == nil {
-				log.Warn("applying an invalidation failed; the periodic reload will catch up", "kind", e.Kind, "err", err)
-			}
-		})
+	if err := queue.Start(ctx); err != nil {
+		return fmt.Errorf("start the job queue: %w", err)
 	}
 	go func() {
 		if err := runTuner(ctx, cfg, adm, acc, store, inFlight, latency, gen.pool, log); err != nil {
 			log.Error("auto-tuner stopped", "err", err)
 		}
 	}()
+	fmt.Fprintf(stdout, "Sluice is listening on %s — open it in your browser.\n", browserURL(ln.Addr()))
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	select {
 	case err := <-served:
+		queue.Stop(context.Background())
 		recorder.Close(context.Background())
 		return fmt.Errorf("serve: %w", err)
 	case <-ctx.Done():
@@ -186,6 +208,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.ShutdownTimeout)
 	defer cancel()
 	errShutdown := srv.Shutdown(shutdownCtx)
+	// Jobs in flight finish (or go back to the queue for the next start)
+	// before the usage they made is drained.
+	errQueue := queue.Stop(shutdownCtx)
 	// Storing the queued usage gets its own deadline: a long stream that
 	// used up the first must not cost the usage of everything else.
 	drainCtx, cancelDrain := context.WithTimeout(context.WithoutCancel(ctx), cfg.ShutdownTimeout)
@@ -194,7 +219,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	if err := <-served; err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return err
 	}
-	return errors.Join(errShutdown, errRecorder)
+	return errors.Join(errShutdown, errQueue, errRecorder)
 }
 
 // prepareSchema applies migrations when asked to (always for `sluice
@@ -210,12 +235,19 @@ func prepareSchema(ctx context.Context, cfg config.Config, db *models.DB, stdout
 		if err != nil {
 			return err
 		}
-		if len(applied) > 0 || cfg.Command == "migrate" {
-			fmt.Fprintf(stdout, "Database (%s) migrated: applied %v\n", dialect, applied)
+		queueApplied, err := jobs.Migrate(ctx, db, cfg.DatabaseURL)
+		if err != nil {
+			return err
+		}
+		if len(applied) > 0 || queueApplied > 0 || cfg.Command == "migrate" {
+			fmt.Fprintf(stdout, "Database (%s) migrated: applied %v, and %d job queue migrations\n", dialect, applied, queueApplied)
 		}
 		return nil
 	}
-	return migrations.Check(ctx, sqlDB, dialect)
+	if err := migrations.Check(ctx, sqlDB, dialect); err != nil {
+		return err
+	}
+	return jobs.CheckMigrated(ctx, db, cfg.DatabaseURL)
 }
 
 // reloadEvery refreshes tiers, freezes and prices from the database, so a

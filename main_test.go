@@ -66,12 +66,21 @@ type client struct {
 
 func (c client) call(method, path, bearer, body string, into any) *http.Response {
 	c.t.Helper()
+	return c.callHeaders(method, path, bearer, body, nil, into)
+}
+
+// callHeaders is call with extra request headers.
+func (c client) callHeaders(method, path, bearer, body string, headers map[string]string, into any) *http.Response {
+	c.t.Helper()
 	req, _ := http.NewRequest(method, c.base+path, strings.NewReader(body))
 	if body != "" {
 		req.Header.Set("Content-Type", "application/json")
 	}
 	if bearer != "" {
 		req.Header.Set("Authorization", "Bearer "+bearer)
+	}
+	for k, v := range headers {
+		req.Header.Set(k, v)
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {

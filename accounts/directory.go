@@ -141,12 +141,37 @@ func (d *Directory) Authenticate(ctx context.Context, secret string) (Caller, er
 	case e.owner.ExpiresAt != nil && !now.Before(*e.owner.ExpiresAt):
 		return Caller{}, errExpiredKey
 	}
+	return d.caller(e)
+}
+
+// caller is the Caller of a usable token's cache entry.
+func (d *Directory) caller(e tokenEntry) (Caller, error) {
 	tier := d.Tier(e.owner.TierName)
 	if tier == nil {
 		return Caller{}, apperr.Wrap(errUnknownTier, e.owner.TierName)
 	}
 	return Caller{TokenID: e.owner.ID, OrgID: e.owner.OrgID, UserID: e.owner.UserID, Tier: tier, LimitKey: e.limitKey, TokensKey: e.tokensKey,
 		Budget: models.Budget{Limit: e.owner.BudgetLimit, HardStop: e.owner.BudgetHardStop}}, nil
+}
+
+// CallerByTokenID resolves a token by id, for work queued earlier on its
+// behalf: a job runs only while its token is still good, under the tier and
+// budget its organization has now. It reads the database (jobs are not the
+// hot path) and fails as Authenticate does for a revoked or expired token.
+func (d *Directory) CallerByTokenID(ctx context.Context, id int64) (Caller, error) {
+	owner, err := d.store.TokenOwnerByID(ctx, id)
+	switch {
+	case apperr.CodeOf(err) == apperr.NotFound:
+		return Caller{}, errUnknownKey
+	case err != nil:
+		return Caller{}, err
+	case owner.RevokedAt != nil:
+		return Caller{}, errRevokedKey
+	case owner.ExpiresAt != nil && !d.now().Before(*owner.ExpiresAt):
+		return Caller{}, errExpiredKey
+	}
+	key := "tok:" + strconv.FormatInt(owner.ID, 10)
+	return d.caller(tokenEntry{known: true, owner: owner, limitKey: key, tokensKey: key + "|tpm"})
 }
 
 var errUnknownTier = apperr.New(apperr.Internal, "organization's tier is not loaded")

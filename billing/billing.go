@@ -36,6 +36,7 @@ type Service struct {
 	ledger metering.Ledger
 	box    *secrets.Box
 	hosts  webhook.Hosts
+	sender *webhook.Sender
 	log    *slog.Logger
 	now    func() time.Time
 }
@@ -48,7 +49,7 @@ type Deps struct {
 	Prices    *metering.PriceBook
 	Ledger    metering.Ledger
 	Box       *secrets.Box
-	Hosts     webhook.Hosts // where budget webhooks may go
+	Hosts     webhook.Hosts // where budget webhooks and job callbacks may go
 	Log       *slog.Logger
 	Now       func() time.Time
 }
@@ -56,7 +57,7 @@ type Deps struct {
 // New returns the billing service.
 func New(d Deps) *Service {
 	return &Service{store: d.Store, dir: d.Directory, bus: d.Bus, prices: d.Prices, ledger: d.Ledger, box: d.Box,
-		hosts: d.Hosts, log: d.Log, now: d.Now}
+		hosts: d.Hosts, sender: webhook.NewSender(d.Hosts, d.Now), log: d.Log, now: d.Now}
 }
 
 // OpenSecret opens a sealed webhook secret, for the alerts that sign with it.
@@ -234,6 +235,36 @@ func (s *Service) SetWebhook(ctx context.Context, u models.User, url string) (st
 	secret := webhook.NewSecret()
 	_, err := s.store.SetWebhook(ctx, u, u.OrgID, url, s.box.Seal(secret, webhookSealContext))
 	return secret, err
+}
+
+// CheckCallback says whether a job of orgID may call url back: a host the
+// operator allows, and a webhook secret of the organization's to sign with.
+func (s *Service) CheckCallback(ctx context.Context, orgID int64, url string) error {
+	if err := s.hosts.Check(url); err != nil {
+		return apperr.Field(apperr.Invalid, "callback_not_allowed", "callback_url", err.Error())
+	}
+	o, err := s.store.Organization(ctx, orgID)
+	if err != nil {
+		return err
+	}
+	if o.WebhookSecret == "" {
+		return apperr.Field(apperr.Invalid, "no_signing_secret", "callback_url",
+			"callbacks are signed with the organization's webhook secret: set a webhook URL first (dashboard, or PUT /api/organization)")
+	}
+	return nil
+}
+
+// Notify posts body to url, signed with orgID's webhook secret.
+func (s *Service) Notify(ctx context.Context, orgID int64, url string, body []byte) error {
+	o, err := s.store.Organization(ctx, orgID)
+	if err != nil {
+		return err
+	}
+	secret, err := s.OpenSecret(o.WebhookSecret)
+	if err != nil {
+		return fmt.Errorf("opening the webhook secret: %w", err)
+	}
+	return s.sender.Send(ctx, url, secret, body)
 }
 
 // orgChanged makes every node forget the organization's cached tokens (so

@@ -24,6 +24,12 @@ const (
 	FreezesChanged   Kind = "freezes"   // a token frozen or a freeze lifted
 	UpstreamsChanged Kind = "upstreams" // a provider key added, deleted or disabled
 	PricesChanged    Kind = "prices"    // a model's price set
+
+	// Subscribed is not a change: Listen reports it once, locally, when
+	// the subscription is in place (or could not be made yet, Redis being
+	// down: it keeps trying in the background), so a node can wait for it
+	// before it serves; an invalidation published before then is missed.
+	Subscribed Kind = "subscribed"
 )
 
 // Event is one invalidation.
@@ -77,6 +83,11 @@ func (r *Redis) Listen(ctx context.Context, apply func(Event)) {
 		<-ctx.Done()
 		sub.Close() // ends the range below
 	}()
+	// The first reply is the subscription's confirmation.
+	if _, err := sub.Receive(ctx); err != nil {
+		r.log.Warn("invalidation bus: not subscribed yet; retrying in the background", "err", err)
+	}
+	apply(Event{Kind: Subscribed})
 	for msg := range sub.Channel() {
 		var e Event
 		if err := json.Unmarshal([]byte(msg.Payload), &e); err != nil {

@@ -30,13 +30,41 @@ func tokenParams(t accounts.Caller) quota.Params {
 	return quota.Params{Capacity: t.Tier.TokensPerMinute, RefillPerSec: float64(t.Tier.TokensPerMinute) / 60}
 }
 
-// checkFrozen refuses a frozen token, counting the rejection.
-func (p *Pipeline) checkFrozen(caller accounts.Caller, model string) error {
+// checkFrozen refuses a frozen token, counting the rejection (a job
+// waiting for the thaw is not a rejection).
+func (p *Pipeline) checkFrozen(caller accounts.Caller, model string, queued bool) error {
 	if f, frozen := p.Freezes.Frozen(caller.TokenID); frozen {
-		p.Recorder.Reject(caller.OrgID, caller.TokenID, model, metering.RejectedFrozen, p.Now())
+		if !queued {
+			p.Recorder.Reject(caller.OrgID, caller.TokenID, model, metering.RejectedFrozen, p.Now())
+		}
 		return p.frozenError(f.Until, f.Reason)
 	}
 	return nil
+}
+
+// Jobs never starve live traffic of the same token: a queued request is
+// admitted only while the token's buckets would keep at least half of
+// their burst after it (LiveShare). Since a GCRA bucket is one timestamp,
+// that is the same bucket checked with half its capacity: live requests
+// always find half the burst, and jobs use what the refill brings beyond
+// it.
+const LiveShare = 2
+
+// ErrWait is the reason of the error a queued request gets instead of a
+// 429: its RetryAfter says when the buckets will have room for it.
+const ErrWait = "wait_for_bucket"
+
+// queuedParams is the part of a bucket a job may use: all but the live
+// share, and at least its own weight, so a heavy job is not refused forever.
+func queuedParams(p quota.Params, weight int64) quota.Params {
+	p.Capacity = max(p.Capacity-p.Capacity/LiveShare, weight)
+	return p
+}
+
+// waitError tells a job how long until the buckets have room.
+func waitError(wait time.Duration) error {
+	return &apperr.Error{Code: apperr.RateLimited, Reason: ErrWait, RetryAfter: max(wait, time.Millisecond),
+		Message: "the token's buckets are busy with live traffic; the job waits for them"}
 }
 
 func (p *Pipeline) frozenError(until time.Time, reason string) error {
@@ -109,6 +137,9 @@ func (p *Pipeline) admit(ctx context.Context, c *call, weight int64) error {
 // admitBuckets charges the request and tokens buckets, both or neither.
 func (p *Pipeline) admitBuckets(ctx context.Context, c *call, weight int64) error {
 	caller := c.caller
+	if c.req.Queued {
+		return p.admitQueued(ctx, c, weight)
+	}
 	if caller.Tier.TokensPerMinute <= 0 {
 		return p.admitRequests(ctx, caller, c.req.ID, c.req.Model, c.sink, weight)
 	}
@@ -130,6 +161,30 @@ func (p *Pipeline) admitBuckets(ctx context.Context, c *call, weight int64) erro
 		return p.reject(ctx, caller, c.req.ID, c.req.Model, dt, metering.RejectedTokens)
 	}
 	return p.reject(ctx, caller, c.req.ID, c.req.Model, dr, metering.RejectedRequests)
+}
+
+// admitQueued charges a job's request both buckets, both or neither, within
+// the part live traffic leaves; when they have no room it answers how long
+// to wait, counting no rejection and no freeze.
+func (p *Pipeline) admitQueued(ctx context.Context, c *call, weight int64) error {
+	caller := c.caller
+	req := quota.Charge{Key: caller.LimitKey, Params: queuedParams(requestParams(caller), weight), Weight: weight}
+	var dr, dt quota.Decision
+	var err error
+	if caller.Tier.TokensPerMinute > 0 {
+		tok := quota.Charge{Key: caller.TokensKey, Params: queuedParams(tokenParams(caller), c.estimate), Weight: c.estimate}
+		dr, dt, err = p.Limiter.AllowBoth(ctx, req, tok)
+	} else {
+		dr, err = p.Limiter.Allow(ctx, req.Key, req.Params, weight)
+		dt.Allowed = true
+	}
+	if err != nil {
+		return limiterError(caller, err, weight, c.estimate)
+	}
+	if dr.Allowed && dt.Allowed {
+		return nil
+	}
+	return waitError(max(dr.RetryAfter, dt.RetryAfter))
 }
 
 // reserveBudget holds the request's worst-case cost in the budget ledger

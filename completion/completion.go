@@ -146,7 +146,7 @@ type call struct {
 // (the client left) it returns ctx's error.
 func (p *Pipeline) Complete(ctx context.Context, caller accounts.Caller, req *Request, sink Sink) (Served, error) {
 	c := &call{caller: caller, req: req, sink: sink, start: p.Now()}
-	if err := p.checkFrozen(caller, req.Model); err != nil {
+	if err := p.checkFrozen(caller, req.Model, req.Queued); err != nil {
 		return Served{}, err
 	}
 	err := p.withHistory(ctx, c)
@@ -199,11 +199,15 @@ func (p *Pipeline) cost(c *call, out Served) (money.Amount, int64) {
 // body): the freeze check and one request from the caller's request bucket.
 // The rate-limit headers go to sink; requestID is for the logs.
 func (p *Pipeline) Admit(ctx context.Context, caller accounts.Caller, requestID string, sink Sink) error {
-	if err := p.checkFrozen(caller, ""); err != nil {
+	if err := p.checkFrozen(caller, "", false); err != nil {
 		return err
 	}
 	return p.admitRequests(ctx, caller, requestID, "", sink, 1)
 }
+
+// CheckFrozen refuses a frozen token: what queueing a job checks, since a
+// job's own admission happens when it runs.
+func (p *Pipeline) CheckFrozen(caller accounts.Caller) error { return p.checkFrozen(caller, "", false) }
 
 // record enqueues the usage event; the recorder batches it into the database.
 func (p *Pipeline) record(c *call, out Served) {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/sluicehq/sluice/apperr"
 	"github.com/sluicehq/sluice/chat"
+	"github.com/sluicehq/sluice/completion"
 	"github.com/sluicehq/sluice/conversations"
 	"github.com/sluicehq/sluice/money"
 	"github.com/sluicehq/sluice/upstream"
@@ -385,4 +386,47 @@ func (failingStore) Save(context.Context, conversations.Scope, []chat.Message) e
 }
 func (failingStore) Delete(context.Context, conversations.Scope) (bool, error) {
 	return false, errors.New("redis: connection refused")
+}
+
+// Jobs use only what live traffic leaves: with a burst of 10, queued
+// requests stop at half of it and wait (without a rejection or a freeze),
+// and live requests still find the other half.
+func TestQueuedRequestsLeaveHalfTheBurstToLiveTraffic(t *testing.T) {
+	r := newRig(t)
+	r.caller.Tier.FreezeThreshold = 1 // any counted rejection would freeze
+	r.provider.answer = answerJSON(okAnswer(6, 10))
+	ctx := context.Background()
+	queued := func() error {
+		req := r.request(providerBody)
+		req.Queued = true
+		_, err := r.p.Complete(ctx, r.caller, req, newSink())
+		return err
+	}
+	for i := range 5 {
+		if err := queued(); err != nil {
+			t.Fatalf("job %d: %v", i, err)
+		}
+	}
+	err := queued()
+	e := apperr.As(err)
+	if e.Reason != completion.ErrWait || e.RetryAfter <= 0 || e.RetryAfter > time.Second {
+		t.Fatalf("the sixth job must wait about a refill: %+v", e)
+	}
+	for i := range 5 {
+		if _, _, err := r.complete(ctx, providerBody); err != nil {
+			t.Fatalf("live request %d after the jobs: %v", i, err)
+		}
+	}
+	if len(r.recorder.rejections) != 0 {
+		t.Fatalf("a waiting job is not a rejection: %v", r.recorder.rejections)
+	}
+	// A second later one token has refilled: one more job fits.
+	r.clock.Advance(time.Second)
+	if err := queued(); err == nil {
+		t.Fatal("the live half is spent: the refill goes to live traffic first")
+	}
+	r.clock.Advance(5 * time.Second)
+	if err := queued(); err != nil {
+		t.Fatalf("after the bucket refilled past half: %v", err)
+	}
 }

@@ -30,6 +30,11 @@ type Request struct {
 	Priority     string // X-Sluice-Priority: low, normal (""), high
 	Conversation string // X-Sluice-Session: the conversation to continue; "" for none
 	CacheMode    string // X-Sluice-Cache: "on", "off" or "" (cache only temperature 0)
+
+	// Queued marks a job's request: it may use only the part of the
+	// caller's buckets live traffic leaves (see ErrWait), and an empty
+	// bucket or a freeze makes it wait, not fail.
+	Queued bool
 }
 
 // maxCompletionTokens bounds max_tokens far above any model's output, so

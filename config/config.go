@@ -38,7 +38,8 @@ type Config struct {
 	ExpectedNodes    int              // SLUICE_EXPECTED_NODES: share of a limit each node keeps when Redis is down
 	PriorityWeights  map[string]int64 // SLUICE_PRIORITY_WEIGHTS: X-Sluice-Priority -> request weight
 	DefaultMaxTokens int64            // SLUICE_DEFAULT_MAX_TOKENS: completion estimate when a request sets no max_tokens
-	RedisTimeout     time.Duration    // SLUICE_REDIS_TIMEOUT: one limiter call's budget before local limits take over
+	RedisTimeout     time.Duration    // SLUICE_REDIS_TIMEOUT: one Redis call's budget for the cache, sessions and rejection counts
+	LimiterTimeout   time.Duration    // SLUICE_LIMITER_TIMEOUT: one shared-limiter call's budget before that request is decided locally
 	TuneInterval     time.Duration    // SLUICE_TUNE_INTERVAL: how often the auto-tuner samples load
 	MaxConcurrency   int              // SLUICE_MAX_CONCURRENCY: in-flight requests that count as full load
 	LatencyTarget    time.Duration    // SLUICE_LATENCY_TARGET: p95 latency that counts as full load
@@ -57,6 +58,11 @@ type Config struct {
 
 	WebhookHosts     string        // SLUICE_WEBHOOK_HOSTS: hosts budget alerts and job callbacks may be posted to
 	FinalizeInterval time.Duration // SLUICE_INVOICE_INTERVAL: how often a node closes the invoices of ended months
+
+	JobWorkers   int           // SLUICE_JOB_WORKERS: jobs worked at once on this node
+	JobAttempts  int           // SLUICE_JOB_ATTEMPTS: attempts before a job fails
+	JobRetention time.Duration // SLUICE_JOB_RETENTION: how long finished jobs and their answers are kept
+	JobRetryBase time.Duration // SLUICE_JOB_RETRY_BASE: a job's first retry backoff ceiling, doubling per attempt
 }
 
 // SQLitePath is where the embedded database lives.
@@ -89,6 +95,7 @@ func Load(args []string, getenv func(string) string) (Config, error) {
 		PriorityWeights:  r.weights("SLUICE_PRIORITY_WEIGHTS", "low=1,normal=1,high=2"),
 		DefaultMaxTokens: r.int64("SLUICE_DEFAULT_MAX_TOKENS", 512, 1, 1_000_000),
 		RedisTimeout:     r.duration("SLUICE_REDIS_TIMEOUT", 100*time.Millisecond, time.Millisecond, 10*time.Second),
+		LimiterTimeout:   r.duration("SLUICE_LIMITER_TIMEOUT", 500*time.Millisecond, time.Millisecond, 10*time.Second),
 		TuneInterval:     r.duration("SLUICE_TUNE_INTERVAL", 5*time.Second, 100*time.Millisecond, 10*time.Minute),
 		MaxConcurrency:   int(r.int64("SLUICE_MAX_CONCURRENCY", 256, 1, 1_000_000)),
 		LatencyTarget:    r.duration("SLUICE_LATENCY_TARGET", 5*time.Second, time.Millisecond, 10*time.Minute),
@@ -106,6 +113,11 @@ func Load(args []string, getenv func(string) string) (Config, error) {
 
 		WebhookHosts:     r.str("SLUICE_WEBHOOK_HOSTS", ""),
 		FinalizeInterval: r.duration("SLUICE_INVOICE_INTERVAL", 5*time.Minute, time.Second, 24*time.Hour),
+
+		JobWorkers:   int(r.int64("SLUICE_JOB_WORKERS", 10, 1, 1000)),
+		JobAttempts:  int(r.int64("SLUICE_JOB_ATTEMPTS", 5, 1, 100)),
+		JobRetention: r.duration("SLUICE_JOB_RETENTION", 7*24*time.Hour, time.Minute, 365*24*time.Hour),
+		JobRetryBase: r.duration("SLUICE_JOB_RETRY_BASE", 10*time.Second, time.Millisecond, time.Hour),
 	}
 	if c.PprofAddr != "" {
 		if host, _, err := net.SplitHostPort(c.PprofAddr); err != nil || (host != "127.0.0.1" && host != "localhost" && host != "::1") {

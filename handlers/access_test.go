@@ -68,6 +68,7 @@ func TestRoleTable(t *testing.T) {
 		{"PUT", "/api/admin/tiers/free", `{"capacity":30}`},
 		{"GET", "/api/admin/organizations", ""},
 		{"PUT", "/api/admin/organizations/" + org + "/tier", `{"tier":"free"}`},
+		{"GET", "/api/admin/audit", ""},
 	}
 	wantJSON := map[string]int{"anonymous": 401, "member": 403, "owner": 403, "admin": 200}
 	for _, r := range jsonRoutes {
@@ -91,6 +92,10 @@ func TestRoleTable(t *testing.T) {
 		adminStatus  int
 	}{
 		{"GET", "/admin/tiers", nil, 200},
+		{"GET", "/admin/organizations", nil, 200},
+		{"GET", "/admin/organizations/" + org, nil, 200},
+		{"GET", "/admin/prices", nil, 200},
+		{"GET", "/admin/audit", nil, 200},
 		{"POST", "/admin/tiers/free", freeTierForm("30", "0.5"), 303},
 		{"POST", "/admin/organizations/" + org + "/tier", url.Values{"tier": {"free"}}, 303},
 	}
@@ -102,10 +107,10 @@ func TestRoleTable(t *testing.T) {
 			}
 		}
 	}
-	if w := browsers["member"].do("GET", "/dashboard", nil, nil); strings.Contains(w.Body.String(), `href="/admin/tiers"`) {
+	if w := browsers["member"].do("GET", "/dashboard", nil, nil); strings.Contains(w.Body.String(), `href="/admin/`) {
 		t.Error("a member sees the admin link")
 	}
-	if w := browsers["admin"].do("GET", "/dashboard", nil, nil); !strings.Contains(w.Body.String(), `href="/admin/tiers"`) {
+	if w := browsers["admin"].do("GET", "/dashboard", nil, nil); !strings.Contains(w.Body.String(), `href="/admin/organizations"`) {
 		t.Error("an admin does not see the admin link")
 	}
 }

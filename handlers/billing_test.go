@@ -20,7 +20,9 @@ func expectError(t *testing.T, w interface {
 }, status int, code, message string) {
 	t.Helper()
 	res := w.Result()
-	var body struct{ Error struct{ Code, Message string } }
+	var body struct {
+		Error struct{ Code, Message string }
+	}
 	if err := json.NewDecoder(res.Body).Decode(&body); err != nil || res.StatusCode != status || body.Error.Code != code ||
 		!strings.Contains(body.Error.Message, message) {
 		t.Fatalf("got %d %+v, want %d %s %q", res.StatusCode, body.Error, status, code, message)

@@ -285,19 +285,6 @@ func set[T any](dst *T, v *T) {
 	}
 }
 
-func (m *manage) listOrganizations(c *gin.Context) {
-	os, err := m.Store.Organizations(c.Request.Context())
-	if err != nil {
-		writeAPIError(c, m.log, err)
-		return
-	}
-	out := make([]orgOut, len(os))
-	for i, o := range os {
-		out[i] = toOrgOut(o)
-	}
-	c.JSON(http.StatusOK, gin.H{"data": out})
-}
-
 func (m *manage) setOrganizationTier(c *gin.Context) {
 	id, err := pathID(c, "id")
 	if err != nil {

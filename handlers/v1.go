@@ -16,6 +16,7 @@ import (
 	"github.com/sluicehq/sluice/apperr"
 	"github.com/sluicehq/sluice/completion"
 	"github.com/sluicehq/sluice/conversations"
+	"github.com/sluicehq/sluice/jobs"
 	"github.com/sluicehq/sluice/quota"
 	"github.com/sluicehq/sluice/respcache"
 	"github.com/sluicehq/sluice/upstream/local"
@@ -26,7 +27,9 @@ type API struct {
 	Directory     *accounts.Directory
 	Pipeline      *completion.Pipeline
 	Conversations conversations.Store // nil: X-Sluice-Session is off
-	Models        func() []string     // the models provider keys serve; "*" for any
+	Jobs          *jobs.Queue         // nil: no queued jobs
+	Callbacks     Callbacks
+	Models        func() []string // the models provider keys serve; "*" for any
 	Usage         Toucher
 	MaxBodyBytes  int64
 	InFlight      *quota.InFlight      // load signal for the auto-tuner
@@ -88,6 +91,10 @@ func (a *api) admit(c *gin.Context) {
 
 // chatCompletions answers POST /v1/chat/completions through the pipeline.
 func (a *api) chatCompletions(c *gin.Context) {
+	if strings.EqualFold(c.GetHeader(asyncHeader), "true") {
+		a.createJob(c)
+		return
+	}
 	ctx, caller, sink := c.Request.Context(), callerOf(c), httpSink{c}
 	req, err := a.readChatRequest(c)
 	if err != nil {
@@ -108,17 +115,9 @@ func (a *api) chatCompletions(c *gin.Context) {
 // bad input to a 400 or 413 that says what is wrong; the gateway's options
 // come from headers.
 func (a *api) readChatRequest(c *gin.Context) (completion.Request, error) {
-	mt, _, err := mime.ParseMediaType(c.GetHeader("Content-Type"))
-	if err != nil || mt != "application/json" {
-		return completion.Request{}, apperr.Field(apperr.Invalid, "invalid_content_type", "", "Content-Type must be application/json")
-	}
-	body, err := io.ReadAll(http.MaxBytesReader(c.Writer, c.Request.Body, a.MaxBodyBytes))
+	body, err := a.readBody(c)
 	if err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			return completion.Request{}, apperr.Field(apperr.TooLarge, "request_too_large", "", "request body is larger than "+strconv.FormatInt(a.MaxBodyBytes, 10)+" bytes")
-		}
-		return completion.Request{}, apperr.Field(apperr.Invalid, "invalid_body", "", "the request body could not be read")
+		return completion.Request{}, err
 	}
 	req, err := a.Pipeline.Parse(body)
 	if err != nil {
@@ -131,6 +130,23 @@ func (a *api) readChatRequest(c *gin.Context) (completion.Request, error) {
 		req.Conversation = c.GetHeader(conversations.HeaderName)
 	}
 	return req, nil
+}
+
+// readBody reads a JSON request body up to the size limit.
+func (a *api) readBody(c *gin.Context) ([]byte, error) {
+	mt, _, err := mime.ParseMediaType(c.GetHeader("Content-Type"))
+	if err != nil || mt != "application/json" {
+		return nil, apperr.Field(apperr.Invalid, "invalid_content_type", "", "Content-Type must be application/json")
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(c.Writer, c.Request.Body, a.MaxBodyBytes))
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			return nil, apperr.Field(apperr.TooLarge, "request_too_large", "", "request body is larger than "+strconv.FormatInt(a.MaxBodyBytes, 10)+" bytes")
+		}
+		return nil, apperr.Field(apperr.Invalid, "invalid_body", "", "the request body could not be read")
+	}
+	return body, nil
 }
 
 // fail answers a /v1 request with err in OpenAI's shape, unless the client

@@ -18,7 +18,9 @@ type SQLLedger struct {
 }
 
 // NewSQLLedger keeps balances in store's budget_ledgers table.
-func NewSQLLedger(store *models.Store, seed Seed) *SQLLedger { return &SQLLedger{store: store, seed: seed} }
+func NewSQLLedger(store *models.Store, seed Seed) *SQLLedger {
+	return &SQLLedger{store: store, seed: seed}
+}
 
 func (l *SQLLedger) seedOf(ctx context.Context, orgID int64, period time.Time) func() (money.Amount, error) {
 	return func() (money.Amount, error) { return l.seed(ctx, orgID, Period(period)) }

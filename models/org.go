@@ -118,7 +118,8 @@ func (s *Store) SetOrganizationTier(ctx context.Context, actor User, orgID int64
 			return dbErr(err, "organization")
 		}
 		o.TierID, o.Tier = t.ID, t
-		return audit(tx, actor.OrgID, actor.ID, "organization.tier", fmt.Sprint(orgID), "tier -> "+t.Name)
+		// Filed under the organization moved, so its audit trail shows it.
+		return audit(tx, orgID, actor.ID, "organization.tier", fmt.Sprint(orgID), "tier -> "+t.Name)
 	})
 	return o, err
 }

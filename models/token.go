@@ -106,12 +106,22 @@ func (s *Store) RevokeAPIToken(ctx context.Context, actor User, orgID, id int64)
 // TokenOwnerByHash resolves a token hash for the gateway, whatever its state;
 // the caller decides what revoked or expired means.
 func (s *Store) TokenOwnerByHash(ctx context.Context, hash string) (TokenOwner, error) {
+	return s.tokenOwner(ctx, "api_tokens.hash = ?", hash)
+}
+
+// TokenOwnerByID resolves a token by id, for work done later on its behalf
+// (a queued job), whatever its state.
+func (s *Store) TokenOwnerByID(ctx context.Context, id int64) (TokenOwner, error) {
+	return s.tokenOwner(ctx, "api_tokens.id = ?", id)
+}
+
+func (s *Store) tokenOwner(ctx context.Context, where string, arg any) (TokenOwner, error) {
 	var o TokenOwner
 	err := s.db.WithContext(ctx).Table("api_tokens").
 		Select("api_tokens.*, tiers.name AS tier_name, organizations.budget_limit, organizations.budget_hard_stop").
 		Joins("JOIN organizations ON organizations.id = api_tokens.org_id").
 		Joins("JOIN tiers ON tiers.id = organizations.tier_id").
-		Where("api_tokens.hash = ?", hash).Take(&o).Error
+		Where(where, arg).Take(&o).Error
 	return o, dbErr(err, "token")
 }
 

@@ -3,7 +3,9 @@ package models
 import (
 	"context"
 	"fmt"
+	"math/big"
 	"net/url"
+	"regexp"
 	"strings"
 	"time"
 
@@ -63,8 +65,10 @@ func (in UpstreamKeyInput) Validate() error {
 		return apperr.New(apperr.Unprocessable, "api_key must be 8 to 512 characters without spaces")
 	case in.Weight < 1 || in.Weight > 1000:
 		return apperr.New(apperr.Unprocessable, "weight must be from 1 to 1000")
-	case in.RPM < 0 || in.TPM < 0:
-		return apperr.New(apperr.Unprocessable, "rpm and tpm must be 0 (unknown) or more")
+	case in.RPM < 0:
+		return rateError("rpm")
+	case in.TPM < 0:
+		return rateError("tpm")
 	}
 	for _, m := range in.Models {
 		if m == "" || strings.ContainsAny(m, ", ") {
@@ -72,6 +76,41 @@ func (in UpstreamKeyInput) Validate() error {
 		}
 	}
 	return nil
+}
+
+// Any RPM or TPM from 0 to the largest int64 is accepted: the pool paces
+// every such rate (rates beyond what its buckets represent exactly are
+// counted in coarser units; see upstream/README.md), so only values that
+// are not a whole number of 0 or more are refused.
+
+// rateNumber is a rate as an admin may write it: digits, optionally with a
+// fraction and a short exponent ("1000000000000", "1e12", "1.5e6"). The
+// exponent is bounded so that parsing never builds a huge number.
+var rateNumber = regexp.MustCompile(`^[0-9]{1,20}(\.[0-9]{1,20})?([eE]\+?[0-9]{1,2})?$`)
+
+// ParseKeyRate reads an RPM or TPM as written in a form or a JSON body
+// ("" is 0, unknown). It accepts a whole number of 0 or more, in plain or
+// exponent form, up to the largest int64, and otherwise returns an
+// Unprocessable error naming field.
+func ParseKeyRate(field, s string) (int64, error) {
+	s = strings.TrimSpace(s)
+	if s == "" {
+		return 0, nil
+	}
+	if !rateNumber.MatchString(s) {
+		return 0, rateError(field)
+	}
+	r, ok := new(big.Rat).SetString(s)
+	if !ok || !r.IsInt() || !r.Num().IsInt64() {
+		return 0, rateError(field)
+	}
+	return r.Num().Int64(), nil
+}
+
+// rateError is the refusal of an RPM or TPM, naming the field.
+func rateError(field string) error {
+	return apperr.Field(apperr.Unprocessable, "invalid_"+field, field,
+		field+" must be a whole number of 0 (unknown) or more, at most 9223372036854775807 (e.g. 1000000000000 or 1e12)")
 }
 
 // CreateUpstreamKey stores a key sealed by seal and audits it.

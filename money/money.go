@@ -23,7 +23,7 @@ type Amount int64
 // Units of Amount.
 const (
 	Picodollar Amount = 1
-	Cent       Amount = 10_000_000_000     // 10^10 picodollars
+	Cent       Amount = 10_000_000_000    // 10^10 picodollars
 	Dollar     Amount = 1_000_000_000_000 // 10^12 picodollars
 )
 

@@ -90,7 +90,7 @@ func TestRoundCentsHalfUp(t *testing.T) {
 			t.Errorf("%d.StringCents() = %s, want %s", tc.in, got, tc.want)
 		}
 	}
-	if (Cent / 2).RoundCents() != Cent || (-(Cent / 2)).RoundCents() != -Cent {
+	if (Cent/2).RoundCents() != Cent || (-(Cent / 2)).RoundCents() != -Cent {
 		t.Fatal("RoundCents")
 	}
 }

@@ -167,11 +167,6 @@ func tierURL(name string) templ.SafeURL {
 	return templ.URL("/admin/tiers/" + url.PathEscape(name))
 }
 
-// orgTierURL is where an organization's tier form posts.
-func orgTierURL(id int64) templ.SafeURL {
-	return templ.URL(fmt.Sprintf("/admin/organizations/%d/tier", id))
-}
-
 // homeURL is where the error page sends people back to.
 func homeURL(p Page) templ.SafeURL {
 	if p.User != nil {

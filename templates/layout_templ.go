@@ -153,7 +153,7 @@ func header(p Page) templ.Component {
 				return templ_7745c5c3_Err
 			}
 			if p.User.IsAdmin {
-				templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 15, "<a href=\"/admin/tiers\" data-testid=\"nav-admin\">Admin</a> <a href=\"/admin/upstreams\" data-testid=\"nav-upstreams\">Upstreams</a>")
+				templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 15, "<a href=\"/admin/organizations\" data-testid=\"nav-admin\">Admin</a> <a href=\"/admin/upstreams\" data-testid=\"nav-upstreams\">Upstreams</a>")
 				if templ_7745c5c3_Err != nil {
 					return templ_7745c5c3_Err
 				}

@@ -109,7 +109,7 @@ func TestNavigation(t *testing.T) {
 	}
 	hrefs := map[string]string{
 		"nav-login": "/login", "nav-signup": "/signup", "nav-dashboard": "/dashboard",
-		"nav-tokens": "/tokens", "nav-admin": "/admin/tiers",
+		"nav-tokens": "/tokens", "nav-admin": "/admin/organizations",
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -196,9 +196,7 @@ func TestEveryFieldHasALabel(t *testing.T) {
 		"signup": Signup(Page{Title: "x"}, SignupView{}),
 		"tokens": Tokens(p, TokensView{Tokens: []TokenRow{{ID: 1, Name: "a", Status: "active"}}}),
 		"admin": AdminTiers(p, AdminTiersView{
-			Tiers:     []TierRow{{Name: "free", Capacity: 1, RefillPerSec: "1"}, {Name: "pro", Capacity: 2, RefillPerSec: "2"}},
-			Orgs:      []OrgRow{{ID: 1, Name: "a", Tier: "free"}, {ID: 2, Name: "b", Tier: "pro"}},
-			TierNames: []string{"free", "pro"},
+			Tiers: []TierRow{{Name: "free", Capacity: 1, RefillPerSec: "1"}, {Name: "pro", Capacity: 2, RefillPerSec: "2"}},
 		}),
 	}
 	for name, c := range pages {
@@ -510,17 +508,12 @@ func TestAdminTiers(t *testing.T) {
 			{Name: "pro", Capacity: 600, RefillPerSec: "12.5", EffectiveRefill: "12.5", TokensPerMinute: 0,
 				FreezeThreshold: 0, FreezeMinutes: 15, RefillFloor: "0"},
 		},
-		Orgs: []OrgRow{
-			{ID: 3, Name: "Acme", Tier: "free", Created: "2025-01-01"},
-			{ID: 42, Name: "Globex", Tier: "pro", Created: "2025-02-01"},
-		},
-		TierNames: []string{"free", "pro"},
 	}
 	doc, _ := render(t, AdminTiers(Page{Title: "Admin", User: admin()}, v))
 	if byTestID(doc, "admin-tiers").Length() != 1 {
 		t.Fatal("no admin page")
 	}
-	if n := doc.Find(`form[action^="/admin/tiers/"]`).Length(); n != len(v.Tiers) {
+	if n := doc.Find(`form[data-testid^="tier-form-"]`).Length(); n != len(v.Tiers) {
 		t.Errorf("tier forms = %d, want %d", n, len(v.Tiers))
 	}
 	for _, tier := range v.Tiers {
@@ -585,23 +578,6 @@ func TestAdminTiers(t *testing.T) {
 			}
 			if form.Find(`button[type="submit"]`).Length() != 1 {
 				t.Error("no save button")
-			}
-		})
-	}
-	for _, org := range v.Orgs {
-		t.Run(fmt.Sprintf("org %d", org.ID), func(t *testing.T) {
-			form := byTestID(doc, fmt.Sprintf("org-tier-form-%d", org.ID))
-			want := fmt.Sprintf("/admin/organizations/%d/tier", org.ID)
-			if !form.Is("form") || attr(form, "method") != "post" || attr(form, "action") != want {
-				t.Fatalf("org form = %s, want a POST form to %s", outer(form), want)
-			}
-			options := form.Find(`select[name="tier"] option`)
-			if options.Length() != len(v.TierNames) {
-				t.Errorf("options = %d, want %d", options.Length(), len(v.TierNames))
-			}
-			selected := form.Find(`select[name="tier"] option[selected]`)
-			if selected.Length() != 1 || attr(selected, "value") != org.Tier {
-				t.Errorf("selected = %s, want %s", outer(selected), org.Tier)
 			}
 		})
 	}
@@ -976,9 +952,9 @@ func TestUserStringsAreEscaped(t *testing.T) {
 			Tokens:   []TokenRow{{ID: 1, Name: evil, Prefix: evil, Created: evil, LastUsed: evil, Expires: evil, Status: "active"}},
 		})},
 		{"admin", AdminTiers(p, AdminTiersView{
-			Tiers:     []TierRow{{Name: evilAttr, RefillPerSec: evilAttr, EffectiveRefill: evil, RefillFloor: evilAttr}},
-			Orgs:      []OrgRow{{ID: 1, Name: evil, Tier: evilAttr, Created: evil}},
-			TierNames: []string{evilAttr},
+			Tiers: []TierRow{{Name: evilAttr, RefillPerSec: evilAttr, EffectiveRefill: evil, RefillFloor: evilAttr,
+				MonthlyFee: evilAttr, IncludedCredit: evilAttr, Overage: evilAttr}},
+			NewTier: AdminTierForm{Name: evilAttr, Capacity: evilAttr, MonthlyFee: evilAttr},
 			Freezes: []FreezeRow{
 				{ID: 1, TokenPrefix: evil, OrgName: evil, Reason: evil, From: evil, Until: evil, Status: "active"},
 				{ID: 2, TokenPrefix: evil, OrgName: evil, Reason: evil, From: evil, Until: evil, Status: evil},

@@ -47,6 +47,9 @@ type DashboardView struct {
 	// under load, e.g. "0.3"; empty when the tier runs as configured.
 	EffectiveRefill string
 	Freezes         []FreezeRow // the organization's latest freezes
+	// Billing is the spend, usage charts, invoices, settings and plan
+	// (billing_views.go); nil leaves those sections out.
+	Billing *BillingView
 }
 
 // TokensView is the token page: the list, the create form and, right after
@@ -80,23 +83,6 @@ type TokenForm struct {
 	ExpiresInDays string
 }
 
-// AdminTiersView is the admin page for tiers and organizations.
-type AdminTiersView struct {
-	Tiers     []TierRow
-	Orgs      []OrgRow
-	TierNames []string
-	Freezes   []FreezeRow  // latest freezes of every organization
-	Tuning    []TuningRow  // the auto-tuner's latest changes
-	Limiter   LimiterState // where bucket state lives right now
-}
-
-// LimiterState describes the rate limiter's backend for admins.
-type LimiterState struct {
-	Mode     string // "local" (one node, in memory), "shared" (Redis) or "degraded" (Redis unreachable: local at a per-node share)
-	Nodes    int    // SLUICE_EXPECTED_NODES
-	Degraded bool
-}
-
 // FreezeRow is one freeze of a token.
 type FreezeRow struct {
 	ID          int64
@@ -108,29 +94,6 @@ type FreezeRow struct {
 	From        string // formatted time
 	Until       string
 	Status      string // active | lifted | expired
-}
-
-// TuningRow is one auto-tuner change.
-type TuningRow struct {
-	At   string
-	Tier string
-	From string // refill per second before, e.g. "0.5"
-	To   string
-	Load string // e.g. "0.92"
-}
-
-// TierRow is one tier with its editable limits.
-type TierRow struct {
-	Name             string
-	Capacity         int64
-	RefillPerSec     string
-	EffectiveRefill  string // what applies now; differs from RefillPerSec while the auto-tuner holds it down
-	TokensPerMinute  int64
-	FreezeThreshold  int
-	FreezeMinutes    int
-	Autotune         bool
-	RefillFloor      string
-	UpstreamFallback string // "local" or "error"
 }
 
 // AdminUpstreamsView is the admin page of provider keys.
@@ -154,6 +117,22 @@ type UpstreamRow struct {
 	Reason   string // why it is open or disabled
 	Requests int64
 	Failures int64
+	// RequestLimits and TokenLimits are how the node serving the page paces
+	// the key, and what the provider's x-ratelimit-* headers last told it.
+	RequestLimits, TokenLimits UpstreamLimits
+}
+
+// UpstreamLimits is one dimension (requests or tokens) of a key's limits.
+type UpstreamLimits struct {
+	PerMinute int64 // the rate paced to; 0 = not paced
+	Burst     int64 // the pacing bucket's capacity now
+	Shrinks   int64 // 429s that halved the burst
+	// What the provider said; only when Learned.
+	Learned       bool
+	Limit         int64  // per minute
+	Remaining     int64  // at its last answer
+	Reset         string // until its window is full again, from now ("40ms"); "" = full now
+	ProviderBurst int64  // its real burst, estimated from remaining and reset
 }
 
 // UpstreamForm is the add-a-key form.
@@ -164,12 +143,4 @@ type UpstreamForm struct {
 	RPM     string
 	TPM     string
 	Models  string
-}
-
-// OrgRow is one organization for the admin.
-type OrgRow struct {
-	ID      int64
-	Name    string
-	Tier    string
-	Created string
 }

@@ -42,7 +42,7 @@ const defaultRateLimitRest = time.Second
 // key's health and the model's degradation rule. The attempt counts as in
 // flight on the key from the send until it ends here, or, for a 2xx stream,
 // until the stream is closed.
-func (p *Pool) attempt(ctx context.Context, e *keyEntry, probe bool, req Request, timeout time.Duration) attemptResult {
+func (p *Pool) attempt(ctx context.Context, e *keyEntry, probe bool, adm admission, req Request, timeout time.Duration) attemptResult {
 	actx, cancel := context.WithCancel(ctx)
 	var timedOut atomic.Bool
 	timer := time.AfterFunc(timeout, func() {
@@ -59,6 +59,12 @@ func (p *Pool) attempt(ctx context.Context, e *keyEntry, probe bool, req Request
 	e.h.sent()
 	start := p.opts.Now()
 	resp, err := p.opts.Client.Do(hreq)
+	if err == nil {
+		// Every answer, whatever its status, says where the key stands.
+		if rpm, tpm := e.h.learn(resp.Header, resp.StatusCode, adm, start, p.opts.Now()); rpm != 0 || tpm != 0 {
+			p.limitsChanged(e, rpm, tpm)
+		}
+	}
 	if err == nil && req.Stream && classify(resp.StatusCode) == classOK {
 		// The attempt timeout covers the wait for the headers only; from
 		// here the stall timer watches the body, and closing the stream
@@ -147,16 +153,12 @@ func (p *Pool) judge(ctx context.Context, e *keyEntry, probe bool, req Request, 
 		p.models.observe(req.Model, false, now)
 		return attemptResult{kind: attemptRefused, err: aerr}
 	case classRateLimited:
+		p.rateLimited.Add(1)
 		if !hasRA {
 			ra = defaultRateLimitRest
 		}
 		e.h.rateLimited(now, min(ra, p.opts.MaxBackoff), probe)
-		if e.key.RPM > 0 {
-			// Empty the requests bucket too, so other gateway instances
-			// sharing the limiter hold back as well (best effort).
-			rp := rpmParams(e.key.RPM)
-			_ = p.opts.Limiter.Adjust(ctx, e.reqKey, rp, rp.Capacity)
-		}
+		p.drain(context.WithoutCancel(ctx), e)
 		p.models.observe(req.Model, false, now)
 		return attemptResult{kind: attemptRetry, err: aerr}
 	}
@@ -166,6 +168,38 @@ func (p *Pool) judge(ctx context.Context, e *keyEntry, probe bool, req Request, 
 	}
 	p.keyFailed(e, probe, req, status, fmt.Sprintf("%d %s", status, http.StatusText(status)), rest, status >= 500 && took > p.opts.SlowFailure)
 	return attemptResult{kind: attemptRetry, err: aerr}
+}
+
+// limitsChanged logs, once per change, a limit the provider states in its
+// headers (0: unchanged).
+func (p *Pool) limitsChanged(e *keyEntry, rpm, tpm int64) {
+	attrs := []any{"key", e.key.Name, "key_id", e.key.ID}
+	if rpm != 0 {
+		attrs = append(attrs, "provider_rpm", rpm, "configured_rpm", e.key.RPM)
+	}
+	if tpm != 0 {
+		attrs = append(attrs, "provider_tpm", tpm, "configured_tpm", e.key.TPM)
+	}
+	p.opts.Log.Info("upstream key limits stated by the provider; pacing to the lower of these and the configured ones (0 = unknown)", attrs...)
+}
+
+// drain empties the key's requests bucket after a 429, so that every
+// gateway node sharing the limiter holds back, not only this one (which
+// also rests the key for the provider's Retry-After). The charge is the
+// bucket's capacity: a full bucket ends empty, a bucket already empty owes
+// at most one more burst (quota bounds a debt).
+func (p *Pool) drain(ctx context.Context, e *keyEntry) {
+	e.h.mu.Lock()
+	b, ok := e.requestBucket()
+	e.h.mu.Unlock()
+	if !ok {
+		return
+	}
+	if err := p.opts.Limiter.Adjust(ctx, b.key, b.params, b.params.Capacity); err != nil {
+		p.limiterFailed(e, "draining after a 429", err)
+		return
+	}
+	p.limiterWorks(e)
 }
 
 // lost ends an attempt that got no usable answer: the caller went away (not

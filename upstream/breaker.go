@@ -123,6 +123,13 @@ type keyHealth struct {
 	requests   int64
 	failures   int64
 	lastStatus int
+
+	// What the provider's headers taught this node about the key's limits
+	// (limits.go).
+	req, tok dim
+	// limiterFailing is set while the limiter fails for this key's
+	// buckets, so the change is logged once, not every request.
+	limiterFailing bool
 }
 
 func newKeyHealth(o BreakerOptions) *keyHealth {
@@ -137,10 +144,23 @@ func (h *keyHealth) reset(o BreakerOptions) {
 	h.disabled, h.coolUntil, h.coolReason, h.pacedUntil = "", time.Time{}, "", time.Time{}
 }
 
-// usable is the read-only check selection starts with: whether the key could
-// take a request now (ignoring its buckets), and if not, whether it is only
-// resting until cool (a wait that may be worth it).
-func (h *keyHealth) usable(now time.Time) (ok bool, cool time.Duration) {
+// configure sets the key's configured limits; forget also drops what the
+// provider said (the key now points at another account).
+func (h *keyHealth) configure(rpm, tpm int64, forget bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if forget {
+		h.req, h.tok = dim{}, dim{}
+	}
+	h.req.configured, h.tok.configured = rpm, tpm
+}
+
+// usable is the check selection starts with: whether the key could
+// take a request of estimate tokens now (ignoring its buckets), and if not,
+// whether it is only resting until cool (a wait that may be worth it): a
+// rest the provider asked for, or its last answers saying it has not
+// refilled enough yet.
+func (h *keyHealth) usable(now time.Time, estimate int64) (ok bool, cool time.Duration) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	switch {
@@ -150,6 +170,12 @@ func (h *keyHealth) usable(now time.Time) (ok bool, cool time.Duration) {
 		return false, 0
 	case h.coolUntil.After(now):
 		return false, h.coolUntil.Sub(now)
+	}
+	if wait := max(h.req.providerWait(now, 1), h.tok.providerWait(now, max(1, estimate))); wait > 0 {
+		if until := now.Add(wait); until.After(h.pacedUntil) {
+			h.pacedUntil = until // for the status page
+		}
+		return false, wait
 	}
 	return true, 0
 }
@@ -264,7 +290,8 @@ func (h *keyHealth) disable(reason string) {
 func (h *keyHealth) status(now time.Time) KeyStatus {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	s := KeyStatus{State: Healthy, Requests: h.requests, Failures: h.failures, LastStatus: h.lastStatus}
+	s := KeyStatus{State: Healthy, Requests: h.requests, Failures: h.failures, LastStatus: h.lastStatus,
+		RequestLimits: h.req.limits(1), TokenLimits: h.tok.limits(max(1, h.tok.perMinute()/60))}
 	switch {
 	case h.disabled != "":
 		s.State, s.Reason = Disabled, h.disabled
@@ -279,7 +306,7 @@ func (h *keyHealth) status(now time.Time) KeyStatus {
 	case h.coolUntil.After(now):
 		s.State, s.Reason, s.Until = Cooling, h.coolReason, h.coolUntil
 	case h.pacedUntil.After(now):
-		s.State, s.Reason, s.Until = Cooling, "paced: the key's RPM/TPM buckets are empty", h.pacedUntil
+		s.State, s.Reason, s.Until = Cooling, "paced: the key's RPM/TPM buckets, or the provider's, are empty", h.pacedUntil
 	}
 	return s
 }

@@ -198,12 +198,14 @@ func sleep(ctx context.Context, d time.Duration) error {
 // load, retries what is worth retrying on another key, and keeps a breaker
 // per key. It is safe for concurrent use; Do takes no pool-wide lock.
 type Pool struct {
-	opts     PoolOptions
-	keys     atomic.Pointer[keySet]
-	setMu    sync.Mutex // serialises SetKeys
-	models   degradation
-	retries  atomic.Int64
-	refusals chan Refusal
+	opts         PoolOptions
+	keys         atomic.Pointer[keySet]
+	setMu        sync.Mutex // serialises SetKeys
+	models       degradation
+	retries      atomic.Int64
+	rateLimited  atomic.Int64
+	pacingErrors atomic.Int64
+	refusals     chan Refusal
 }
 
 // Refusal is a key a provider refused (401/403). The pool has stopped
@@ -263,14 +265,17 @@ func (p *Pool) SetKeys(keys []Key) {
 			reqKey: "upkey:" + id,
 			tpmKey: "upkey:" + id + "|tpm",
 		}
+		forget := false
 		if prev, ok := old[k.ID]; ok {
 			e.h = prev.h
 			if prev.key.Secret != k.Secret || prev.key.BaseURL != k.BaseURL {
 				e.h.reset(p.opts.Breaker)
+				forget = true // another account: its limits are not these
 			}
 		} else {
 			e.h = newKeyHealth(p.opts.Breaker)
 		}
+		e.h.configure(max(0, k.RPM), max(0, k.TPM), forget)
 		if u, ok := endpoint(k.BaseURL); ok {
 			e.url = u
 		} else {
@@ -371,16 +376,80 @@ func (p *Pool) refused(keyID int64, reason string) {
 // for a metrics counter.
 func (p *Pool) Retries() int64 { return p.retries.Load() }
 
+// RateLimited is the number of 429 answers from providers since start, for
+// a metrics counter (sluice_upstream_rate_limited_total): every one is a
+// wasted round trip that counts against the key with the provider, so
+// pacing aims to keep it near zero.
+func (p *Pool) RateLimited() int64 { return p.rateLimited.Load() }
+
+// PacingErrors is the number of limiter calls for the keys' buckets that
+// failed since start (each one a request sent unpaced, or a settlement or
+// refund lost), for a metrics counter (sluice_upstream_pacing_errors_total).
+// Only the change of a key between working and failing is logged.
+func (p *Pool) PacingErrors() int64 { return p.pacingErrors.Load() }
+
+// limiterFailed counts a failed limiter call for e's buckets and logs it if
+// it is the first since the limiter last worked for e.
+func (p *Pool) limiterFailed(e *keyEntry, what string, err error) {
+	p.pacingErrors.Add(1)
+	e.h.mu.Lock()
+	first := !e.h.limiterFailing
+	e.h.limiterFailing = true
+	e.h.mu.Unlock()
+	if first {
+		p.opts.Log.Warn("upstream key pacing failed; requests go unpaced and settlements are lost until it works again (counted in PacingErrors)",
+			"key", e.key.Name, "key_id", e.key.ID, "during", what, "error", err)
+	}
+}
+
+// limiterWorks notes a limiter call for e's buckets that worked, logging
+// the recovery after failures.
+func (p *Pool) limiterWorks(e *keyEntry) {
+	e.h.mu.Lock()
+	was := e.h.limiterFailing
+	e.h.limiterFailing = false
+	e.h.mu.Unlock()
+	if was {
+		p.opts.Log.Info("upstream key pacing works again", "key", e.key.Name, "key_id", e.key.ID,
+			"pacing_errors_total", p.pacingErrors.Load())
+	}
+}
+
 // Settle corrects a key's tokens bucket once the real usage of a request is
 // known: the bucket was charged estimate tokens at admission, and is charged
 // or refunded the difference now, so pacing follows real usage. It does
-// nothing for an unknown key or a key without TPM.
+// nothing for an unknown key or a key whose tokens are not paced.
+//
+// A limiter failure is the pool's to report: it is counted in PacingErrors
+// and logged when it starts, and Settle returns nil, so callers need not log
+// (the error result remains for the callers' interface).
 func (p *Pool) Settle(ctx context.Context, keyID, estimate, actual int64) error {
 	for _, e := range p.keys.Load().entries {
-		if e.key.ID == keyID && e.key.TPM > 0 {
-			tpm := tpmParams(e.key.TPM, max(1, estimate))
-			return p.opts.Limiter.Adjust(ctx, e.tpmKey, tpm, max(0, actual)-max(1, estimate))
+		if e.key.ID == keyID {
+			p.settle(ctx, e, estimate, actual)
+			return nil
 		}
 	}
 	return nil
+}
+
+// settle is Settle for a known key.
+func (p *Pool) settle(ctx context.Context, e *keyEntry, estimate, actual int64) {
+	e.h.mu.Lock()
+	b, ok := e.tokenBucket(estimate)
+	e.h.mu.Unlock()
+	if !ok {
+		return
+	}
+	delta := b.units(actual) - b.weight
+	if delta == 0 {
+		return
+	}
+	if err := p.opts.Limiter.Adjust(ctx, b.key, b.params, delta); err != nil {
+		if ctx.Err() == nil {
+			p.limiterFailed(e, "settling tokens", err)
+		}
+		return
+	}
+	p.limiterWorks(e)
 }

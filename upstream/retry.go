@@ -75,7 +75,7 @@ func (p *Pool) Do(ctx context.Context, req Request) (*Response, error) {
 	tried := make(map[int64]bool)
 	var last error
 	for attempt := 1; ; attempt++ {
-		e, probe, err := p.acquire(ctx, req, tried, deadline)
+		e, probe, adm, err := p.acquire(ctx, req, tried, deadline)
 		if err != nil {
 			return nil, giveUp(ctx, err, last)
 		}
@@ -84,13 +84,11 @@ func (p *Pool) Do(ctx context.Context, req Request) (*Response, error) {
 			e.h.abandoned(probe)
 			return nil, giveUp(ctx, fmt.Errorf("%w: the retry budget of %s is spent", ErrUnavailable, p.opts.Budget), last)
 		}
-		r := p.attempt(ctx, e, probe, req, timeout)
+		r := p.attempt(ctx, e, probe, adm, req, timeout)
 		if r.kind != attemptDone || r.resp.Status/100 != 2 {
 			// Nothing was generated: give the key's tokens back, or failed
 			// and refused requests would drain it for every tenant.
-			if err := p.Settle(context.WithoutCancel(ctx), e.key.ID, req.Estimate, 0); err != nil {
-				p.opts.Log.Warn("refunding a provider key's tokens failed", "key", e.key.Name, "error", err)
-			}
+			p.settle(context.WithoutCancel(ctx), e, req.Estimate, 0)
 		}
 		switch r.kind {
 		case attemptDone:

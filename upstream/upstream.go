@@ -46,6 +46,32 @@ type KeyStatus struct {
 	Failures   int64     // of which failed
 	LastStatus int       // last HTTP status from the provider, 0 for none
 	RPM        int64     // the key's configured requests per minute, for the load signal
+
+	// RequestLimits and TokenLimits are the key's limits as this node has
+	// learned them from the provider's x-ratelimit-* headers, and how it
+	// paces the key now. Each node learns from its own answers.
+	RequestLimits, TokenLimits Limits
+}
+
+// Limits is one dimension (requests or tokens) of a key's rate limits.
+type Limits struct {
+	// PerMinute is the rate the key is paced to: the lower of the
+	// configured limit and the provider's; 0 = not paced.
+	PerMinute int64
+	// Burst is the pacing bucket's capacity now: the provider's burst less
+	// a little slack (one second's worth when the provider never said),
+	// halved on a 429 and grown back slowly. Before the provider's first
+	// answer the requests burst is 1.
+	Burst int64
+	// What the provider said in its last answer carrying the headers; all
+	// zero when it never sent them.
+	Limit         int64     // x-ratelimit-limit-*, per minute
+	Remaining     int64     // x-ratelimit-remaining-*
+	Reset         time.Time // when the provider's window is full again (x-ratelimit-reset-*)
+	ProviderBurst int64     // the provider's real burst, estimated: remaining + reset × limit/60
+	Seen          time.Time // when that answer arrived
+	// Shrinks counts the 429s that halved Burst.
+	Shrinks int64
 }
 
 // Request is one chat completion to send upstream.

@@ -3,6 +3,7 @@ package web
 import (
 	"errors"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -15,17 +16,24 @@ import (
 )
 
 var adminFlashes = map[string]string{
-	"tier":   "Tier saved. The next API request, on every node, uses the new settings.",
-	"org":    "Organization moved. Its next API request uses the new tier.",
-	"lifted": "Freeze lifted. The token may call the API again at once.",
+	"tier":    "Tier saved. The next API request, on every node, uses the new settings.",
+	"created": "Tier created. Organizations can be moved to it from their page.",
+	"deleted": "Tier deleted.",
+	"lifted":  "Freeze lifted. The token may call the API again at once.",
 }
 
-// AdminTiers shows the tiers with editable limits and the organizations.
+// newTierDefaults fill the create-a-tier form: the settings a new tier
+// gets through the API when it gives none.
+var newTierDefaults = templates.AdminTierForm{TokensPerMinute: "0", FreezeThreshold: "20", FreezeMinutes: "10",
+	RefillFloor: "0", UpstreamFallback: "local", MonthlyFee: "0.00", IncludedCredit: "0.00", Overage: models.OverageBlock}
+
+// AdminTiers shows the tiers with their editable limits and plans, the
+// freezes and the auto-tuner.
 func (p *Pages) AdminTiers(c *gin.Context) {
-	p.showAdmin(c, http.StatusOK, "", adminFlashes[c.Query("done")])
+	p.showAdmin(c, http.StatusOK, "", adminFlashes[c.Query("done")], newTierDefaults)
 }
 
-func (p *Pages) showAdmin(c *gin.Context, status int, formErr, flash string) {
+func (p *Pages) showAdmin(c *gin.Context, status int, formErr, flash string, newTier templates.AdminTierForm) {
 	page, _, _, err := p.page(c, "Tiers")
 	if err != nil {
 		p.fail(c, err)
@@ -37,7 +45,7 @@ func (p *Pages) showAdmin(c *gin.Context, status int, formErr, flash string) {
 		p.fail(c, err)
 		return
 	}
-	orgs, err := p.store.Organizations(ctx)
+	usage, err := p.store.TierUsage(ctx)
 	if err != nil {
 		p.fail(c, err)
 		return
@@ -52,19 +60,27 @@ func (p *Pages) showAdmin(c *gin.Context, status int, formErr, flash string) {
 		p.fail(c, err)
 		return
 	}
+	var orgIDs []int64
+	for _, f := range freezes {
+		if !slices.Contains(orgIDs, f.OrgID) {
+			orgIDs = append(orgIDs, f.OrgID)
+		}
+	}
+	orgNames, err := p.store.OrganizationNames(ctx, orgIDs)
+	if err != nil {
+		p.fail(c, err)
+		return
+	}
 	limits := p.limits()
-	view := templates.AdminTiersView{Limiter: templates.LimiterState{Mode: limits.Mode, Nodes: limits.Nodes, Degraded: limits.Mode == "degraded"}}
+	view := templates.AdminTiersView{Limiter: templates.LimiterState{Mode: limits.Mode, Nodes: limits.Nodes, Degraded: limits.Mode == "degraded"},
+		NewTier: newTier}
 	for _, t := range tiers {
 		view.Tiers = append(view.Tiers, templates.TierRow{Name: t.Name, Capacity: t.Capacity, RefillPerSec: formatRate(t.RefillPerSec),
 			EffectiveRefill: formatRate(t.EffectiveRefill()), TokensPerMinute: t.TokensPerMinute,
 			FreezeThreshold: t.FreezeThreshold, FreezeMinutes: t.FreezeMinutes,
-			Autotune: t.Autotune, RefillFloor: formatRate(t.RefillFloor), UpstreamFallback: t.UpstreamFallback})
-		view.TierNames = append(view.TierNames, t.Name)
-	}
-	orgNames := map[int64]string{}
-	for _, o := range orgs {
-		orgNames[o.ID] = o.Name
-		view.Orgs = append(view.Orgs, templates.OrgRow{ID: o.ID, Name: o.Name, Tier: o.Tier.Name, Created: formatTime(o.CreatedAt)})
+			Autotune: t.Autotune, RefillFloor: formatRate(t.RefillFloor), UpstreamFallback: t.UpstreamFallback,
+			MonthlyFee: t.MonthlyFee.String(), IncludedCredit: t.IncludedCredit.String(), Overage: t.Overage,
+			BillCacheHits: t.BillCacheHits, Organizations: usage[t.ID]})
 	}
 	view.Freezes = p.freezeRows(c, freezes, orgNames)
 	for _, e := range tuning {
@@ -73,6 +89,14 @@ func (p *Pages) showAdmin(c *gin.Context, status int, formErr, flash string) {
 	}
 	page.Error, page.Flash = formErr, flash
 	render(c, status, templates.AdminTiers(page, view))
+}
+
+// adminFormProblem is a refused form's status and message when err is the
+// user's to fix (anything below 500), and false for failures of ours.
+func adminFormProblem(err error) (int, string, bool) {
+	e := apperr.As(err)
+	status := apperr.Status(e.Code)
+	return status, e.Message, status < http.StatusInternalServerError
 }
 
 // UpdateTier saves a tier's settings from the admin form.
@@ -84,14 +108,14 @@ func (p *Pages) UpdateTier(c *gin.Context) {
 	}
 	settings := cur.Settings()
 	if err := tierForm(c, &settings); err != nil {
-		p.showAdmin(c, http.StatusUnprocessableEntity, err.Error(), "")
+		p.showAdmin(c, http.StatusUnprocessableEntity, err.Error(), "", newTierDefaults)
 		return
 	}
 	u, _ := userOf(c)
 	_, err = p.accounts.UpdateTier(c.Request.Context(), u, c.Param("name"), settings)
 	if err != nil {
 		if code := apperr.CodeOf(err); code == apperr.Unprocessable {
-			p.showAdmin(c, http.StatusUnprocessableEntity, apperr.As(err).Message, "")
+			p.showAdmin(c, http.StatusUnprocessableEntity, apperr.As(err).Message, "", newTierDefaults)
 			return
 		}
 		p.fail(c, err)
@@ -100,25 +124,52 @@ func (p *Pages) UpdateTier(c *gin.Context) {
 	c.Redirect(http.StatusSeeOther, "/admin/tiers?done=tier")
 }
 
-// SetOrganizationTier moves an organization to another tier.
-func (p *Pages) SetOrganizationTier(c *gin.Context) {
-	id, ok := p.pathID(c, "No such organization.")
-	if !ok {
+// CreateTier adds a tier from the admin's create form; a refused form
+// comes back filled in as it was sent.
+func (p *Pages) CreateTier(c *gin.Context) {
+	form := templates.AdminTierForm{Name: strings.TrimSpace(c.PostForm("name")), Capacity: c.PostForm("capacity"),
+		RefillPerSec: c.PostForm("refill_per_sec"), TokensPerMinute: c.PostForm("tokens_per_minute"),
+		FreezeThreshold: c.PostForm("freeze_threshold"), FreezeMinutes: c.PostForm("freeze_minutes"),
+		RefillFloor: c.PostForm("refill_floor"), UpstreamFallback: c.PostForm("upstream_fallback"),
+		Autotune: c.PostForm("autotune") == "on", MonthlyFee: c.PostForm("monthly_fee"), IncludedCredit: c.PostForm("included_credit"),
+		Overage: c.PostForm("overage"), BillCacheHits: c.PostForm("bill_cache_hits") == "on"}
+	var settings models.TierSettings
+	if err := tierForm(c, &settings); err != nil {
+		p.showAdmin(c, http.StatusUnprocessableEntity, err.Error(), "", form)
 		return
 	}
 	u, _ := userOf(c)
-	if _, err := p.accounts.SetOrganizationTier(c.Request.Context(), u, id, c.PostForm("tier")); err != nil {
+	if _, err := p.accounts.CreateTier(c.Request.Context(), u, form.Name, settings); err != nil {
+		if status, msg, ok := adminFormProblem(err); ok {
+			p.showAdmin(c, status, msg, "", form)
+			return
+		}
 		p.fail(c, err)
 		return
 	}
-	c.Redirect(http.StatusSeeOther, "/admin/tiers?done=org")
+	c.Redirect(http.StatusSeeOther, "/admin/tiers?done=created")
+}
+
+// DeleteTier removes a tier no organization is on; a tier in use stays,
+// and the page says why.
+func (p *Pages) DeleteTier(c *gin.Context) {
+	u, _ := userOf(c)
+	if err := p.accounts.DeleteTier(c.Request.Context(), u, c.Param("name")); err != nil {
+		if apperr.CodeOf(err) == apperr.Conflict {
+			p.showAdmin(c, http.StatusConflict, apperr.As(err).Message, "", newTierDefaults)
+			return
+		}
+		p.fail(c, err)
+		return
+	}
+	c.Redirect(http.StatusSeeOther, "/admin/tiers?done=deleted")
 }
 
 // tierForm reads the tier form into s; every bucket field is required, as
 // the form always sends them all; plan fields the form does not carry keep
 // their value.
 func tierForm(c *gin.Context, s *models.TierSettings) error {
-	var bad []string
+	var bad, badMoney []string
 	num := func(name string, dst *int64) {
 		n, err := strconv.ParseInt(strings.TrimSpace(c.PostForm(name)), 10, 64)
 		if err != nil {
@@ -150,7 +201,7 @@ func tierForm(c *gin.Context, s *models.TierSettings) error {
 		if v, ok := c.GetPostForm(f.name); ok {
 			a, err := money.ParseAmount(strings.TrimSpace(v))
 			if err != nil {
-				bad = append(bad, f.name)
+				badMoney = append(badMoney, f.name)
 			}
 			*f.dst = a
 		}
@@ -161,25 +212,33 @@ func tierForm(c *gin.Context, s *models.TierSettings) error {
 	if _, ok := c.GetPostForm("plan"); ok { // the plan fieldset is on the form: an unchecked box means off
 		s.BillCacheHits = c.PostForm("bill_cache_hits") == "on"
 	}
-	if len(bad) > 0 {
+	switch {
+	case len(bad) > 0:
 		return errors.New("These fields need a number: " + strings.Join(bad, ", ") + ".")
+	case len(badMoney) > 0:
+		return errors.New("These fields need an amount in dollars such as 49.00: " + strings.Join(badMoney, ", ") + ".")
 	}
 	return nil
 }
 
-// freezeRows turns freezes into rows; orgNames is nil on a user's own page.
+// freezeRows turns freezes into rows; orgNames is nil on a user's own page,
+// where every freeze is of the user's organization.
 func (p *Pages) freezeRows(c *gin.Context, fs []models.Freeze, orgNames map[int64]string) []templates.FreezeRow {
 	now := p.now()
 	rows := make([]templates.FreezeRow, len(fs))
-	prefixes := map[int64]string{}
+	var scope int64 // every organization's tokens, for admins
+	if orgNames == nil && len(fs) > 0 {
+		scope = fs[0].OrgID
+	}
+	ids := make([]int64, 0, len(fs))
+	for _, f := range fs {
+		ids = append(ids, f.TokenID)
+	}
+	prefixes, err := p.store.TokenPrefixes(c.Request.Context(), scope, ids)
+	if err != nil { // the rows still show, with "unknown token"
+		p.log.Warn("reading token prefixes failed", "err", err)
+	}
 	for i, f := range fs {
-		if _, ok := prefixes[f.TokenID]; !ok {
-			if toks, err := p.store.APITokens(c.Request.Context(), f.OrgID); err == nil {
-				for _, t := range toks {
-					prefixes[t.ID] = t.Prefix
-				}
-			}
-		}
 		status := "expired"
 		switch {
 		case f.LiftedAt != nil:

@@ -74,16 +74,18 @@ func TestAdminTiersShowsTheLimiterState(t *testing.T) {
 	}
 }
 
-func TestAdminTiersListsEveryOrganization(t *testing.T) {
+// TestAdminOverviewListsEveryOrganization lists each organization once
+// with its tier, and links it to its page, where its tier select
+// preselects the tier it is on.
+func TestAdminOverviewListsEveryOrganization(t *testing.T) {
 	t.Parallel()
 	s := newSite(t, testdb.SQLite(t))
 	ada := s.signup("ada@example.com", "Analytical Engines")
-	w := s.signedIn(s.admin).get("/admin/tiers")
-	w.expectPage(http.StatusOK, "org-row")
+	w := s.signedIn(s.admin).get("/admin/organizations")
+	w.expectPage(http.StatusOK, "overview-row")
 	rows := map[string]string{}
-	w.testid("org-row").Each(func(_ int, r *goquery.Selection) {
-		cells := r.Find("td")
-		rows[strings.TrimSpace(cells.Eq(1).Text())] = strings.TrimSpace(cells.Eq(2).Text())
+	w.testid("overview-row").Each(func(_ int, r *goquery.Selection) {
+		rows[strings.TrimSpace(r.Find(`[data-testid="overview-name"]`).Text())] = strings.TrimSpace(r.Find(`[data-testid="overview-tier"]`).Text())
 	})
 	want := map[string]string{"Sluice operators": "premium", "Analytical Engines": "free"}
 	if len(rows) != len(want) {
@@ -94,8 +96,13 @@ func TestAdminTiersListsEveryOrganization(t *testing.T) {
 			t.Errorf("%s is listed on tier %q, want %q", org, rows[org], tier)
 		}
 	}
-	sel := w.page().Find("#org-tier-" + strconv.FormatInt(ada.OrgID, 10) + " option[selected]")
-	if got, _ := sel.Attr("value"); got != "free" {
+	href, _ := w.page().Find(`[data-org-id="` + strconv.FormatInt(ada.OrgID, 10) + `"] a`).Attr("href")
+	if want := "/admin/organizations/" + strconv.FormatInt(ada.OrgID, 10); href != want {
+		t.Fatalf("her organization links to %q, want %q", href, want)
+	}
+	w = s.signedIn(s.admin).get(href)
+	w.expectPage(http.StatusOK, "admin-org")
+	if got, _ := w.page().Find("#org-tier option[selected]").Attr("value"); got != "free" {
 		t.Errorf("tier select of her organization preselects %q, want free", got)
 	}
 }

@@ -7,25 +7,38 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/sluicehq/sluice/metering"
 	"github.com/sluicehq/sluice/models"
 	"github.com/sluicehq/sluice/templates"
 )
 
-// Dashboard shows the organization's tier, usage and latest tokens.
+// Dashboard shows the organization's tier, usage, spend, invoices, billing
+// settings and latest tokens. ?range= and ?by= switch the usage charts;
+// ?done= names the outcome of the billing form that redirected here.
 func (p *Pages) Dashboard(c *gin.Context) {
+	p.showDashboard(c, http.StatusOK, dashboardState{notice: billingFlashes[c.Query("done")]})
+}
+
+// showDashboard renders the dashboard with status and what a billing form
+// adds to it.
+func (p *Pages) showDashboard(c *gin.Context, status int, st dashboardState) {
 	page, u, o, err := p.page(c, "Dashboard")
 	if err != nil {
 		p.fail(c, err)
 		return
 	}
 	ctx := c.Request.Context()
-	now := p.now().UTC()
-	today, err := p.store.UsageSince(ctx, u.OrgID, time.Date(now.Year(), now.Month(), now.Day(), 0, 0, 0, 0, time.UTC))
+	now := p.now()
+	loc := orgZone(o)
+	local := now.In(loc)
+	// Today is the organization's calendar day; the month is the billing
+	// period, a calendar month in UTC.
+	today, err := p.store.UsageSince(ctx, u.OrgID, time.Date(local.Year(), local.Month(), local.Day(), 0, 0, 0, 0, loc))
 	if err != nil {
 		p.fail(c, err)
 		return
 	}
-	month, err := p.store.UsageSince(ctx, u.OrgID, time.Date(now.Year(), now.Month(), 1, 0, 0, 0, 0, time.UTC))
+	month, err := p.store.UsageSince(ctx, u.OrgID, metering.Period(now))
 	if err != nil {
 		p.fail(c, err)
 		return
@@ -57,7 +70,11 @@ func (p *Pages) Dashboard(c *gin.Context) {
 	view.Freezes = p.freezeRows(c, freezes, nil)
 	rows := tokenRows(toks, now)
 	view.Tokens = rows[:min(len(rows), 5)]
-	render(c, http.StatusOK, templates.Dashboard(page, view))
+	if view.Billing, err = p.billingView(ctx, u, o, loc, parseUsageQuery(c.Request.URL.Query()), toks, st); err != nil {
+		p.fail(c, err)
+		return
+	}
+	render(c, status, templates.Dashboard(page, view))
 }
 
 func formatRate(r float64) string { return strconv.FormatFloat(r, 'g', -1, 64) }

@@ -125,12 +125,17 @@ func TestAdminChangesTiersOrganizationsAndFreezes(t *testing.T) {
 
 		// Move an organization.
 		orgPath := fmt.Sprintf("/admin/organizations/%d/tier", ada.OrgID)
-		admin.post(orgPath, url.Values{"tier": {"premium"}}).expectRedirect("/admin/tiers?done=org")
+		orgPage := fmt.Sprintf("/admin/organizations/%d", ada.OrgID)
+		admin.post(orgPath, url.Values{"tier": {"premium"}}).expectRedirect(orgPage + "?done=tier")
 		if o, err := s.store.Organization(ctx, ada.OrgID); err != nil || o.Tier.Name != "premium" {
 			t.Errorf("organization tier = %q, %v; want premium", o.Tier.Name, err)
 		}
-		if got := admin.get("/admin/tiers?done=org").text("flash"); got != "Organization moved. Its next API request uses the new tier." {
+		w = admin.get(orgPage + "?done=tier")
+		if got := w.text("flash"); got != "Organization moved. Its next API request uses the new tier." {
 			t.Errorf("flash = %q", got)
+		}
+		if got := w.text("org-tier"); got != "premium" {
+			t.Errorf("the organization's page shows tier %q, want premium", got)
 		}
 		admin.post(orgPath, url.Values{"tier": {"gold"}}).expectError(http.StatusNotFound, "tier gold not found")
 		admin.post("/admin/organizations/999999/tier", url.Values{"tier": {"free"}}).expectError(http.StatusNotFound, "organization not found")

@@ -18,14 +18,17 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/sluicehq/sluice/accounts"
+	"github.com/sluicehq/sluice/billing"
 	"github.com/sluicehq/sluice/cluster"
 	"github.com/sluicehq/sluice/internal/clocktest"
+	"github.com/sluicehq/sluice/metering"
 	"github.com/sluicehq/sluice/models"
 	"github.com/sluicehq/sluice/providers"
 	"github.com/sluicehq/sluice/quota"
 	"github.com/sluicehq/sluice/secrets"
 	"github.com/sluicehq/sluice/upstream"
 	"github.com/sluicehq/sluice/web"
+	"github.com/sluicehq/sluice/webhook"
 )
 
 func TestMain(m *testing.M) {
@@ -43,6 +46,7 @@ const (
 	adminPassword = "admin-password"
 	password      = "password123" // every signed-up test user's
 	cookieName    = "sluice_session"
+	webhookHost   = "hooks.example.com" // the one host budget webhooks may be posted to
 	refusedOrigin = "This form was submitted from another site, so it was refused. Reload the page and try again."
 	genericError  = "Something went wrong on our side. Please try again."
 )
@@ -61,6 +65,7 @@ type site struct {
 	sessions  *accounts.Sessions
 	providers *providers.Service
 	pool      *upstream.Pool
+	billing   *billing.Service
 	logs      *syncBuffer
 	deps      web.Deps // kept so a test can swap one part and rebuild
 	admin     models.User
@@ -95,9 +100,13 @@ func newSite(t *testing.T, db *models.DB) *site {
 	pool := upstream.NewPool(upstream.PoolOptions{Now: clk.Now})
 	prov := providers.New(store, box, pool, cluster.None{}, log)
 	sessions := accounts.NewSessions([]byte("0123456789abcdef0123456789abcdef"), sessionTTL, clk.Now)
+	// Billing as main builds it: budget webhooks may only go to the hosts
+	// of webhookHost.
+	bill := billing.New(billing.Deps{Store: store, Directory: dir, Bus: cluster.None{}, Prices: metering.NewPriceBook(),
+		Ledger: metering.NewMemoryLedger(metering.StoreSeed(store)), Box: box, Hosts: webhook.Hosts{webhookHost}, Log: log, Now: clk.Now})
 	s := &site{t: t, db: db, store: store, clock: clk, accounts: acc, directory: dir, sessions: sessions, providers: prov, pool: pool,
-		logs: logs, admin: admin}
-	s.deps = web.Deps{Log: log, Store: store, Accounts: acc, Sessions: sessions, Providers: prov,
+		billing: bill, logs: logs, admin: admin}
+	s.deps = web.Deps{Log: log, Store: store, Accounts: acc, Sessions: sessions, Providers: prov, Billing: bill,
 		PoolStatus: pool.Status, Now: clk.Now,
 		Limits: func() quota.LimiterStatus { return quota.LimiterStatus{Mode: "local", Nodes: 1} }}
 	s.rebuild()
@@ -126,11 +135,28 @@ func router(p *web.Pages) http.Handler {
 	member.GET("/tokens", p.Tokens)
 	member.POST("/tokens", p.CreateToken)
 	member.POST("/tokens/:id/revoke", p.RevokeToken)
+	member.GET("/invoices/:id/csv", p.InvoiceCSV)
+	member.POST("/billing/budget", p.SetBudget)
+	member.POST("/billing/time-zone", p.SetTimeZone)
+	member.POST("/billing/webhook", p.SetWebhook)
+	member.POST("/billing/upgrade", p.RequestUpgrade)
 	adminPages := b.Group("/admin", p.RequireAdmin)
-	adminPages.GET("/tiers", p.AdminTiers)
-	adminPages.POST("/tiers/:name", p.UpdateTier)
+	adminPages.GET("", p.AdminHome)
+	adminPages.GET("/organizations", p.AdminOverview)
+	adminPages.GET("/organizations/:id", p.AdminOrganization)
+	adminPages.GET("/organizations/:id/invoices/:invoice", p.AdminInvoice)
+	adminPages.GET("/organizations/:id/invoices/:invoice/csv", p.AdminInvoiceCSV)
 	adminPages.POST("/organizations/:id/tier", p.SetOrganizationTier)
+	adminPages.POST("/upgrade-requests/:id/approve", p.DecideUpgrade(true))
+	adminPages.POST("/upgrade-requests/:id/decline", p.DecideUpgrade(false))
+	adminPages.GET("/tiers", p.AdminTiers)
+	adminPages.POST("/tiers", p.CreateTier)
+	adminPages.POST("/tiers/:name", p.UpdateTier)
+	adminPages.POST("/tiers/:name/delete", p.DeleteTier)
 	adminPages.POST("/freezes/:id/lift", p.LiftFreeze)
+	adminPages.GET("/prices", p.AdminPrices)
+	adminPages.POST("/prices", p.SetPrice)
+	adminPages.GET("/audit", p.AdminAudit)
 	adminPages.GET("/upstreams", p.AdminUpstreams)
 	adminPages.POST("/upstreams", p.CreateUpstream)
 	adminPages.POST("/upstreams/:id/delete", p.DeleteUpstream)

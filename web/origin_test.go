@@ -1,6 +1,7 @@
 package web_test
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -22,6 +23,14 @@ func TestCrossSiteFormsAreRefused(t *testing.T) {
 		tok := s.token(ada, "to revoke")
 		frozen := s.freeze(s.token(ada, "frozen"), time.Hour)
 		key := s.upstreamKey("to delete", "sk-test-secret-1234")
+		if _, err := s.accounts.CreateTier(context.Background(), s.admin, "spare", models.TierSettings{Capacity: 1, RefillPerSec: 1}); err != nil {
+			t.Fatal(err)
+		}
+		bob := s.signup("bob@example.com", "Babbage & Co")
+		upgrade, err := s.billing.RequestUpgrade(context.Background(), bob, "premium", "")
+		if err != nil {
+			t.Fatal(err)
+		}
 		owner := func() *browser { return s.signedIn(ada) }
 		admin := func() *browser { return s.signedIn(s.admin) }
 
@@ -45,7 +54,11 @@ func TestCrossSiteFormsAreRefused(t *testing.T) {
 			{name: "update tier", visitor: admin, path: "/admin/tiers/premium", form: tierValues(map[string]string{"capacity": "1"}),
 				status: 303, location: "/admin/tiers?done=tier"},
 			{name: "move organization", visitor: admin, path: fmt.Sprintf("/admin/organizations/%d/tier", ada.OrgID), form: url.Values{"tier": {"premium"}},
-				status: 303, location: "/admin/tiers?done=org"},
+				status: 303, location: fmt.Sprintf("/admin/organizations/%d?done=tier", ada.OrgID)},
+			{name: "create tier", visitor: admin, path: "/admin/tiers", form: planValues(nil), status: 303, location: "/admin/tiers?done=created"},
+			{name: "delete tier", visitor: admin, path: "/admin/tiers/spare/delete", form: url.Values{}, status: 303, location: "/admin/tiers?done=deleted"},
+			{name: "approve upgrade", visitor: admin, path: fmt.Sprintf("/admin/upgrade-requests/%d/approve", upgrade.ID), form: url.Values{},
+				status: 303, location: fmt.Sprintf("/admin/organizations/%d?done=approved", bob.OrgID)},
 			{name: "lift freeze", visitor: admin, path: fmt.Sprintf("/admin/freezes/%d/lift", frozen.ID), form: url.Values{},
 				status: 303, location: "/admin/tiers?done=lifted"},
 			{name: "add provider key", visitor: admin, path: "/admin/upstreams", form: upstreamValues(map[string]string{"base_url": "https://attacker.example/v1"}),

@@ -59,7 +59,23 @@ func TestPagesByRole(t *testing.T) {
 			{who: "anonymous", path: "/admin/tiers", status: 303, location: "/login"},
 			{who: "member", path: "/admin/tiers", status: 403, message: notAdmin, ids: []string{"nav-user"}, absent: append([]string{"admin-tiers"}, adminNav...)},
 			{who: "owner", path: "/admin/tiers", status: 403, message: notAdmin, absent: []string{"admin-tiers"}},
-			{who: "admin", path: "/admin/tiers", status: 200, ids: append([]string{"admin-tiers", "tier-card", "tier-form-free", "tier-form-premium", "limiter-state", "admin-freezes", "freezes-empty", "admin-tuning", "tuning-empty", "org-row"}, adminNav...)},
+			{who: "admin", path: "/admin/tiers", status: 200, ids: append([]string{"admin-tiers", "tier-card", "tier-form-free", "tier-form-premium", "limiter-state", "admin-freezes", "freezes-empty", "admin-tuning", "tuning-empty", "create-tier-form", "admin-nav"}, adminNav...)},
+
+			// The admin console's other pages.
+			{who: "anonymous", path: "/admin", status: 303, location: "/login"},
+			{who: "admin", path: "/admin", status: 303, location: "/admin/organizations"},
+			{who: "anonymous", path: "/admin/organizations", status: 303, location: "/login"},
+			{who: "member", path: "/admin/organizations", status: 403, message: notAdmin, absent: []string{"admin-overview"}},
+			{who: "owner", path: "/admin/organizations", status: 403, message: notAdmin, absent: []string{"admin-overview"}},
+			{who: "admin", path: "/admin/organizations", status: 200, ids: append([]string{"admin-overview", "admin-nav", "overview-search", "overview-row", "pager"}, adminNav...)},
+			{who: "owner", path: "/admin/organizations/1", status: 403, message: notAdmin, absent: []string{"admin-org"}},
+			{who: "admin", path: "/admin/organizations/1", status: 200, ids: []string{"admin-org", "org-usage", "org-budget", "org-invoices", "org-users"}},
+			{who: "admin", path: "/admin/organizations/999999", status: 404, message: "No such organization."},
+			{who: "admin", path: "/admin/organizations/nope", status: 404, message: "No such organization."},
+			{who: "owner", path: "/admin/prices", status: 403, message: notAdmin, absent: []string{"admin-prices"}},
+			{who: "admin", path: "/admin/prices", status: 200, ids: []string{"admin-prices", "price-row", "set-price-form"}},
+			{who: "member", path: "/admin/audit", status: 403, message: notAdmin, absent: []string{"admin-audit"}},
+			{who: "admin", path: "/admin/audit", status: 200, ids: []string{"admin-audit", "audit-filter", "audit-row"}},
 
 			{who: "anonymous", path: "/admin/upstreams", status: 303, location: "/login"},
 			{who: "member", path: "/admin/upstreams", status: 403, message: notAdmin, absent: []string{"admin-upstreams"}},
@@ -75,6 +91,12 @@ func TestPagesByRole(t *testing.T) {
 			{who: "owner", method: "POST", path: "/admin/freezes/1/lift", status: 403, message: notAdmin},
 			{who: "member", method: "POST", path: "/admin/upstreams", status: 403, message: notAdmin},
 			{who: "member", method: "POST", path: "/admin/upstreams/1/delete", status: 403, message: notAdmin},
+			{who: "anonymous", method: "POST", path: "/admin/tiers", status: 303, location: "/login"},
+			{who: "owner", method: "POST", path: "/admin/tiers", status: 403, message: notAdmin},
+			{who: "owner", method: "POST", path: "/admin/tiers/free/delete", status: 403, message: notAdmin},
+			{who: "owner", method: "POST", path: "/admin/prices", status: 403, message: notAdmin},
+			{who: "owner", method: "POST", path: "/admin/upgrade-requests/1/approve", status: 403, message: notAdmin},
+			{who: "member", method: "POST", path: "/admin/upgrade-requests/1/decline", status: 403, message: notAdmin},
 		}
 		before := s.snapshot()
 		for _, tt := range tests {
@@ -125,6 +147,9 @@ func TestPagesByRole(t *testing.T) {
 // role table is the role's doing and not the form's.
 func formFor(path string) url.Values {
 	switch {
+	case path == "/admin/tiers":
+		return url.Values{"name": {"gold"}, "capacity": {"5"}, "refill_per_sec": {"1"}, "tokens_per_minute": {"0"},
+			"freeze_threshold": {"0"}, "freeze_minutes": {"1"}, "refill_floor": {"0"}}
 	case strings.HasPrefix(path, "/admin/tiers/"):
 		return url.Values{"capacity": {"5"}, "refill_per_sec": {"1"}, "tokens_per_minute": {"0"},
 			"freeze_threshold": {"0"}, "freeze_minutes": {"1"}, "refill_floor": {"0"}}
@@ -134,6 +159,8 @@ func formFor(path string) url.Values {
 		return url.Values{"name": {"ci"}}
 	case strings.HasPrefix(path, "/admin/organizations/"):
 		return url.Values{"tier": {"premium"}}
+	case path == "/admin/prices":
+		return url.Values{"model": {"sluice-local"}, "input_per_mtok": {"1"}, "output_per_mtok": {"2"}}
 	}
 	return url.Values{}
 }

@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/gin-gonic/gin"
 
@@ -34,6 +35,7 @@ func (p *Pages) showUpstreams(c *gin.Context, status int, formErr string, form t
 		p.fail(c, err)
 		return
 	}
+	now := p.now()
 	live := map[int64]upstream.KeyStatus{}
 	for _, s := range p.poolStatus() {
 		live[s.ID] = s
@@ -47,6 +49,7 @@ func (p *Pages) showUpstreams(c *gin.Context, status int, formErr string, form t
 		}
 		if s, ok := live[k.ID]; ok {
 			row.State, row.Reason, row.Requests, row.Failures = string(s.State), s.Reason, s.Requests, s.Failures
+			row.RequestLimits, row.TokenLimits = limitsView(s.RequestLimits, now), limitsView(s.TokenLimits, now)
 		}
 		if k.DisabledAt != nil {
 			row.State, row.Reason = string(upstream.Disabled), k.DisabledReason
@@ -57,26 +60,36 @@ func (p *Pages) showUpstreams(c *gin.Context, status int, formErr string, form t
 	render(c, status, templates.AdminUpstreams(page, view))
 }
 
+// limitsView shows one dimension of a key's learned limits as of now.
+func limitsView(l upstream.Limits, now time.Time) templates.UpstreamLimits {
+	v := templates.UpstreamLimits{PerMinute: l.PerMinute, Burst: l.Burst, Shrinks: l.Shrinks}
+	if !l.Seen.IsZero() {
+		v.Learned, v.Limit, v.Remaining, v.ProviderBurst = true, l.Limit, l.Remaining, l.ProviderBurst
+		if d := l.Reset.Sub(now); d > 0 {
+			v.Reset = d.Round(time.Millisecond).String()
+		}
+	}
+	return v
+}
+
 // CreateUpstream adds a provider key from the form.
 func (p *Pages) CreateUpstream(c *gin.Context) {
 	form := templates.UpstreamForm{Name: c.PostForm("name"), BaseURL: c.PostForm("base_url"), Weight: c.PostForm("weight"),
 		RPM: c.PostForm("rpm"), TPM: c.PostForm("tpm"), Models: c.PostForm("models")}
-	weight, err1 := strconv.Atoi(orZero(form.Weight))
-	rpm, err2 := strconv.ParseInt(orZero(form.RPM), 10, 64)
-	tpm, err3 := strconv.ParseInt(orZero(form.TPM), 10, 64)
-	if err1 != nil || err2 != nil || err3 != nil {
+	weight, err := strconv.Atoi(orZero(form.Weight))
+	if err != nil {
 		p.showUpstreams(c, http.StatusUnprocessableEntity, "Weight, RPM and TPM must be whole numbers.", form, "")
 		return
 	}
-	var ms []string
-	for _, m := range strings.Split(form.Models, ",") {
-		if m = strings.TrimSpace(m); m != "" {
-			ms = append(ms, m)
-		}
+	// RPM and TPM as the API reads them: 1e12 is a whole number.
+	rpm, err := models.ParseKeyRate("rpm", form.RPM)
+	var tpm int64
+	if err == nil {
+		tpm, err = models.ParseKeyRate("tpm", form.TPM)
 	}
-	u, _ := userOf(c)
-	_, err := p.providers.Create(c.Request.Context(), u, models.UpstreamKeyInput{Name: form.Name, BaseURL: strings.TrimSpace(form.BaseURL),
-		APIKey: strings.TrimSpace(c.PostForm("api_key")), Weight: weight, RPM: rpm, TPM: tpm, Models: ms})
+	if err == nil {
+		err = p.createUpstream(c, form, weight, rpm, tpm)
+	}
 	if err != nil {
 		if status := apperr.Status(apperr.CodeOf(err)); status < 500 {
 			p.showUpstreams(c, status, apperr.As(err).Message, form, "")
@@ -86,6 +99,20 @@ func (p *Pages) CreateUpstream(c *gin.Context) {
 		return
 	}
 	c.Redirect(http.StatusSeeOther, "/admin/upstreams?done=added")
+}
+
+// createUpstream stores the key the form describes.
+func (p *Pages) createUpstream(c *gin.Context, form templates.UpstreamForm, weight int, rpm, tpm int64) error {
+	var ms []string
+	for _, m := range strings.Split(form.Models, ",") {
+		if m = strings.TrimSpace(m); m != "" {
+			ms = append(ms, m)
+		}
+	}
+	u, _ := userOf(c)
+	_, err := p.providers.Create(c.Request.Context(), u, models.UpstreamKeyInput{Name: form.Name, BaseURL: strings.TrimSpace(form.BaseURL),
+		APIKey: strings.TrimSpace(c.PostForm("api_key")), Weight: weight, RPM: rpm, TPM: tpm, Models: ms})
+	return err
 }
 
 // DeleteUpstream removes a provider key.

@@ -60,7 +60,10 @@ func attack(ctx context.Context, t target, s setting, cfg config) sample {
 
 	var smp sample
 	var first, last time.Time
-	pacer := vegeta.Rate{Freq: s.Rate, Per: time.Second} // Freq 0: as fast as MaxWorkers allow
+	var pacer vegeta.Pacer = vegeta.Rate{Freq: s.Rate, Per: time.Second} // Freq 0: as fast as MaxWorkers allow
+	if s.Burst > 1 && s.Rate > 0 {
+		pacer = burstPacer{size: uint64(s.Burst), every: time.Duration(s.Burst) * time.Second / time.Duration(s.Rate)}
+	}
 	for res := range atk.Attack(targeter(t, cfg.body), pacer, cfg.duration, t.Name) {
 		smp.add(res)
 		if first.IsZero() || res.Timestamp.Before(first) {
@@ -73,6 +76,26 @@ func attack(ctx context.Context, t target, s setting, cfg config) sample {
 	smp.elapsed = last.Sub(first)
 	return smp
 }
+
+// burstPacer sends size requests at once every `every`: the arrival
+// pattern of clients that work in batches (a cron job, a fan-out), which
+// meets a provider's short windows where an even rate would not.
+type burstPacer struct {
+	size  uint64
+	every time.Duration
+}
+
+// Pace lets hit number `hits` go at the start of its group's slot.
+func (p burstPacer) Pace(elapsed time.Duration, hits uint64) (time.Duration, bool) {
+	due := time.Duration(hits/p.size) * p.every
+	if due <= elapsed {
+		return 0, false
+	}
+	return due - elapsed, false
+}
+
+// Rate is the average rate, for vegeta's worker scaling.
+func (p burstPacer) Rate(time.Duration) float64 { return float64(p.size) / p.every.Seconds() }
 
 type roundTripFunc func(*http.Request) (*http.Response, error)
 
@@ -124,7 +147,7 @@ func (s *sample) merge(o sample) {
 
 // row summarises s as one line of the table.
 func (s *sample) row(name string, st setting) row {
-	r := row{Target: name, Concurrency: st.Concurrency, Rate: st.Rate, Requests: s.requests, Client429: s.status429}
+	r := row{Target: name, Concurrency: st.Concurrency, Rate: st.Rate, Burst: st.Burst, Requests: s.requests, Client429: s.status429}
 	if s.elapsed > 0 {
 		r.QPS = float64(s.ok) / s.elapsed.Seconds()
 	}

@@ -62,11 +62,13 @@ type target struct {
 	Keys []string
 }
 
-// setting is one load shape: vegeta workers (and max workers) and the rate
-// per second, 0 for as fast as the workers go.
+// setting is one load shape: vegeta workers (and max workers), the rate
+// per second (0 for as fast as the workers go), and how many requests
+// arrive at once (0 or 1: evenly spread).
 type setting struct {
 	Concurrency int
 	Rate        int
+	Burst       int
 }
 
 // config is loadgen's flags, checked.
@@ -130,7 +132,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		}
 		r := smp.row(st.Target.Name, st.Setting)
 		fmt.Fprintf(stdout, "run %d/%d round %d %-6s c=%d rate=%s: %d requests, %.1f ok/s, p50 %.2f ms, p99 %.2f ms, %.1f%% non-2xx\n",
-			i+1, len(steps), st.Round, r.Target, r.Concurrency, rateString(r.Rate), r.Requests, r.QPS, ms(r.P50), ms(r.P99), r.ErrorRate)
+			i+1, len(steps), st.Round, r.Target, r.Concurrency, rateString(r.Rate, r.Burst), r.Requests, r.QPS, ms(r.P50), ms(r.P99), r.ErrorRate)
 		key := sampleKey{st.Target.Name, st.Setting}
 		if samples[key] == nil {
 			samples[key] = &sample{}
@@ -205,6 +207,7 @@ func parseFlags(args []string, getenv func(string) string, stdout io.Writer) (co
 		sluice, sluiceKey, proxy         string
 		concurrency, rates, body, model  string
 		stream                           bool
+		burst                            int
 	)
 	fs.StringVar(&direct, "direct", "", "base URL of the upstream reached directly, e.g. http://127.0.0.1:9090/v1")
 	fs.StringVar(&directKey, "direct-key", "", "API key for the direct target (and -proxy)")
@@ -215,6 +218,7 @@ func parseFlags(args []string, getenv func(string) string, stdout io.Writer) (co
 	fs.StringVar(&cfg.serveProxy, "serve-proxy", "", "ADDR[=UPSTREAM]: start an in-process httputil.ReverseProxy on ADDR to UPSTREAM (default: the -direct origin) and load it as the proxy target")
 	fs.StringVar(&concurrency, "concurrency", "50,100,200", "vegeta workers (= max workers) per setting, comma separated")
 	fs.StringVar(&rates, "rate", "0", "requests per second per setting, comma separated; 0 = as fast as the workers go (saturation)")
+	fs.IntVar(&burst, "burst", 0, "send requests in groups of this many at once, groups BURST/RATE seconds apart, instead of evenly (needs a -rate above 0); e.g. -rate 40 -burst 20: 20 at once every 500 ms")
 	fs.DurationVar(&cfg.duration, "duration", 10*time.Second, "length of each run")
 	fs.IntVar(&cfg.rounds, "rounds", 1, "rounds per setting; each round runs every target once, interleaved")
 	fs.StringVar(&body, "body", "", "request body (JSON, or @file); default a small chat request for -model")
@@ -292,9 +296,15 @@ func parseFlags(args []string, getenv func(string) string, stdout io.Writer) (co
 	if err != nil {
 		return cfg, fmt.Errorf("-rate: %w", err)
 	}
+	if burst < 0 {
+		return cfg, errors.New("-burst must not be negative")
+	}
 	for _, c := range cs {
 		for _, r := range rs {
-			cfg.settings = append(cfg.settings, setting{Concurrency: c, Rate: r})
+			if burst > 1 && r == 0 {
+				return cfg, errors.New("-burst needs every -rate above 0: bursts are spaced by the rate")
+			}
+			cfg.settings = append(cfg.settings, setting{Concurrency: c, Rate: r, Burst: burst})
 		}
 	}
 	if cfg.duration <= 0 || cfg.rounds < 1 || cfg.timeout <= 0 {

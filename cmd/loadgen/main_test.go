@@ -121,6 +121,9 @@ func TestParseFlags(t *testing.T) {
 		{"-direct http://127.0.0.1:1/v1 -direct-key a -concurrency 0", "-concurrency"},
 		{"-direct http://127.0.0.1:1/v1 -direct-key a -rate -5", "-rate"},
 		{"-direct http://127.0.0.1:1/v1 -direct-key a -body {", "not valid JSON"},
+		{"-direct http://127.0.0.1:1/v1 -direct-key a -rate 40 -burst 20", ""},
+		{"-direct http://127.0.0.1:1/v1 -direct-key a -rate 0,40 -burst 20", "-burst needs"},
+		{"-direct http://127.0.0.1:1/v1 -direct-key a -rate 40 -burst -1", "-burst"},
 		{"-direct http://127.0.0.1:1/v1 -direct-key a -mock-stats http://10.0.0.1/_stats", "-mock-stats"},
 	}
 	for _, tt := range tests {
@@ -137,7 +140,34 @@ func TestParseFlags(t *testing.T) {
 	}
 	if names := targetNames(cfg.targets); names != "direct, sluice, proxy" || cfg.targets[0].Base != "http://127.0.0.1:9090/v1" ||
 		strings.Join(cfg.targets[2].Keys, ",") != "sk-a,sk-b" || cfg.targets[1].Keys[0] != "s" || len(cfg.settings) != 4 ||
-		cfg.settings[1] != (setting{50, 1000}) || !strings.Contains(string(cfg.body), `"model":"m"`) || !strings.Contains(string(cfg.body), `"stream":true`) {
+		cfg.settings[1] != (setting{Concurrency: 50, Rate: 1000}) || !strings.Contains(string(cfg.body), `"model":"m"`) || !strings.Contains(string(cfg.body), `"stream":true`) {
 		t.Errorf("config %+v body %s", cfg, cfg.body)
+	}
+}
+
+// TestBurstPacer: -rate 40 -burst 20 sends 20 requests at once every
+// 500 ms.
+func TestBurstPacer(t *testing.T) {
+	p := burstPacer{size: 20, every: 500 * time.Millisecond}
+	for _, tt := range []struct {
+		elapsed time.Duration
+		hits    uint64
+		wait    time.Duration
+	}{
+		{0, 0, 0}, {time.Millisecond, 19, 0}, // the first burst, all at once
+		{2 * time.Millisecond, 20, 498 * time.Millisecond}, // the 21st waits for the next slot
+		{500 * time.Millisecond, 20, 0}, {510 * time.Millisecond, 39, 0},
+		{700 * time.Millisecond, 40, 300 * time.Millisecond},
+		{1200 * time.Millisecond, 40, 0}, // late: at once
+	} {
+		if wait, stop := p.Pace(tt.elapsed, tt.hits); wait != tt.wait || stop {
+			t.Errorf("Pace(%s, %d) = %s %v, want %s", tt.elapsed, tt.hits, wait, stop, tt.wait)
+		}
+	}
+	if r := p.Rate(0); r != 40 {
+		t.Errorf("Rate = %g, want 40", r)
+	}
+	if got := rateString(40, 20); got != "40/s, 20 at once" {
+		t.Errorf("rateString = %q", got)
 	}
 }

@@ -14,6 +14,7 @@ type row struct {
 	Target      string
 	Concurrency int
 	Rate        int // per second; 0 = saturation
+	Burst       int // requests arriving at once; 0 or 1 = evenly
 	Requests    int
 	QPS         float64 // answered 2xx per second
 	P50, P99    time.Duration
@@ -39,7 +40,7 @@ func writeTable(w io.Writer, rows []row) {
 	fmt.Fprintln(w, rule)
 	for _, r := range rows {
 		line := fmt.Sprintf("| %s | %d | %s | %d | %.1f | %.2f | %.2f | %.2f | %d |",
-			r.Target, r.Concurrency, rateString(r.Rate), r.Requests, r.QPS, ms(r.P50), ms(r.P99), r.ErrorRate, r.Client429)
+			r.Target, r.Concurrency, rateString(r.Rate, r.Burst), r.Requests, r.QPS, ms(r.P50), ms(r.P99), r.ErrorRate, r.Client429)
 		if withUpstream {
 			if r.Upstream != nil {
 				line += fmt.Sprintf(" %d | %d |", r.Upstream.requests, r.Upstream.status429)
@@ -60,7 +61,7 @@ func writeComparison(w io.Writer, rows []row) {
 	groups := make(map[setting]*group)
 	for i := range rows {
 		r := &rows[i]
-		s := setting{r.Concurrency, r.Rate}
+		s := setting{r.Concurrency, r.Rate, r.Burst}
 		g := groups[s]
 		if g == nil {
 			g = &group{}
@@ -91,7 +92,7 @@ func writeComparison(w io.Writer, rows []row) {
 		if g.proxy != nil {
 			vsProxy = ratio(g.sluice.QPS, g.proxy.QPS)
 		}
-		lines = append(lines, fmt.Sprintf("| %d | %s | %s | %s | %s | %s |", s.Concurrency, rateString(s.Rate), dp50, dp99, vsDirect, vsProxy))
+		lines = append(lines, fmt.Sprintf("| %d | %s | %s | %s | %s | %s |", s.Concurrency, rateString(s.Rate, s.Burst), dp50, dp99, vsDirect, vsProxy))
 	}
 	if len(lines) == 0 {
 		return
@@ -111,10 +112,14 @@ func ratio(a, b float64) string {
 	return fmt.Sprintf("%.2fx", a/b)
 }
 
-// rateString shows a rate per second, "max" for saturation.
-func rateString(rate int) string {
-	if rate == 0 {
+// rateString shows a rate per second, "max" for saturation, and how many
+// requests arrive at once when they come in bursts.
+func rateString(rate, burst int) string {
+	switch {
+	case rate == 0:
 		return "max"
+	case burst > 1:
+		return strconv.Itoa(rate) + "/s, " + strconv.Itoa(burst) + " at once"
 	}
 	return strconv.Itoa(rate) + "/s"
 }

@@ -4,6 +4,10 @@
 //
 //	mockupstream -addr 127.0.0.1:9090 -keys sk-a=25,sk-b=25 -latency 200ms -jitter 50ms
 //
+// With -burst 5, each key still states 1,500 RPM (25/s) in its
+// x-ratelimit-limit-requests header but holds only 5 requests: a provider
+// enforcing its limit over 200 ms windows.
+//
 // Every flag may also be set as an environment variable MOCKUPSTREAM_<FLAG>
 // (upper case, "-" as "_"), e.g. MOCKUPSTREAM_KEYS; a flag wins.
 package main
@@ -58,6 +62,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	for k, rps := range cfg.Keys {
 		keys = append(keys, fmt.Sprintf("%s=%g/s", k, rps))
 	}
+	if cfg.Burst > 0 {
+		keys = append(keys, fmt.Sprintf("(burst %d)", cfg.Burst))
+	}
 	sort.Strings(keys)
 	url := "http://" + ln.Addr().String()
 	fmt.Fprintf(stdout, "mock upstream listening on %s (base URL %s/v1, stats %s/_stats; keys %s)\n",
@@ -87,6 +94,8 @@ func parseFlags(args []string, getenv func(string) string, stdout io.Writer) (st
 	)
 	addr := fs.String("addr", "127.0.0.1:9090", "listen address")
 	fs.StringVar(&keys, "keys", "sk-a=25,sk-b=25", "accepted API keys as KEY=RPS,... (requests per second per key, burst max(1, RPS); 0 = unlimited)")
+	fs.IntVar(&cfg.Burst, "burst", 0, "requests each limited key's bucket holds, instead of max(1, RPS): a provider enforcing its per-minute limit over short windows (0 = max(1, RPS))")
+	fs.BoolVar(&cfg.OmitLimitHeaders, "no-limit-headers", false, "send no x-ratelimit-* headers (a 429 still carries Retry-After)")
 	fs.DurationVar(&cfg.Latency, "latency", 0, "added before every admitted answer")
 	fs.DurationVar(&cfg.Jitter, "jitter", 0, "latency varies uniformly by ± this much")
 	fs.Float64Var(&cfg.FailureRate, "fail", 0, "fraction of admitted requests answered 500 (0-1)")
@@ -118,6 +127,9 @@ func parseFlags(args []string, getenv func(string) string, stdout io.Writer) (st
 	}
 	if cfg.FailureRate < 0 || cfg.FailureRate > 1 {
 		return "", cfg, fmt.Errorf("-fail: %g is not between 0 and 1", cfg.FailureRate)
+	}
+	if cfg.Burst < 0 {
+		return "", cfg, fmt.Errorf("-burst: %d is negative", cfg.Burst)
 	}
 	if cfg.Latency < 0 || cfg.Jitter < 0 || cfg.ChunkDelay < 0 {
 		return "", cfg, errors.New("-latency, -jitter and -chunk-delay must not be negative")

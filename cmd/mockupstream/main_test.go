@@ -87,6 +87,8 @@ func TestParseFlags(t *testing.T) {
 		{args: []string{"-keys", "sk-a"}, wantErr: "-keys"},
 		{args: []string{"-keys", "sk-a=-1"}, wantErr: "-keys"},
 		{args: []string{"-fail", "1.5"}, wantErr: "-fail"},
+		{args: []string{"-burst", "-1"}, wantErr: "-burst"},
+		{env: map[string]string{"MOCKUPSTREAM_BURST": "5", "MOCKUPSTREAM_NO_LIMIT_HEADERS": "true"}},
 		{env: map[string]string{"MOCKUPSTREAM_LATENCY": "soon"}, wantErr: "MOCKUPSTREAM_LATENCY"},
 		{args: []string{"extra"}, wantErr: "unexpected"},
 	}
@@ -97,7 +99,11 @@ func TestParseFlags(t *testing.T) {
 		}
 	}
 	_, cfg, _ := parseFlags([]string{"-keys", "sk-a=1.5, sk-b=0", "-fail", "0.1"}, func(string) string { return "" }, io.Discard)
-	if cfg.Keys["sk-a"] != 1.5 || cfg.Keys["sk-b"] != 0 || len(cfg.Keys) != 2 || cfg.FailureRate != 0.1 || cfg.StreamChunks != 4 {
+	if cfg.Keys["sk-a"] != 1.5 || cfg.Keys["sk-b"] != 0 || len(cfg.Keys) != 2 || cfg.FailureRate != 0.1 || cfg.StreamChunks != 4 || cfg.Burst != 0 {
 		t.Errorf("config %+v", cfg)
+	}
+	_, cfg, _ = parseFlags([]string{"-keys", "sk-a=25", "-burst", "5", "-no-limit-headers"}, func(string) string { return "" }, io.Discard)
+	if cfg.Burst != 5 || !cfg.OmitLimitHeaders {
+		t.Errorf("config %+v, want burst 5 without limit headers", cfg)
 	}
 }

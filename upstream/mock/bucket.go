@@ -6,10 +6,11 @@ import (
 	"time"
 )
 
-// bucket is one key's request bucket: it holds max(1, rps) requests and
-// refills at rps per second. It is kept as a theoretical arrival time (the
-// moment the bucket would be full again), which makes every answer an exact
-// number of nanoseconds, so tests can check headers to the millisecond.
+// bucket is one key's request bucket: it holds size requests (max(1, rps)
+// when size <= 0) and refills at rps per second. It is kept as a
+// theoretical arrival time (the moment the bucket would be full again),
+// which makes every answer an exact number of nanoseconds, so tests can
+// check headers to the millisecond.
 type bucket struct {
 	mu       sync.Mutex
 	interval time.Duration // time to refill one request
@@ -28,8 +29,11 @@ type decision struct {
 	retryAfter time.Duration // until one request is allowed; only when !ok
 }
 
-func newBucket(rps float64) *bucket {
+func newBucket(rps float64, size int) *bucket {
 	burst := max(1, rps)
+	if size > 0 {
+		burst = float64(size)
+	}
 	interval := max(time.Duration(math.Round(float64(time.Second)/rps)), 1)
 	return &bucket{
 		interval: interval,

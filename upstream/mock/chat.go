@@ -127,7 +127,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 	}
 	if ks.bucket != nil {
 		d := ks.bucket.take(s.now())
-		setLimitHeaders(w.Header(), d)
+		setLimitHeaders(w.Header(), d, s.cfg.OmitLimitHeaders)
 		if !d.ok {
 			s.count(ks, http.StatusTooManyRequests)
 			writeError(w, http.StatusTooManyRequests, fmt.Sprintf(

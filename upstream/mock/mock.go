@@ -38,9 +38,22 @@ import (
 // each field is a working default: no latency, no failures, 4 stream chunks.
 type Config struct {
 	// Keys maps each accepted API key to the requests per second it may make.
-	// Each key has a token bucket holding max(1, rps) requests that refills
-	// at rps per second; rps <= 0 (or +Inf) means the key is not limited.
+	// Each key has a token bucket holding max(1, rps) requests (Burst, when
+	// set) that refills at rps per second; rps <= 0 (or +Inf) means the key
+	// is not limited.
 	Keys map[string]float64
+	// Burst, when > 0, is how many requests each limited key's bucket
+	// holds, instead of max(1, rps). It makes a provider that states its
+	// limit per minute (x-ratelimit-limit-requests is 60·rps) but enforces
+	// it over a window of Burst/rps seconds, as some providers do: with
+	// rps 25 and Burst 5, 1,500 RPM that refuses the sixth request of any
+	// 200 ms. The x-ratelimit-remaining-requests and -reset-requests headers
+	// describe this short-window bucket truthfully.
+	Burst int
+	// OmitLimitHeaders stops the x-ratelimit-* headers: a 429 then carries
+	// only Retry-After and retry-after-ms, like a provider that does not
+	// say what its limits are.
+	OmitLimitHeaders bool
 	// Latency is added before every admitted answer, plus or minus a
 	// uniformly drawn Jitter (never below zero).
 	Latency, Jitter time.Duration
@@ -124,7 +137,7 @@ func New(cfg Config) *Server {
 	for key, rps := range cfg.Keys {
 		ks := &keyState{}
 		if rps > 0 && !math.IsInf(rps, 1) {
-			ks.bucket = newBucket(rps)
+			ks.bucket = newBucket(rps, cfg.Burst)
 		}
 		s.keys[key] = ks
 	}
@@ -236,12 +249,14 @@ func (s *Server) forced(w http.ResponseWriter, r *http.Request, ks *keyState) bo
 	return true
 }
 
-// setLimitHeaders writes the x-ratelimit-*-requests headers of a take, and
-// Retry-After and retry-after-ms when it was refused.
-func setLimitHeaders(h http.Header, d decision) {
-	h.Set("x-ratelimit-limit-requests", strconv.FormatInt(d.limit, 10))
-	h.Set("x-ratelimit-remaining-requests", strconv.FormatInt(d.remaining, 10))
-	h.Set("x-ratelimit-reset-requests", formatReset(d.reset))
+// setLimitHeaders writes the x-ratelimit-*-requests headers of a take
+// (unless omit), and Retry-After and retry-after-ms when it was refused.
+func setLimitHeaders(h http.Header, d decision, omit bool) {
+	if !omit {
+		h.Set("x-ratelimit-limit-requests", strconv.FormatInt(d.limit, 10))
+		h.Set("x-ratelimit-remaining-requests", strconv.FormatInt(d.remaining, 10))
+		h.Set("x-ratelimit-reset-requests", formatReset(d.reset))
+	}
 	if !d.ok {
 		h.Set("Retry-After", strconv.FormatInt(int64(math.Ceil(d.retryAfter.Seconds())), 10))
 		h.Set("retry-after-ms", strconv.FormatInt(int64(ceilMs(d.retryAfter)/time.Millisecond), 10))

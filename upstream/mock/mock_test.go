@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -123,6 +124,46 @@ func TestBucket(t *testing.T) {
 	}
 	if got := st.Total; got != (Counts{Requests: 9, OK: 6, Status429: 3}) {
 		t.Errorf("total counts %+v", got)
+	}
+}
+
+// TestBurst: a key at 25/s (1,500 RPM as its header says) with Burst 5
+// takes 5 requests at once, not 25, and its headers describe that short
+// window: what is left of the 5, and when they are all back.
+func TestBurst(t *testing.T) {
+	t0 := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	now := t0
+	s := New(Config{Keys: map[string]float64{"sk-a": 25}, Burst: 5, Now: func() time.Time { return now }})
+	for i := range 5 {
+		rec := do(t, s, "POST", "/v1/chat/completions", "sk-a", chatBody)
+		h := rec.Header()
+		if rec.Code != 200 || h.Get("x-ratelimit-limit-requests") != "1500" || h.Get("x-ratelimit-remaining-requests") != strconv.Itoa(4-i) ||
+			h.Get("x-ratelimit-reset-requests") != (time.Duration(i+1)*40*time.Millisecond).String() {
+			t.Fatalf("request %d: %d %v", i, rec.Code, h)
+		}
+	}
+	rec := do(t, s, "POST", "/v1/chat/completions", "sk-a", chatBody)
+	if rec.Code != 429 || rec.Header().Get("retry-after-ms") != "40" || rec.Header().Get("Retry-After") != "1" {
+		t.Fatalf("sixth request at once: %d %v, want 429 for 40 ms", rec.Code, rec.Header())
+	}
+	now = t0.Add(40 * time.Millisecond)
+	if rec := do(t, s, "POST", "/v1/chat/completions", "sk-a", chatBody); rec.Code != 200 {
+		t.Fatalf("after one refill: %d", rec.Code)
+	}
+}
+
+// TestOmitLimitHeaders: a provider that does not say its limits still says
+// when to retry.
+func TestOmitLimitHeaders(t *testing.T) {
+	now := time.Unix(1000, 0)
+	s := New(Config{Keys: map[string]float64{"sk-a": 1}, OmitLimitHeaders: true, Now: func() time.Time { return now }})
+	rec := do(t, s, "POST", "/v1/chat/completions", "sk-a", chatBody)
+	if rec.Code != 200 || rec.Header().Get("x-ratelimit-remaining-requests") != "" {
+		t.Fatalf("first: %d %v", rec.Code, rec.Header())
+	}
+	rec = do(t, s, "POST", "/v1/chat/completions", "sk-a", chatBody)
+	if rec.Code != 429 || rec.Header().Get("Retry-After") != "1" || rec.Header().Get("x-ratelimit-limit-requests") != "" {
+		t.Fatalf("second: %d %v", rec.Code, rec.Header())
 	}
 }
 

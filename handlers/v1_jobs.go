@@ -1,0 +1,169 @@
+package handlers
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/sluicehq/sluice/apperr"
+	"github.com/sluicehq/sluice/jobs"
+)
+
+// Callbacks vets a job's callback URL for an organization.
+type Callbacks interface {
+	CheckCallback(ctx context.Context, orgID int64, url string) error
+}
+
+// asyncHeader queues a chat completion sent to /v1/chat/completions as a job.
+const asyncHeader = "X-Sluice-Async"
+
+// callbackHeader names a job's callback URL.
+const callbackHeader = "X-Sluice-Callback-URL"
+
+type jobOut struct {
+	ID          string          `json:"id"`
+	Object      string          `json:"object"`
+	Status      string          `json:"status"`
+	Attempts    int             `json:"attempts"`
+	MaxAttempts int             `json:"max_attempts"`
+	CreatedAt   int64           `json:"created_at"`
+	StartedAt   *int64          `json:"started_at"`
+	FinishedAt  *int64          `json:"finished_at"`
+	Result      json.RawMessage `json:"result,omitempty"` // the chat completion, once succeeded
+	Error       *jobs.Failure   `json:"error,omitempty"`
+}
+
+func unix(t *time.Time) *int64 {
+	if t == nil {
+		return nil
+	}
+	u := t.Unix()
+	return &u
+}
+
+func toJobOut(j jobs.Job) jobOut {
+	out := jobOut{ID: j.ID, Object: "job", Status: j.Status, Attempts: j.Attempts, MaxAttempts: j.MaxAttempts,
+		CreatedAt: j.CreatedAt.Unix(), StartedAt: unix(j.StartedAt), FinishedAt: unix(j.FinishedAt)}
+	if o := j.Output; o != nil {
+		out.Error = o.Error
+		if j.Status == jobs.Succeeded {
+			out.Result = o.Body
+		}
+	}
+	return out
+}
+
+// createJob answers POST /v1/jobs (and /v1/chat/completions with
+// X-Sluice-Async: true): the body is a chat completion, checked now and
+// worked later; "callback_url" in it (or X-Sluice-Callback-URL) is told the
+// outcome. Queueing costs nothing from the token's buckets (the job pays
+// when it runs), so a thousand jobs can be queued at once; a frozen token
+// cannot queue.
+func (a *api) createJob(c *gin.Context) {
+	ctx, caller := c.Request.Context(), callerOf(c)
+	if a.Jobs == nil {
+		a.fail(c, apperr.WithReason(apperr.NotFound, "jobs_disabled", "this gateway does not queue jobs"))
+		return
+	}
+	if err := a.Pipeline.CheckFrozen(caller); err != nil {
+		a.fail(c, err)
+		return
+	}
+	body, err := a.readBody(c)
+	if err != nil {
+		a.fail(c, err)
+		return
+	}
+	callback := c.GetHeader(callbackHeader)
+	if body, callback, err = withoutCallback(body, callback); err != nil {
+		a.fail(c, err)
+		return
+	}
+	if callback != "" {
+		if err := a.Callbacks.CheckCallback(ctx, caller.OrgID, callback); err != nil {
+			a.fail(c, err)
+			return
+		}
+	}
+	j, err := a.Jobs.Enqueue(ctx, a.Pipeline, caller, body, c.GetHeader("X-Sluice-Priority"), callback)
+	if err != nil {
+		a.fail(c, err)
+		return
+	}
+	c.Header("Location", "/v1/jobs/"+j.ID)
+	c.JSON(http.StatusAccepted, toJobOut(j))
+}
+
+// withoutCallback takes "callback_url" out of a job's body (a provider
+// would not know it); the header, if any, wins.
+func withoutCallback(body []byte, header string) ([]byte, string, error) {
+	if !strings.Contains(string(body), `"callback_url"`) {
+		return body, header, nil
+	}
+	var m map[string]json.RawMessage
+	if json.Unmarshal(body, &m) != nil {
+		return body, header, nil // the parse that follows says what is wrong
+	}
+	var url string
+	if raw, ok := m["callback_url"]; ok {
+		if err := json.Unmarshal(raw, &url); err != nil {
+			return nil, "", apperr.Field(apperr.Invalid, "invalid_callback_url", "callback_url", "callback_url must be a string")
+		}
+		delete(m, "callback_url")
+	}
+	if header == "" {
+		header = url
+	}
+	b, err := json.Marshal(m)
+	return b, header, err
+}
+
+// getJob answers GET /v1/jobs/{id}.
+func (a *api) getJob(c *gin.Context) {
+	if a.Jobs == nil {
+		a.fail(c, apperr.WithReason(apperr.NotFound, "job_not_found", "no such job (or it expired)"))
+		return
+	}
+	j, err := a.Jobs.Get(c.Request.Context(), callerOf(c).OrgID, c.Param("id"))
+	if err != nil {
+		a.fail(c, err)
+		return
+	}
+	c.JSON(http.StatusOK, toJobOut(j))
+}
+
+// cancelJob answers DELETE /v1/jobs/{id}: a queued job is cancelled.
+func (a *api) cancelJob(c *gin.Context) {
+	if a.Jobs == nil {
+		a.fail(c, apperr.WithReason(apperr.NotFound, "job_not_found", "no such job (or it expired)"))
+		return
+	}
+	j, err := a.Jobs.Cancel(c.Request.Context(), callerOf(c).OrgID, c.Param("id"))
+	if err != nil {
+		a.fail(c, err)
+		return
+	}
+	c.JSON(http.StatusOK, toJobOut(j))
+}
+
+// listJobs answers GET /v1/jobs: the organization's latest 100 jobs.
+func (a *api) listJobs(c *gin.Context) {
+	if a.Jobs == nil {
+		c.JSON(http.StatusOK, gin.H{"object": "list", "data": []jobOut{}})
+		return
+	}
+	js, err := a.Jobs.List(c.Request.Context(), callerOf(c).OrgID, 100)
+	if err != nil {
+		a.fail(c, err)
+		return
+	}
+	out := make([]jobOut, len(js))
+	for i, j := range js {
+		out[i] = toJobOut(j)
+	}
+	c.JSON(http.StatusOK, gin.H{"object": "list", "data": out})
+}

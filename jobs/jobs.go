@@ -1,0 +1,422 @@
+// Package jobs is the queue layer: chat completions that can wait. A job is
+// stored in the database on River's own tables (Postgres, or the embedded
+// SQLite), worked by River on every node through the same completion
+// pipeline as a live request but at low priority (it waits for the
+// buckets instead of failing, and never takes the half of a burst live
+// traffic is owed), and its answer is kept for the caller to fetch for a
+// while. The Batch API is built on it.
+package jobs
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/riverdriver/riversqlite"
+	"github.com/riverqueue/river/rivermigrate"
+	"github.com/riverqueue/river/rivertype"
+
+	"github.com/sluicehq/sluice/accounts"
+	"github.com/sluicehq/sluice/apperr"
+	"github.com/sluicehq/sluice/completion"
+	"github.com/sluicehq/sluice/models"
+)
+
+// Args is a queued chat completion, as River stores it.
+type Args struct {
+	OrgID       int64           `json:"org_id"`
+	TokenID     int64           `json:"token_id"`
+	Body        json.RawMessage `json:"body"`                   // the chat completion request, as the client sent it
+	Priority    string          `json:"priority,omitempty"`     // X-Sluice-Priority
+	CallbackURL string          `json:"callback_url,omitempty"` // told the outcome, signed
+	BatchID     int64           `json:"batch_id,omitempty"`
+	CustomID    string          `json:"custom_id,omitempty"` // the batch line's id
+}
+
+// Kind names the job kind in River's tables.
+func (Args) Kind() string { return "chat_completion" }
+
+// Output is what a finished job keeps: the answer, or why there is none.
+type Output struct {
+	RequestID string          `json:"request_id"`
+	Status    int             `json:"status_code"`    // the answer's HTTP status, or the error's
+	Body      json.RawMessage `json:"body,omitempty"` // the chat completion, as a live call would return it
+	Error     *Failure        `json:"error,omitempty"`
+}
+
+// Failure is a job's last error, in the API's words.
+type Failure struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+// Job states as the API shows them.
+const (
+	Queued    = "queued"
+	Running   = "running"
+	Succeeded = "succeeded"
+	Failed    = "failed"
+	Cancelled = "cancelled"
+)
+
+// Job is a queued completion as its owner sees it.
+type Job struct {
+	ID          string // "job_" + River's id; also the usage event's request id
+	Status      string
+	Attempts    int
+	MaxAttempts int
+	CreatedAt   time.Time
+	StartedAt   *time.Time // of the latest attempt
+	FinishedAt  *time.Time
+	Output      *Output // once finished (and while retrying: the last error)
+	Args        Args
+}
+
+// JobID is the public id of River's job id.
+func JobID(id int64) string { return "job_" + strconv.FormatInt(id, 10) }
+
+// parseJobID reads a public job id; anything else names no job.
+func parseJobID(s string) (int64, bool) {
+	n, err := strconv.ParseInt(strings.TrimPrefix(s, "job_"), 10, 64)
+	return n, err == nil && n > 0 && strings.HasPrefix(s, "job_")
+}
+
+// Config shapes the queue.
+type Config struct {
+	Workers     int           // jobs worked at once on this node
+	MaxAttempts int           // attempts before a job fails
+	Retention   time.Duration // how long finished jobs and their answers are kept
+	MaxWait     time.Duration // longest a worker waits in place for a bucket; longer waits are snoozes
+	RetryBase   time.Duration // the first retry's backoff ceiling; it doubles per attempt, up to 10 minutes
+	Now         func() time.Time
+}
+
+// client is the part of River's generic client the queue uses, the same
+// for Postgres and SQLite.
+type client interface {
+	Insert(ctx context.Context, args river.JobArgs, opts *river.InsertOpts) (*rivertype.JobInsertResult, error)
+	InsertMany(ctx context.Context, params []river.InsertManyParams) ([]*rivertype.JobInsertResult, error)
+	JobGet(ctx context.Context, id int64) (*rivertype.JobRow, error)
+	JobCancel(ctx context.Context, id int64) (*rivertype.JobRow, error)
+	JobList(ctx context.Context, params *river.JobListParams) (*river.JobListResult, error)
+	Start(ctx context.Context) error
+	Stop(ctx context.Context) error
+}
+
+// Queue is the node's job queue: it inserts, reads and cancels jobs, and
+// works them.
+type Queue struct {
+	client client
+	stats  *sql.DB
+	cfg    Config
+	log    *slog.Logger
+	close  func()
+}
+
+// Notifier tells a job's callback URL its outcome, signed for orgID.
+type Notifier func(ctx context.Context, orgID int64, url string, body []byte) error
+
+// BatchLines hears the final outcome of each job that is a batch's line.
+type BatchLines interface {
+	LineDone(ctx context.Context, batchID int64, customID string, jobID string, out Output) error
+}
+
+// Deps are what the queue's workers use.
+type Deps struct {
+	DB          *models.DB
+	DatabaseURL string // Postgres: River gets a pgx pool of its own; "" for SQLite
+	Pipeline    *completion.Pipeline
+	Directory   *accounts.Directory
+	Notify      Notifier
+	Batches     BatchLines // where batch lines' outcomes go; nil: no batches
+	Log         *slog.Logger
+}
+
+// New builds the queue on d.DB. Call Start to work jobs.
+func New(ctx context.Context, d Deps, cfg Config) (*Queue, error) {
+	w := &worker{pipeline: d.Pipeline, dir: d.Directory, notify: d.Notify, batches: d.Batches, log: d.Log,
+		maxWait: cfg.MaxWait, retryBase: cfg.RetryBase}
+	workers := river.NewWorkers()
+	if err := river.AddWorkerSafely(workers, w); err != nil {
+		return nil, err
+	}
+	rc := &river.Config{
+		Queues:                      map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: cfg.Workers}},
+		Workers:                     workers,
+		MaxAttempts:                 cfg.MaxAttempts,
+		CompletedJobRetentionPeriod: cfg.Retention,
+		CancelledJobRetentionPeriod: cfg.Retention,
+		DiscardedJobRetentionPeriod: cfg.Retention,
+		FetchCooldown:               50 * time.Millisecond,
+		FetchPollInterval:           500 * time.Millisecond,
+		JobTimeout:                  -1, // the pipeline bounds provider calls; a job waiting for a bucket must not time out
+		Logger:                      d.Log,
+	}
+	q := &Queue{cfg: cfg, log: d.Log, close: func() {}}
+	sqlDB, err := d.DB.SQL()
+	if err != nil {
+		return nil, err
+	}
+	q.stats = sqlDB
+	if d.DB.Dialect == "postgres" {
+		pool, err := pgxpool.New(ctx, d.DatabaseURL)
+		if err != nil {
+			return nil, fmt.Errorf("jobs: %w", err)
+		}
+		c, err := river.NewClient(riverpgxv5.New(pool), rc)
+		if err != nil {
+			pool.Close()
+			return nil, fmt.Errorf("jobs: %w", err)
+		}
+		q.client, q.close = c, pool.Close
+	} else {
+		// SQLite has one writer: River's polling shares the one connection.
+		rc.PollOnly = true
+		c, err := river.NewClient(riversqlite.New(sqlDB), rc)
+		if err != nil {
+			return nil, fmt.Errorf("jobs: %w", err)
+		}
+		q.client = c
+	}
+	return q, nil
+}
+
+// Migrate applies River's own migrations, which keep its tables (jobs,
+// queues, leader) in the database next to Sluice's.
+func Migrate(ctx context.Context, db *models.DB, databaseURL string) (int, error) {
+	return withMigrator(ctx, db, databaseURL, func(m migrator) (int, error) {
+		res, err := m.Migrate(ctx, rivermigrate.DirectionUp, nil)
+		if err != nil {
+			return 0, fmt.Errorf("jobs: migrating River's tables: %w", err)
+		}
+		return len(res.Versions), nil
+	})
+}
+
+// CheckMigrated refuses an older schema of River's tables, as
+// migrations.Check does for Sluice's.
+func CheckMigrated(ctx context.Context, db *models.DB, databaseURL string) error {
+	_, err := withMigrator(ctx, db, databaseURL, func(m migrator) (int, error) {
+		res, err := m.Validate(ctx, nil)
+		if err != nil {
+			return 0, fmt.Errorf("jobs: checking River's tables: %w", err)
+		}
+		if !res.OK {
+			return 0, fmt.Errorf("the job queue's tables are not migrated (%s): run `sluice migrate`", strings.Join(res.Messages, "; "))
+		}
+		return 0, nil
+	})
+	return err
+}
+
+// migrator is the part of rivermigrate's generic Migrator used here.
+type migrator interface {
+	Migrate(ctx context.Context, direction rivermigrate.Direction, opts *rivermigrate.MigrateOpts) (*rivermigrate.MigrateResult, error)
+	Validate(ctx context.Context, opts *rivermigrate.ValidateOpts) (*rivermigrate.ValidateResult, error)
+}
+
+func withMigrator(ctx context.Context, db *models.DB, databaseURL string, fn func(migrator) (int, error)) (int, error) {
+	if db.Dialect == "postgres" {
+		pool, err := pgxpool.New(ctx, databaseURL)
+		if err != nil {
+			return 0, fmt.Errorf("jobs: %w", err)
+		}
+		defer pool.Close()
+		m, err := rivermigrate.New(riverpgxv5.New(pool), nil)
+		if err != nil {
+			return 0, err
+		}
+		return fn(m)
+	}
+	sqlDB, err := db.SQL()
+	if err != nil {
+		return 0, err
+	}
+	m, err := rivermigrate.New(riversqlite.New(sqlDB), nil)
+	if err != nil {
+		return 0, err
+	}
+	return fn(m)
+}
+
+// Start works jobs until Stop.
+func (q *Queue) Start(ctx context.Context) error { return q.client.Start(ctx) }
+
+// Stop finishes the jobs in flight (within ctx) and releases the queue.
+// A job cut short by ctx is worked again after the next start.
+func (q *Queue) Stop(ctx context.Context) error {
+	err := q.client.Stop(ctx)
+	q.close()
+	return err
+}
+
+// Errors of the job API.
+var (
+	errNoJob     = apperr.WithReason(apperr.NotFound, "job_not_found", "no such job (or it expired)")
+	errNoStreams = apperr.Field(apperr.Invalid, "unsupported_stream", "stream", "a job cannot stream: its answer is kept for GET /v1/jobs/{id}; send stream false")
+)
+
+// Enqueue queues a chat completion for caller: it must parse as a live
+// request would (so a bad request fails now, not later), and may not
+// stream. callbackURL, if set, must be on an allowed host (the caller
+// checks it).
+func (q *Queue) Enqueue(ctx context.Context, p *completion.Pipeline, caller accounts.Caller, body []byte, priority, callbackURL string) (Job, error) {
+	req, err := p.Parse(body)
+	if err != nil {
+		return Job{}, err
+	}
+	if req.Stream {
+		return Job{}, errNoStreams
+	}
+	args := Args{OrgID: caller.OrgID, TokenID: caller.TokenID, Body: body, Priority: priority, CallbackURL: callbackURL}
+	res, err := q.client.Insert(ctx, args, insertOpts(caller.OrgID))
+	if err != nil {
+		return Job{}, apperr.Wrap(err, "queueing a job")
+	}
+	return q.view(res.Job), nil
+}
+
+// insertOpts tags a job with its organization, so listing is scoped.
+func insertOpts(orgID int64) *river.InsertOpts {
+	return &river.InsertOpts{Metadata: []byte(`{"org_id":` + strconv.FormatInt(orgID, 10) + `}`)}
+}
+
+// Get returns one of orgID's jobs; another organization's, or one past its
+// retention, is not found.
+func (q *Queue) Get(ctx context.Context, orgID int64, id string) (Job, error) {
+	row, err := q.row(ctx, orgID, id)
+	if err != nil {
+		return Job{}, err
+	}
+	return q.view(row), nil
+}
+
+// Cancel cancels one of orgID's jobs that has not started; a running or
+// finished job is a conflict.
+func (q *Queue) Cancel(ctx context.Context, orgID int64, id string) (Job, error) {
+	row, err := q.row(ctx, orgID, id)
+	if err != nil {
+		return Job{}, err
+	}
+	if st := q.view(row).Status; st != Queued {
+		return Job{}, apperr.WithReason(apperr.Conflict, "job_not_cancellable", "the job is "+st+"; only a queued job can be cancelled")
+	}
+	row, err = q.client.JobCancel(ctx, row.ID)
+	if err != nil {
+		return Job{}, apperr.Wrap(err, "cancelling a job")
+	}
+	// A job picked up between the check and the cancel is asked to stop;
+	// report what it is now.
+	return q.view(row), nil
+}
+
+func (q *Queue) row(ctx context.Context, orgID int64, id string) (*rivertype.JobRow, error) {
+	n, ok := parseJobID(id)
+	if !ok {
+		return nil, errNoJob
+	}
+	row, err := q.client.JobGet(ctx, n)
+	if errors.Is(err, river.ErrNotFound) {
+		return nil, errNoJob
+	}
+	if err != nil {
+		return nil, apperr.Wrap(err, "reading a job")
+	}
+	var a Args
+	if json.Unmarshal(row.EncodedArgs, &a) != nil || a.OrgID != orgID || row.Kind != (Args{}).Kind() {
+		return nil, errNoJob
+	}
+	if row.FinalizedAt != nil && q.cfg.Now().Sub(*row.FinalizedAt) > q.cfg.Retention {
+		return nil, errNoJob // expired: River's cleaner deletes it soon
+	}
+	return row, nil
+}
+
+// List returns orgID's latest jobs, newest first.
+func (q *Queue) List(ctx context.Context, orgID int64, limit int) ([]Job, error) {
+	res, err := q.client.JobList(ctx, river.NewJobListParams().Kinds((Args{}).Kind()).
+		Metadata(`{"org_id":`+strconv.FormatInt(orgID, 10)+`}`).OrderBy(river.JobListOrderByID, river.SortOrderDesc).First(limit))
+	if err != nil {
+		return nil, apperr.Wrap(err, "listing jobs")
+	}
+	out := make([]Job, 0, len(res.Jobs))
+	for _, r := range res.Jobs {
+		if j := q.view(r); j.FinishedAt == nil || q.cfg.Now().Sub(*j.FinishedAt) <= q.cfg.Retention {
+			out = append(out, j)
+		}
+	}
+	return out, nil
+}
+
+// view is a River row as the API shows it.
+func (q *Queue) view(r *rivertype.JobRow) Job {
+	j := Job{ID: JobID(r.ID), Attempts: r.Attempt, MaxAttempts: r.MaxAttempts, CreatedAt: r.CreatedAt.UTC(),
+		StartedAt: r.AttemptedAt, FinishedAt: r.FinalizedAt}
+	_ = json.Unmarshal(r.EncodedArgs, &j.Args)
+	var meta struct {
+		Output *Output `json:"output"`
+	}
+	if json.Unmarshal(r.Metadata, &meta) == nil {
+		j.Output = meta.Output
+	}
+	switch r.State {
+	case rivertype.JobStateRunning:
+		j.Status = Running
+	case rivertype.JobStateCompleted:
+		j.Status = Succeeded
+	case rivertype.JobStateDiscarded:
+		j.Status = Failed
+	case rivertype.JobStateCancelled:
+		j.Status = Cancelled
+		if j.Output != nil && j.Output.Error != nil {
+			j.Status = Failed // cancelled by its own worker: a failure no retry could fix
+		}
+	default: // available, scheduled, retryable, pending
+		j.Status = Queued
+	}
+	return j
+}
+
+// Stats are the node's view of the queue for operators: jobs waiting to
+// run and how long the oldest has waited.
+type Stats struct {
+	Waiting int64
+	Oldest  time.Duration
+}
+
+// Stats reads the queue's depth and the age of its oldest waiting job.
+func (q *Queue) Stats(ctx context.Context) (Stats, error) {
+	var s Stats
+	var oldest sql.NullString
+	err := q.stats.QueryRowContext(ctx, `SELECT COUNT(*), MIN(created_at) FROM river_job
+		WHERE state IN ('available', 'scheduled', 'retryable', 'pending')`).Scan(&s.Waiting, &oldest)
+	if err != nil {
+		return s, apperr.Wrap(err, "job queue stats")
+	}
+	if oldest.Valid {
+		if t, ok := parseDBTime(oldest.String); ok {
+			s.Oldest = max(q.cfg.Now().Sub(t), 0)
+		}
+	}
+	return s, nil
+}
+
+// parseDBTime reads a timestamp as Postgres or SQLite write it as text.
+func parseDBTime(s string) (time.Time, bool) {
+	for _, layout := range []string{time.RFC3339Nano, "2006-01-02 15:04:05.999999999-07:00", "2006-01-02 15:04:05.999999999-07",
+		"2006-01-02 15:04:05.999999999", "2006-01-02T15:04:05.999999999"} {
+		if t, err := time.Parse(layout, s); err == nil {
+			return t, true
+		}
+	}
+	return time.Time{}, false
+}

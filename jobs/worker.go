@@ -1,0 +1,185 @@
+package jobs
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"time"
+
+	"github.com/riverqueue/river"
+
+	"github.com/sluicehq/sluice/accounts"
+	"github.com/sluicehq/sluice/apperr"
+	"github.com/sluicehq/sluice/completion"
+)
+
+// worker runs queued chat completions through the pipeline.
+type worker struct {
+	river.WorkerDefaults[Args]
+	pipeline *completion.Pipeline
+	dir      *accounts.Directory
+	notify   Notifier
+	batches  BatchLines
+	log      *slog.Logger
+	maxWait  time.Duration
+	// retryBase is the first retry's backoff ceiling.
+	retryBase time.Duration
+}
+
+// Work runs one attempt of a job. A job whose buckets are busy, or whose
+// token is frozen, waits: in place when the wait is short, else snoozed
+// (which frees the worker and costs no attempt). What no retry can fix (a
+// spent budget, a revoked token, a request the provider refused) fails the
+// job at once; anything else (providers unavailable) is retried after a
+// backoff longer than a live request's, until the attempts run out.
+func (w *worker) Work(ctx context.Context, job *river.Job[Args]) error {
+	a := job.Args
+	out := Output{RequestID: JobID(job.ID)}
+	caller, err := w.dir.CallerByTokenID(ctx, a.TokenID)
+	if err != nil {
+		if apperr.CodeOf(err) == apperr.Unauthorized { // revoked, expired or deleted: for good
+			return w.fail(ctx, job, out, err)
+		}
+		w.log.Warn("a job could not read its token; retrying", "job_id", out.RequestID, "attempt", job.Attempt, "err", err)
+		return err
+	}
+	req, err := w.pipeline.Parse(a.Body)
+	if err != nil {
+		return w.fail(ctx, job, out, err)
+	}
+	// The job's id is the usage event's request id: a job worked twice (a
+	// node lost mid-attempt) is metered once.
+	req.ID, req.Priority, req.Queued, req.Stream = out.RequestID, a.Priority, true, false
+	for {
+		sink := newBuffer()
+		served, err := w.pipeline.Complete(ctx, caller, &req, sink)
+		if err == nil {
+			out.Status, out.Body = served.Status, sink.body.Bytes()
+			if served.Status/100 != 2 { // the provider refused the request itself
+				out.Error = &Failure{Code: "provider_refused", Message: "the provider answered " + http.StatusText(served.Status)}
+				return w.finish(ctx, job, out, river.JobCancel(apperr.New(apperr.Invalid, "provider answered %d", served.Status)))
+			}
+			return w.finish(ctx, job, out, nil)
+		}
+		e := apperr.As(err)
+		switch {
+		case ctx.Err() != nil:
+			// Shutting down: nothing was delivered; the next start picks
+			// the job up again without counting an attempt.
+			return river.JobSnooze(0)
+		case e.Reason == completion.ErrWait || e.Code == apperr.Frozen:
+			if e.RetryAfter > w.maxWait {
+				return river.JobSnooze(e.RetryAfter)
+			}
+			if sleep(ctx, e.RetryAfter) != nil {
+				return river.JobSnooze(0)
+			}
+		case retryable(e.Code):
+			w.log.Warn("a job's attempt failed", "job_id", out.RequestID, "attempt", job.Attempt, "of", job.MaxAttempts, "err", err)
+			out.Status, out.Error = apperr.Status(e.Code), failure(e)
+			if job.Attempt >= job.MaxAttempts {
+				return w.finish(ctx, job, out, err)
+			}
+			_ = river.RecordOutput(ctx, out) // the last error, visible while it waits to retry
+			return err
+		default:
+			return w.fail(ctx, job, out, err)
+		}
+	}
+}
+
+// retryable says whether another attempt, later, may succeed.
+func retryable(c apperr.Code) bool {
+	return c == apperr.Unavailable || c == apperr.BadUpstream || c == apperr.Internal
+}
+
+// fail ends a job with an error no retry can fix.
+func (w *worker) fail(ctx context.Context, job *river.Job[Args], out Output, err error) error {
+	e := apperr.As(err)
+	out.Status, out.Error = apperr.Status(e.Code), failure(e)
+	return w.finish(ctx, job, out, river.JobCancel(err))
+}
+
+func failure(e *apperr.Error) *Failure {
+	code := string(e.Code)
+	if e.Reason != "" {
+		code = e.Reason
+	}
+	msg := e.Message
+	if e.Code == apperr.Internal {
+		msg = "internal error"
+	}
+	return &Failure{Code: code, Message: msg}
+}
+
+// finish records a job's final outcome, tells its batch and its callback,
+// and returns what River should do with it.
+func (w *worker) finish(ctx context.Context, job *river.Job[Args], out Output, result error) error {
+	if err := river.RecordOutput(ctx, out); err != nil {
+		w.log.Error("recording a job's output failed", "job_id", out.RequestID, "err", err)
+	}
+	a := job.Args
+	if a.BatchID != 0 && w.batches != nil {
+		if err := w.batches.LineDone(ctx, a.BatchID, a.CustomID, out.RequestID, out); err != nil {
+			return err // retried: the line's outcome must reach its batch
+		}
+	}
+	if a.CallbackURL != "" && w.notify != nil {
+		status := Succeeded
+		if out.Error != nil {
+			status = Failed
+		}
+		body, _ := json.Marshal(struct {
+			ID     string  `json:"id"`
+			Object string  `json:"object"`
+			Status string  `json:"status"`
+			Result *Output `json:"result"`
+		}{out.RequestID, "job", status, &out})
+		if err := w.notify(context.WithoutCancel(ctx), a.OrgID, a.CallbackURL, body); err != nil {
+			w.log.Warn("a job's callback failed", "job_id", out.RequestID, "err", err)
+		}
+	}
+	return result
+}
+
+// NextRetry backs off longer than a live request's retries do: the job can
+// wait, and providers that failed it need time. Full jitter over retryBase
+// (10 s by default) doubling per attempt, capped at 10 minutes.
+func (w *worker) NextRetry(job *river.Job[Args]) time.Time {
+	ceil := w.retryBase << min(max(job.Attempt-1, 0), 10)
+	return time.Now().Add(time.Duration(rand.Float64() * float64(min(ceil, 10*time.Minute))))
+}
+
+// sleep waits d or until ctx ends.
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// buffer is the pipeline's Sink for a job: it keeps the whole answer.
+type buffer struct {
+	header http.Header
+	body   bytes.Buffer
+}
+
+func newBuffer() *buffer { return &buffer{header: http.Header{}} }
+
+func (b *buffer) Header() http.Header { return b.header }
+
+func (b *buffer) Send(_ int, _ string, body []byte) error {
+	b.body.Write(body)
+	return nil
+}
+
+func (b *buffer) StartStream(int) error { return nil }
+
+func (b *buffer) Write(p []byte) (int, error) { return b.body.Write(p) }
