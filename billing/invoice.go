@@ -110,7 +110,7 @@ func Build(period time.Time, plan Plan, usage []Usage) Invoice {
 		inv.Lines = append(inv.Lines, l)
 	}
 	if credit := min(plan.IncludedCredit.RoundCents(), usageTotal); credit > 0 {
-		inv.Lines = append(inv.Lines, Line{Kind: LineCredit, Description: "included credit (" + plan.IncludedCredit.StringCents() + " a month)",
+		inv.Lines = append(inv.Lines, Line{Kind: LineCredit, Description: "included credit ($" + plan.IncludedCredit.StringCents() + " a month)",
 			Amount: -credit})
 	}
 	for _, l := range inv.Lines {

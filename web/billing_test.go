@@ -306,7 +306,7 @@ func TestInvoicesAndCSV(t *testing.T) {
 		})
 		want := []string{
 			"sluice-local 1 request | 200,000 at $2.50/M | 50,000 at $10.00/M | 0 at $2.50/M | $1.00",
-			"included credit (1.00 a month) |  |  |  | -$1.00",
+			"included credit ($1.00 a month) |  |  |  | -$1.00",
 		}
 		if fmt.Sprint(lines) != fmt.Sprint(want) {
 			t.Errorf("draft lines =\n%q\nwant\n%q", lines, want)
