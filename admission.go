@@ -25,14 +25,15 @@ const tunerLockKey = 7234612
 // admission is a node's quota machinery: in process for a single node, or
 // shared through Redis for a cluster.
 type admission struct {
-	limiter quota.Limiter
-	window  quota.RejectionWindow
-	bus     cluster.Bus
-	leader  quota.Leader
-	listen  func(ctx context.Context, apply func(cluster.Event)) // nil without Redis
-	status  func() quota.LimiterStatus
-	redis   *redis.Client // the node's one Redis client; nil without Redis
-	close   func()
+	limiter      quota.Limiter
+	window       quota.RejectionWindow
+	bus          cluster.Bus
+	leader       quota.Leader
+	listen       func(ctx context.Context, apply func(cluster.Event)) // nil without Redis
+	status       func() quota.LimiterStatus
+	redis        *redis.Client // the node's Redis client for all but the limiter; nil without Redis
+	limiterRedis *redis.Client // the limiter's own client (newLimiterClient); nil without Redis
+	close        func()
 }
 
 // newAdmission builds the limiter, rejection window, invalidation bus and
@@ -54,16 +55,20 @@ func newAdmission(cfg config.Config, db *models.DB, log *slog.Logger, metrics *p
 	if err != nil {
 		return nil, fmt.Errorf("REDIS_URL: %w", err)
 	}
-	// Short timeouts: a slow Redis must turn into local limits (and cache
-	// misses) quickly, not into slow requests.
+	// Short timeouts: a slow Redis must turn into cache misses quickly, not
+	// into slow requests.
 	opts.DialTimeout, opts.ReadTimeout, opts.WriteTimeout = cfg.RedisTimeout*5, cfg.RedisTimeout, cfg.RedisTimeout
 	// No retries: a retried EVALSHA could run the script twice and charge
 	// twice. Deadlines from the request context are honoured.
 	opts.MaxRetries, opts.DialerRetries, opts.ContextTimeoutEnabled = -1, 1, true
+	lclient, err := newLimiterClient(cfg)
+	if err != nil {
+		return nil, err
+	}
 	client := redis.NewClient(opts)
-	local := quota.NewMemory(nil)
-	limiter := quota.NewDegrading(quota.NewRedis(client, cfg.RedisPrefix+"q:"), local, quota.DegradingOptions{
-		Share: cfg.ExpectedNodes, Timeout: cfg.RedisTimeout, Logger: log,
+	shared := quota.NewRedis(lclient, cfg.RedisPrefix+"q:")
+	limiter := quota.NewDegrading(shared, quota.NewMemory(nil), quota.DegradingOptions{
+		Share: cfg.ExpectedNodes, Timeout: cfg.LimiterTimeout, Logger: log,
 		OnStateChange: func(d bool) {
 			if d {
 				degraded.Set(1)
@@ -72,9 +77,17 @@ func newAdmission(cfg config.Config, db *models.DB, log *slog.Logger, metrics *p
 			}
 		},
 	})
-	fallbacks := prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_limiter_local_fallbacks_total",
-		Help: "Admissions decided by local limits because Redis was unreachable."}, func() float64 { return float64(limiter.Fallbacks()) })
-	metrics.MustRegister(fallbacks)
+	warmLimiter(shared, limiter, cfg, log)
+	metrics.MustRegister(
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_limiter_local_fallbacks_total",
+			Help: "Admissions decided by local limits because Redis did not answer in time."}, func() float64 { return float64(limiter.Fallbacks()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_limiter_shared_failures_total",
+			Help: "Shared-limiter calls that failed or ran past SLUICE_LIMITER_TIMEOUT; three in a row switch the node to local limits."},
+			func() float64 { return float64(limiter.Failures()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_limiter_reconciled_tokens_total",
+			Help: "Tokens admitted by local limits and charged to the shared buckets once Redis answered again."},
+			func() float64 { return float64(limiter.Reconciled()) }),
+	)
 	bus := cluster.NewRedis(client, cfg.RedisPrefix+"invalidate", log)
 	nodeID := cfg.NodeID
 	if nodeID == "" {
@@ -83,12 +96,13 @@ func newAdmission(cfg config.Config, db *models.DB, log *slog.Logger, metrics *p
 	}
 	lease := quota.NewRedisLease(client, cfg.RedisPrefix+"tuner-leader", nodeID, 3*cfg.TuneInterval)
 	return &admission{
-		limiter: limiter,
-		window:  quota.FallbackWindow{Shared: quota.NewRedisWindow(client, cfg.RedisPrefix), Local: quota.NewMemoryWindow(nil), Timeout: cfg.RedisTimeout},
-		bus:     bus,
-		leader:  lease,
-		listen:  bus.Listen,
-		redis:   client,
+		limiter:      limiter,
+		window:       quota.FallbackWindow{Shared: quota.NewRedisWindow(client, cfg.RedisPrefix), Local: quota.NewMemoryWindow(nil), Timeout: cfg.RedisTimeout},
+		bus:          bus,
+		leader:       lease,
+		listen:       bus.Listen,
+		redis:        client,
+		limiterRedis: lclient,
 		status: func() quota.LimiterStatus {
 			return quota.LimiterStatus{Mode: limiter.State(), Nodes: cfg.ExpectedNodes}
 		},
@@ -97,8 +111,54 @@ func newAdmission(cfg config.Config, db *models.DB, log *slog.Logger, metrics *p
 			defer cancel()
 			lease.Release(ctx)
 			client.Close()
+			lclient.Close()
 		},
 	}, nil
+}
+
+// limiterWarmConns is how many connections the limiter's pool opens before
+// the node serves (at most SLUICE_MAX_CONCURRENCY) and keeps idle after: a
+// round trip takes well under a millisecond, so a few connections carry
+// thousands of admissions a second, and more are dialled as load needs them.
+const limiterWarmConns = 16
+
+// newLimiterClient is the shared limiter's own Redis client, apart from the
+// one the cache, sessions and invalidations use, so that their traffic and
+// their shorter budget do not touch admissions:
+//
+//   - the pool holds SLUICE_MAX_CONCURRENCY connections, one per request the
+//     node serves at once, so no admission waits for another's connection;
+//   - calls are bounded by SLUICE_LIMITER_TIMEOUT (dials included, which the
+//     pool runs apart from the waiting request and hands to whichever request
+//     needs a connection first);
+//   - no retries: a retried EVALSHA could run the script twice and charge
+//     twice.
+func newLimiterClient(cfg config.Config) (*redis.Client, error) {
+	opts, err := redis.ParseURL(cfg.RedisURL)
+	if err != nil {
+		return nil, fmt.Errorf("REDIS_URL: %w", err)
+	}
+	t := cfg.LimiterTimeout
+	opts.DialTimeout, opts.ReadTimeout, opts.WriteTimeout, opts.PoolTimeout = t, t, t, t
+	opts.PoolSize = cfg.MaxConcurrency
+	opts.MinIdleConns = min(cfg.MaxConcurrency, limiterWarmConns)
+	opts.MaxRetries, opts.DialerRetries, opts.ContextTimeoutEnabled = -1, 1, true
+	return redis.NewClient(opts), nil
+}
+
+// warmLimiter opens the limiter's connections and loads its scripts before
+// the node serves, bounded by a few limiter budgets. If Redis cannot be
+// reached then the node starts on local limits, and its first requests do
+// not each wait for a timeout to find out.
+func warmLimiter(shared *quota.Redis, limiter *quota.Degrading, cfg config.Config, log *slog.Logger) {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*cfg.LimiterTimeout)
+	defer cancel()
+	start := time.Now()
+	if err := shared.Warm(ctx, min(cfg.MaxConcurrency, limiterWarmConns)); err != nil {
+		limiter.Unavailable(err)
+		return
+	}
+	log.Debug("limiter connections ready", "conns", min(cfg.MaxConcurrency, limiterWarmConns), "took", time.Since(start))
 }
 
 // runTuner samples this node's load and, while it leads, lowers or restores

@@ -24,7 +24,7 @@ func clusterEnv(t *testing.T, redisURL string) map[string]string {
 		"SLUICE_REDIS_PREFIX": "t" + rand.Text() + ":",
 		// Generous: under -race on two cores a shared call can be slow, and
 		// a node that fell back to local limits would spoil the measurement.
-		"SLUICE_REDIS_TIMEOUT": "2s", "SLUICE_EXPECTED_NODES": "3",
+		"SLUICE_REDIS_TIMEOUT": "2s", "SLUICE_LIMITER_TIMEOUT": "2s", "SLUICE_EXPECTED_NODES": "3",
 	}
 	if redisURL != "" {
 		env["REDIS_URL"] = redisURL
@@ -138,8 +138,20 @@ func TestNodesShareLimitsAndChanges(t *testing.T) {
 // nodes round robin, open loop, and returns how many were admitted and how
 // long the offered window really lasted.
 func offer(t *testing.T, nodes []client, key string, rate float64, d time.Duration) (admitted int64, window time.Duration) {
+	o := offerCounting(t, nodes, key, rate, d)
+	return o.admitted, o.window
+}
+
+// offered is what offerCounting saw.
+type offered struct {
+	admitted, serverErrors int64
+	window                 time.Duration
+}
+
+// offerCounting is offer, also counting 5xx answers.
+func offerCounting(t *testing.T, nodes []client, key string, rate float64, d time.Duration) offered {
 	total := int(rate * d.Seconds())
-	var next, ok atomic.Int64
+	var next, ok, failed atomic.Int64
 	tr := &http.Transport{MaxIdleConnsPerHost: 64}
 	hc := &http.Client{Transport: tr, Timeout: 10 * time.Second}
 	defer tr.CloseIdleConnections()
@@ -163,14 +175,17 @@ func offer(t *testing.T, nodes []client, key string, rate float64, d time.Durati
 					return
 				}
 				resp.Body.Close()
-				if resp.StatusCode == 200 {
+				switch {
+				case resp.StatusCode == 200:
 					ok.Add(1)
+				case resp.StatusCode >= 500:
+					failed.Add(1)
 				}
 			}
 		}()
 	}
 	wg.Wait()
-	return ok.Load(), time.Since(start)
+	return offered{admitted: ok.Load(), serverErrors: failed.Load(), window: time.Since(start)}
 }
 
 // TestAccuracyAcrossNodes offers one token 10x its rate through three nodes.

@@ -2,8 +2,6 @@ package quota
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -11,15 +9,34 @@ import (
 )
 
 // Degrading is the Limiter a gateway uses when it has shared state: it asks
-// the shared limiter (Redis) while that answers, and when it errors or times
-// out it keeps serving from an in-process Memory at a per-node share of every
+// the shared limiter (Redis) while that answers, and when it does not it
+// keeps serving from an in-process Memory at a per-node share of every
 // bucket, so losing Redis degrades to per-node limits, never to no limits and
 // never to an outage.
 //
-// A failed call opens a breaker: while it is open the shared limiter is left
-// alone except for one probe per ProbeInterval, a real request sent to it as
-// usual; the first probe that succeeds closes the breaker and shared limits
-// apply again. Each transition is logged once and reported to OnStateChange.
+// # What counts as down
+//
+// A call fails when it errors or runs past Timeout. One failed call is not an
+// outage (a node at full CPU, a connection reset, a slow dial): that request
+// alone is decided from the node's local share. Failures in a row
+// (FailuresToDegrade, with no answer between them) are: the breaker opens,
+// the calls still waiting for the shared limiter are abandoned at once, and
+// from then on the shared limiter is left alone except for one probe per
+// ProbeInterval, a real request sent to it as usual. The first probe that
+// succeeds closes the breaker and shared limits apply again. Each transition
+// is logged once and reported to OnStateChange; single failures are only
+// counted (Failures, Fallbacks).
+//
+// # Switching without a second burst
+//
+// Every answer from the shared limiter is copied into the local bucket of
+// the same key (its time until full; see Memory.raise), so local limits
+// start where the shared bucket was rather than full. What local limits
+// admit is owed to the shared bucket: once the shared limiter answers again,
+// it is charged to the shared bucket in the background (Adjust), so the
+// shared bucket does not hand out again what the nodes spent without it.
+// (The Redis limiter sends each call's deadline, so a call that a frozen
+// server runs after it was abandoned changes nothing: see ErrLate.)
 //
 // Errors about the request itself (ErrInvalidParams,
 // ErrWeightExceedsCapacity) are returned as they are, from either backend:
@@ -27,21 +44,29 @@ import (
 // limits; it has nothing to do with authentication, which must never fail
 // open.
 type Degrading struct {
-	shared   Limiter
-	local    *Memory
-	share    int64
-	timeout  time.Duration
-	interval time.Duration
-	now      func() time.Time
-	log      *slog.Logger
-	onChange func(degraded bool)
+	shared    Limiter
+	local     *Memory
+	share     int64
+	timeout   time.Duration
+	interval  time.Duration
+	threshold int32
+	now       func() time.Time
+	log       *slog.Logger
+	onChange  func(degraded bool)
+	spawn     func(func()) // runs a reconciliation; a goroutine unless a test says otherwise
 
-	degraded  atomic.Bool
-	nextProbe atomic.Int64 // unix ns; while degraded, no probe before it
-	fallbacks atomic.Uint64
+	degraded   atomic.Bool
+	failing    atomic.Int32 // shared calls failed in a row
+	nextProbe  atomic.Int64 // unix ns; while degraded, no probe before it
+	fallbacks  atomic.Uint64
+	failures   atomic.Uint64
+	reconciled atomic.Int64           // tokens charged to shared buckets for local decisions
+	abandon    atomic.Pointer[signal] // cancelled when the breaker opens
+	owed       owedLedger
 
 	mu    sync.Mutex // serialises transitions, so callbacks arrive in order
 	since time.Time  // when the current outage began; guarded by mu
+	epoch uint64     // outages so far; guarded by mu, read under owed.mu
 }
 
 var _ Limiter = (*Degrading)(nil)
@@ -53,9 +78,14 @@ type DegradingOptions struct {
 	// every bucket: Capacity/Share rounded up, and RefillPerSec/Share. Values
 	// below 1 mean 1.
 	Share int
-	// Timeout bounds each call to the shared limiter; 0 means 50ms. The
-	// shared limiter must honour ctx deadlines (see NewRedis).
+	// Timeout bounds each call to the shared limiter; 0 means
+	// DefaultSharedTimeout. The shared limiter must honour ctx deadlines
+	// (see NewRedis).
 	Timeout time.Duration
+	// FailuresToDegrade is how many shared calls must fail in a row, with
+	// no answer between them, before the node switches to local limits; 0
+	// means DefaultFailuresToDegrade.
+	FailuresToDegrade int
 	// ProbeInterval is how often, while degraded, one request tries the
 	// shared limiter again; 0 means 1s.
 	ProbeInterval time.Duration
@@ -71,28 +101,34 @@ type DegradingOptions struct {
 
 // Defaults for DegradingOptions.
 const (
-	DefaultSharedTimeout = 50 * time.Millisecond
-	DefaultProbeInterval = time.Second
+	DefaultSharedTimeout     = 500 * time.Millisecond
+	DefaultFailuresToDegrade = 3
+	DefaultProbeInterval     = time.Second
 )
 
 // NewDegrading wraps shared with local as its fallback. A nil local means a
 // new Memory on opts.Now.
 func NewDegrading(shared Limiter, local *Memory, opts DegradingOptions) *Degrading {
 	d := &Degrading{
-		shared:   shared,
-		local:    local,
-		share:    int64(max(opts.Share, 1)),
-		timeout:  opts.Timeout,
-		interval: opts.ProbeInterval,
-		now:      opts.Now,
-		log:      opts.Logger,
-		onChange: opts.OnStateChange,
+		shared:    shared,
+		local:     local,
+		share:     int64(max(opts.Share, 1)),
+		timeout:   opts.Timeout,
+		interval:  opts.ProbeInterval,
+		threshold: int32(min(max(opts.FailuresToDegrade, 0), 1000)),
+		now:       opts.Now,
+		log:       opts.Logger,
+		onChange:  opts.OnStateChange,
+		spawn:     func(f func()) { go f() },
 	}
 	if d.timeout <= 0 {
 		d.timeout = DefaultSharedTimeout
 	}
 	if d.interval <= 0 {
 		d.interval = DefaultProbeInterval
+	}
+	if d.threshold == 0 {
+		d.threshold = DefaultFailuresToDegrade
 	}
 	if d.now == nil {
 		d.now = time.Now
@@ -103,6 +139,7 @@ func NewDegrading(shared Limiter, local *Memory, opts DegradingOptions) *Degradi
 	if d.local == nil {
 		d.local = NewMemory(opts.Now)
 	}
+	d.abandon.Store(newSignal())
 	return d
 }
 
@@ -128,8 +165,23 @@ func (d *Degrading) State() string {
 func (d *Degrading) Degraded() bool { return d.degraded.Load() }
 
 // Fallbacks is how many Allow and AllowBoth calls local limits have decided,
-// since the start.
+// since the start: while degraded, and single requests whose shared call
+// failed.
 func (d *Degrading) Fallbacks() uint64 { return d.fallbacks.Load() }
+
+// Failures is how many shared calls have failed (errors and timeouts, probes
+// included), since the start.
+func (d *Degrading) Failures() uint64 { return d.failures.Load() }
+
+// Reconciled is how many tokens local decisions have been charged to the
+// shared buckets after the fact, since the start.
+func (d *Degrading) Reconciled() int64 { return d.reconciled.Load() }
+
+// Unavailable switches to local limits at once, as FailuresToDegrade failed
+// calls would: for a node that found the shared limiter unreachable before
+// serving anything (see Redis.Warm), so its first requests do not each wait
+// for a timeout.
+func (d *Degrading) Unavailable(err error) { d.open(err) }
 
 // Allow decides with the shared limiter, or with the local share of p.
 func (d *Degrading) Allow(ctx context.Context, key string, p Params, weight int64) (Decision, error) {
@@ -141,11 +193,19 @@ func (d *Degrading) Allow(ctx context.Context, key string, p Params, weight int6
 		dec, err = d.shared.Allow(ctx, key, p, weight)
 		return err
 	}); done {
+		if err == nil {
+			d.mirror(key, dec)
+		}
 		return dec, err
 	}
 	d.fallbacks.Add(1)
+	outage := d.beforeLocal(key, p)
 	lp, lw := d.localShare(p, weight)
-	return d.local.Allow(ctx, key, lp, lw)
+	dec, err := d.local.Allow(ctx, key, lp, lw)
+	if err == nil && dec.Allowed && !outage {
+		d.owed.add(key, p, weight)
+	}
+	return dec, err
 }
 
 // AllowBoth decides with the shared limiter, or with the local shares of
@@ -162,12 +222,24 @@ func (d *Degrading) AllowBoth(ctx context.Context, a, b Charge) (Decision, Decis
 		da, db, err = d.shared.AllowBoth(ctx, a, b)
 		return err
 	}); done {
+		if err == nil {
+			d.mirror(a.Key, da)
+			d.mirror(b.Key, db)
+		}
 		return da, db, err
 	}
 	d.fallbacks.Add(1)
-	a.Params, a.Weight = d.localShare(a.Params, a.Weight)
-	b.Params, b.Weight = d.localShare(b.Params, b.Weight)
-	return d.local.AllowBoth(ctx, a, b)
+	outage := d.beforeLocal(a.Key, a.Params)
+	d.beforeLocal(b.Key, b.Params)
+	la, lb := a, b
+	la.Params, la.Weight = d.localShare(a.Params, a.Weight)
+	lb.Params, lb.Weight = d.localShare(b.Params, b.Weight)
+	da, db, err := d.local.AllowBoth(ctx, la, lb)
+	if err == nil && da.Allowed && db.Allowed && !outage {
+		d.owed.add(a.Key, a.Params, a.Weight)
+		d.owed.add(b.Key, b.Params, b.Weight)
+	}
+	return da, db, err
 }
 
 // Adjust settles the bucket where decisions are currently made.
@@ -180,79 +252,36 @@ func (d *Degrading) Adjust(ctx context.Context, key string, p Params, delta int6
 	}); done {
 		return err
 	}
+	outage := d.beforeLocal(key, p)
 	lp, _ := d.localShare(p, 1)
-	return d.local.Adjust(ctx, key, lp, delta)
+	if err := d.local.Adjust(ctx, key, lp, delta); err != nil {
+		return err
+	}
+	if !outage {
+		d.owed.add(key, p, delta)
+	}
+	return nil
 }
 
-// tryShared calls the shared limiter if the breaker lets it, bounded by the
-// timeout. It reports done when the call's answer (or its params error) is
-// the caller's; otherwise the caller decides locally.
-func (d *Degrading) tryShared(ctx context.Context, call func(context.Context) error) (done bool, err error) {
-	probe := d.degraded.Load()
-	if probe && !d.claimProbe() {
-		return false, nil
-	}
-	sctx, cancel := context.WithTimeout(ctx, d.timeout)
-	err = call(sctx)
-	cancel()
-	switch {
-	case err == nil:
-		if probe {
-			d.recovered()
-		}
-		return true, nil
-	case errors.Is(err, ErrInvalidParams) || errors.Is(err, ErrWeightExceedsCapacity):
-		return true, err
-	case ctx.Err() != nil:
-		// The caller gave up or ran out of time, which says nothing about
-		// the shared limiter: decide locally, leave the breaker alone.
-		return false, nil
-	default:
-		d.failed(err)
-		return false, nil
-	}
-}
-
-// claimProbe lets one caller per interval through the open breaker.
-func (d *Degrading) claimProbe() bool {
-	next := d.nextProbe.Load()
-	now := d.now().UnixNano()
-	return now >= next && d.nextProbe.CompareAndSwap(next, now+int64(d.interval))
-}
-
-// failed opens the breaker (or keeps it open) after a shared call failed.
-func (d *Degrading) failed(err error) {
-	now := d.now()
-	d.nextProbe.Store(now.UnixNano() + int64(d.interval))
-	if d.degraded.Load() {
-		return // a failed probe, or a call that started before the breaker opened
-	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.degraded.Load() {
-		return
-	}
-	d.degraded.Store(true)
-	d.since = now
-	d.log.Warn(fmt.Sprintf("shared limiter unavailable; using local limits at 1/%d share", d.share),
-		"expected_nodes", d.share, "probe_interval", d.interval, "err", err)
-	if d.onChange != nil {
-		d.onChange(true)
-	}
-}
-
-// recovered closes the breaker after a successful probe.
-func (d *Degrading) recovered() {
-	d.mu.Lock()
-	defer d.mu.Unlock()
+// mirror copies a shared answer into the local bucket of the same key, so
+// that local limits, if they take over, start from it. Answers that arrive
+// while degraded (calls that started before the breaker opened) are left out:
+// the local buckets are deciding then.
+func (d *Degrading) mirror(key string, dec Decision) {
 	if !d.degraded.Load() {
-		return
+		d.local.raise(key, dec.ResetAfter)
 	}
-	d.degraded.Store(false)
-	d.log.Info("shared limiter back", "degraded_for", d.now().Sub(d.since), "fallbacks_total", d.fallbacks.Load())
-	if d.onChange != nil {
-		d.onChange(false)
+}
+
+// beforeLocal prepares a local decision for key and reports whether it is
+// made during an outage; if so the key's local state is noted once per
+// outage, so that what it spends can be told apart when the outage ends.
+func (d *Degrading) beforeLocal(key string, p Params) (outage bool) {
+	if !d.degraded.Load() {
+		return false
 	}
+	d.owed.noteOutage(key, p, d)
+	return true
 }
 
 // localShare is this node's share of a bucket while degraded, and the weight

@@ -141,11 +141,20 @@ const (
 	logBack = `level=INFO msg="shared limiter back"`
 )
 
+// newTestDegrading is NewDegrading with reconciliation run synchronously, by
+// the request whose shared answer starts it, so that tests see its effect
+// at once.
+func newTestDegrading(shared Limiter, local *Memory, opts DegradingOptions) *Degrading {
+	d := NewDegrading(shared, local, opts)
+	d.spawn = func(f func()) { f() }
+	return d
+}
+
 func TestDegradingFallsBackAndRecovers(t *testing.T) {
 	clk := newFakeClock()
 	shared := &switchLimiter{up: NewMemory(clk.Now)}
 	var log dgLog
-	d := NewDegrading(shared, NewMemory(clk.Now), log.options(DegradingOptions{Share: 3, Now: clk.Now}))
+	d := newTestDegrading(shared, NewMemory(clk.Now), log.options(DegradingOptions{Share: 3, Now: clk.Now}))
 
 	// Healthy: the shared limiter decides everything.
 	if n := rlDrain(t, d, "tok:1", free); n != 30 {
@@ -156,14 +165,15 @@ func TestDegradingFallsBackAndRecovers(t *testing.T) {
 	}
 	dgExpect(t, d, &log, "shared")
 
-	// Down: served locally at a third of the bucket, after one failed call.
+	// Down: served locally at a third of the bucket, after three failed
+	// calls in a row (the first two are each decided locally too).
 	shared.mode.Store(sharedDown)
 	shared.calls.Store(0)
 	if n := rlDrain(t, d, "tok:2", free); n != 10 {
 		t.Fatalf("degraded: admitted %d, want 10 (30 at 1/3 share)", n)
 	}
-	if got := shared.calls.Load(); got != 1 {
-		t.Fatalf("degraded: %d shared calls, want only the one that failed", got)
+	if got := shared.calls.Load(); got != 3 {
+		t.Fatalf("degraded: %d shared calls, want only the three that failed", got)
 	}
 	if got := d.Fallbacks(); got != 11 {
 		t.Fatalf("Fallbacks() = %d, want 11", got)
@@ -192,7 +202,8 @@ func TestDegradingFallsBackAndRecovers(t *testing.T) {
 	dgExpect(t, d, &log, "degraded", logDown)
 
 	// Back: the next probe closes the breaker and shared limits apply, with
-	// the shared state as Redis kept it (tok:1 has refilled 3 tokens in 7s).
+	// the shared state as Redis kept it (tok:1 has refilled 3 tokens in 7s)
+	// and charged with what this node admitted locally.
 	shared.mode.Store(sharedUp)
 	if d1 := rlAllow(t, d, "tok:3", free, 1); d1.Allowed {
 		t.Fatalf("before the next probe: got %+v from the local share, want rejected (tok:3 is spent)", d1)
@@ -202,8 +213,18 @@ func TestDegradingFallsBackAndRecovers(t *testing.T) {
 		t.Fatalf("back: tok:1 admitted %d, want the 3 refilled in Redis", n)
 	}
 	dgExpect(t, d, &log, "shared", logDown, logBack)
-	if n := rlDrain(t, d, "tok:2", free); n != 30 {
-		t.Fatalf("back: tok:2 admitted %d, want its whole shared bucket of 30", n)
+	// tok:2 owes the 2 requests decided locally before the breaker opened,
+	// and 9 tokens of local advance during the outage (8 admitted at once,
+	// one more 6s later): 11 of its shared 30. tok:3 owes 9: 10 admitted,
+	// less the 1.08 its local share refilled in 6.5s, rounded up.
+	if got := d.Reconciled(); got != 11+9 {
+		t.Fatalf("Reconciled() = %d, want 20", got)
+	}
+	if n := rlDrain(t, d, "tok:2", free); n != 19 {
+		t.Fatalf("back: tok:2 admitted %d, want its shared bucket of 30 less the 11 owed", n)
+	}
+	if n := rlDrain(t, d, "tok:3", free); n != 21 {
+		t.Fatalf("back: tok:3 admitted %d, want its shared bucket of 30 less the 9 owed", n)
 	}
 	if want := uint64(11 + 1 + 600 + 2 + 1); d.Fallbacks() != want {
 		t.Fatalf("Fallbacks() = %d, want %d", d.Fallbacks(), want)
@@ -242,7 +263,7 @@ func TestDegradingAllowBothAndAdjust(t *testing.T) {
 	shared := &switchLimiter{up: NewMemory(clk.Now)}
 	shared.mode.Store(sharedDown)
 	var log dgLog
-	d := NewDegrading(shared, NewMemory(clk.Now), log.options(DegradingOptions{Share: 3, Now: clk.Now}))
+	d := newTestDegrading(shared, NewMemory(clk.Now), log.options(DegradingOptions{Share: 3, FailuresToDegrade: 1, Now: clk.Now}))
 	ctx := context.Background()
 	tpm := Params{Capacity: 150, RefillPerSec: 150.0 / 60} // 50 per node
 
@@ -276,7 +297,7 @@ func TestDegradingAllowBothAndAdjust(t *testing.T) {
 	}
 
 	// Adjust can be the call that finds the shared limiter down, too.
-	d = NewDegrading(shared, NewMemory(clk.Now), DegradingOptions{Share: 3, Now: clk.Now})
+	d = newTestDegrading(shared, NewMemory(clk.Now), DegradingOptions{Share: 3, FailuresToDegrade: 1, Now: clk.Now})
 	if err := d.Adjust(ctx, "tok:1", free, 5); err != nil || d.State() != "degraded" {
 		t.Fatalf("Adjust while down: %v, state %q; want served locally and degraded", err, d.State())
 	}
@@ -321,7 +342,7 @@ func TestDegradingTimeout(t *testing.T) {
 	shared := &switchLimiter{up: NewMemory(clk.Now)}
 	shared.mode.Store(sharedHung)
 	var log dgLog
-	d := NewDegrading(shared, nil, log.options(DegradingOptions{Share: 3, Timeout: 20 * time.Millisecond, Now: clk.Now}))
+	d := newTestDegrading(shared, nil, log.options(DegradingOptions{Share: 3, Timeout: 20 * time.Millisecond, FailuresToDegrade: 1, Now: clk.Now}))
 
 	start := time.Now()
 	dec := rlAllow(t, d, "tok:1", free, 1)
@@ -496,7 +517,7 @@ func newDGRedisNode(t *testing.T, opt redis.Options, addr, prefix string, clk *f
 	n := dgRedisNode{counter: newRLCounter(), log: &dgLog{}}
 	c := rlClient(t, &opt, n.counter)
 	opts.Now = clk.Now
-	n.d = NewDegrading(NewRedis(c, prefix, WithRedisClock(clk.Now)), NewMemory(clk.Now), n.log.options(opts))
+	n.d = newTestDegrading(NewRedis(c, prefix, WithRedisClock(clk.Now)), NewMemory(clk.Now), n.log.options(opts))
 	return n
 }
 
@@ -528,15 +549,15 @@ func TestDegradingRedisOutage(t *testing.T) {
 	a.evalshas()
 	b.evalshas()
 
-	// Redis gone: each node serves its half, having tried Redis once.
+	// Redis gone: each node serves its half, having tried Redis three times.
 	proxy.set("refuse")
 	for _, n := range []dgRedisNode{a, b} {
 		if got := rlDrain(t, n.d, "tok:2", free); got != 15 {
 			t.Fatalf("degraded: a node admitted %d, want 15 (half of 30)", got)
 		}
 		dgExpect(t, n.d, n.log, "degraded", down)
-		if got := n.evalshas(); got != 1 {
-			t.Fatalf("degraded: a node sent %d scripts for 16 requests, want only the first", got)
+		if got := n.evalshas(); got != 3 {
+			t.Fatalf("degraded: a node sent %d scripts for 16 requests, want the first three", got)
 		}
 	}
 
@@ -573,7 +594,7 @@ func TestDegradingRedisOutage(t *testing.T) {
 }
 
 // TestDegradingRedisBlackhole has Redis stop answering without hanging up:
-// the first request waits for the timeout, the rest do not wait.
+// the first three requests wait for the timeout, the rest do not wait.
 func TestDegradingRedisBlackhole(t *testing.T) {
 	opt := rlOptions(t)
 	prefix := rlPrefix(t, rlClient(t, opt))
@@ -584,18 +605,22 @@ func TestDegradingRedisBlackhole(t *testing.T) {
 	dgExpect(t, n.d, n.log, "shared")
 
 	proxy.set("blackhole")
-	start := time.Now()
-	dec := rlAllow(t, n.d, "tok:1", free, 1)
-	if elapsed := time.Since(start); elapsed < 100*time.Millisecond || elapsed > 2*time.Second {
-		t.Fatalf("blackholed Redis held the request for %v, want about 100ms", elapsed)
-	}
-	if !dec.Allowed || dec.Limit != 10 {
-		t.Fatalf("got %+v, want admitted from the local share of 10", dec)
+	for i := range 3 {
+		dgExpect(t, n.d, n.log, "shared")
+		start := time.Now()
+		dec := rlAllow(t, n.d, "tok:1", free, 1)
+		if elapsed := time.Since(start); elapsed < 100*time.Millisecond || elapsed > 2*time.Second {
+			t.Fatalf("blackholed Redis held request %d for %v, want about 100ms", i+1, elapsed)
+		}
+		// The local share starts where Redis left tok:1: one token spent.
+		if !dec.Allowed || dec.Limit != 10 || dec.Remaining != 8-int64(i) {
+			t.Fatalf("got %+v, want admitted from the local share of 10, %d left", dec, 8-i)
+		}
 	}
 	dgExpect(t, n.d, n.log, "degraded", logDown)
-	start = time.Now()
-	if got := rlDrain(t, n.d, "tok:1", free); got != 9 {
-		t.Fatalf("degraded: admitted %d more, want 9", got)
+	start := time.Now()
+	if got := rlDrain(t, n.d, "tok:1", free); got != 6 {
+		t.Fatalf("degraded: admitted %d more, want 6", got)
 	}
 	if elapsed := time.Since(start); elapsed > 50*time.Millisecond {
 		t.Fatalf("10 degraded requests took %v", elapsed)

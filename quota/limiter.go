@@ -136,12 +136,18 @@ func gcra(tat, now int64, s shape, weight int64) (Decision, int64) {
 			ResetAfter: time.Duration(base - now),
 		}, tat
 	}
+	return admitted(s, next, now), next
+}
+
+// admitted is gcra's decision for a request it admits, which leaves the TAT
+// at next. Memory.Allow's fast path builds its decision with it too.
+func admitted(s shape, next, now int64) Decision {
 	return Decision{
 		Allowed:    true,
 		Limit:      s.limit,
 		Remaining:  (s.tau - (next - now)) / s.interval,
 		ResetAfter: time.Duration(next - now),
-	}, next
+	}
 }
 
 // uncharged turns the decision for a request that gcra admitted into the

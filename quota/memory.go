@@ -39,7 +39,9 @@ const retired = math.MinInt64
 //
 // A Memory must not be copied after first use.
 type Memory struct {
-	now    func() time.Time
+	now    func() time.Time // nil: the monotonic clock, see nanos
+	epoch  time.Time        // when the limiter was made, with its monotonic reading
+	unix0  int64            // epoch in unix nanoseconds
 	seed   maphash.Seed
 	shards [numShards]shard
 }
@@ -79,13 +81,23 @@ type bucket struct {
 var _ Limiter = (*Memory)(nil)
 
 // NewMemory returns an empty in-process limiter. now is the clock, injected so
-// tests can move time without sleeping; nil means time.Now.
+// tests can move time without sleeping; nil means the real clock.
 func NewMemory(now func() time.Time) *Memory {
-	if now == nil {
-		now = time.Now
-	}
+	epoch := time.Now()
 	// A random seed per limiter: keys cannot be chosen to collide.
-	return &Memory{now: now, seed: maphash.MakeSeed()}
+	return &Memory{now: now, epoch: epoch, unix0: epoch.UnixNano(), seed: maphash.MakeSeed()}
+}
+
+// nanos is the current time in unix nanoseconds. The real clock is read as
+// the monotonic time since the limiter was made: one clock read instead of
+// time.Now's two (wall and monotonic), which halves the cost of the clock on
+// VMs where reading it is slow, and a step of the wall clock (NTP, an
+// operator) neither refills nor freezes every bucket at once.
+func (m *Memory) nanos() int64 {
+	if m.now == nil {
+		return m.unix0 + int64(time.Since(m.epoch))
+	}
+	return m.now().UnixNano()
 }
 
 // Allow spends weight tokens from key's bucket if they are all available, and
@@ -101,7 +113,23 @@ func (m *Memory) Allow(ctx context.Context, key string, p Params, weight int64) 
 	if err != nil {
 		return Decision{}, err
 	}
-	return m.spendKey(key, m.now().UnixNano(), s, weight), nil
+	// The common case inline: a key seen before, admitted at the first
+	// CAS. It is gcra's admitting branch, written so that no Decision is
+	// copied on the way out: a Decision has too many fields for the
+	// compiler to keep in registers, and its copies through the stack stall
+	// the CPU (stores forwarded to wider loads). Rejections, new keys,
+	// retired buckets and lost CASes take spendKey.
+	now := m.nanos()
+	sh, h := m.shard(key)
+	if b := sh.find(h, key); b != nil {
+		if tat := b.tat.Load(); tat != retired {
+			next := max(tat, now) + weight*s.interval
+			if next-now <= s.tau && b.tat.CompareAndSwap(tat, next) {
+				return admitted(s, next, now), nil
+			}
+		}
+	}
+	return m.spendKey(key, now, s, weight), nil
 }
 
 // AllowBoth charges a then b; if b rejects, a's charge is given back, so the
@@ -118,7 +146,7 @@ func (m *Memory) AllowBoth(ctx context.Context, a, b Charge) (Decision, Decision
 	if err != nil {
 		return Decision{}, Decision{}, err
 	}
-	now := m.now().UnixNano()
+	now := m.nanos()
 	da := m.spendKey(a.Key, now, sa, a.Weight)
 	if !da.Allowed {
 		return da, m.peek(b.Key, now, sb, b.Weight), nil
@@ -137,7 +165,7 @@ func (m *Memory) Adjust(ctx context.Context, key string, p Params, delta int64) 
 	if err != nil || delta == 0 {
 		return err
 	}
-	m.adjustKey(key, m.now().UnixNano(), s, delta)
+	m.adjustKey(key, m.nanos(), s, delta)
 	return nil
 }
 
@@ -206,6 +234,46 @@ func (b *bucket) settle(now int64, s shape, delta int64) bool {
 			return true
 		}
 	}
+}
+
+// raise makes key's bucket at least as empty as a bucket that will be full
+// again in after: what the shared limiter last said of it. Degrading keeps
+// its local buckets this way while Redis answers, so that switching to local
+// limits starts from the shared state instead of a fresh burst. GCRA's state
+// is a time, so one value serves the local share of a bucket as well as the
+// whole: a bucket 3s from full is 3s from full at any share.
+func (m *Memory) raise(key string, after time.Duration) {
+	if after <= 0 {
+		return // full, which a missing bucket already is
+	}
+	now := m.nanos()
+	tat := now + int64(after)
+	sh, h := m.shard(key)
+	b := sh.find(h, key)
+	for {
+		if b == nil {
+			b = sh.findOrInsert(h, key, now)
+		}
+		cur := b.tat.Load()
+		if cur == retired {
+			b = nil
+			continue
+		}
+		if cur >= tat || b.tat.CompareAndSwap(cur, tat) {
+			return
+		}
+	}
+}
+
+// tatOf returns key's TAT, 0 (full) for a missing or retired bucket.
+func (m *Memory) tatOf(key string) int64 {
+	sh, h := m.shard(key)
+	if b := sh.find(h, key); b != nil {
+		if tat := b.tat.Load(); tat != retired {
+			return tat
+		}
+	}
+	return 0
 }
 
 // shard returns key's shard and hash.
@@ -307,7 +375,7 @@ func (t *table) put(b *bucket) {
 // when a shard needs room for a new key; this lets tests and benchmarks
 // measure what eviction leaves behind.
 func (m *Memory) sweepAll() {
-	now := m.now().UnixNano()
+	now := m.nanos()
 	for i := range m.shards {
 		sh := &m.shards[i]
 		sh.mu.Lock()

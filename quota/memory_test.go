@@ -355,6 +355,19 @@ func TestAllowDoesNotAllocate(t *testing.T) {
 	}
 }
 
+// TestRealClockIsUnixTime: the default clock is monotonic but still counts
+// unix nanoseconds, as TATs and the Degrading's copies of shared state do.
+func TestRealClockIsUnixTime(t *testing.T) {
+	m := NewMemory(nil)
+	time.Sleep(time.Millisecond)
+	before := time.Now().UnixNano()
+	got := m.nanos()
+	after := time.Now().UnixNano()
+	if got < before-int64(time.Millisecond) || got > after+int64(time.Millisecond) {
+		t.Fatalf("nanos() = %d, want within a millisecond of [%d, %d]", got, before, after)
+	}
+}
+
 func TestNilClockUsesTimeNow(t *testing.T) {
 	m := NewMemory(nil)
 	d := allow(t, m, "k", free, 1)

@@ -57,6 +57,7 @@ type Redis struct {
 	prefix string
 	now    func() time.Time // nil: the Redis server's clock
 	margin int64            // milliseconds a key outlives its bucket's refill
+	server serverClock      // how the server's clock stands to ours
 }
 
 var _ Limiter = (*Redis)(nil)
@@ -108,14 +109,15 @@ func (r *Redis) Allow(ctx context.Context, key string, p Params, weight int64) (
 		return Decision{}, err
 	}
 	rk := r.key(key)
-	args := make([]any, 0, 7)
-	args = r.appendNow(args)
+	args := make([]any, 0, 9)
+	args = r.appendNow(ctx, args)
 	args = appendCharge(args, s, weight)
+	sent := time.Now()
 	reply, err := allowScript.Run(ctx, r.client, []string{rk}, args...).StringSlice()
 	if err != nil {
 		return Decision{}, fmt.Errorf("quota: redis allow: %w", err)
 	}
-	vals, err := parseReply(reply, 3)
+	vals, err := r.parseAllow(reply, 3, sent)
 	if err != nil {
 		return Decision{}, err
 	}
@@ -136,16 +138,17 @@ func (r *Redis) AllowBoth(ctx context.Context, a, b Charge) (Decision, Decision,
 	if err != nil {
 		return Decision{}, Decision{}, err
 	}
-	args := make([]any, 0, 11)
-	args = r.appendNow(args)
+	args := make([]any, 0, 13)
+	args = r.appendNow(ctx, args)
 	args = appendCharge(args, sa, a.Weight)
 	args = appendCharge(args, sb, b.Weight)
 	keys := []string{r.key(a.Key), r.key(b.Key)}
+	sent := time.Now()
 	reply, err := allowScript.Run(ctx, r.client, keys, args...).StringSlice()
 	if err != nil {
 		return Decision{}, Decision{}, fmt.Errorf("quota: redis allow both: %w", err)
 	}
-	vals, err := parseReply(reply, 4)
+	vals, err := r.parseAllow(reply, 4, sent)
 	if err != nil {
 		return Decision{}, Decision{}, err
 	}
@@ -199,13 +202,17 @@ func (r *Redis) Adjust(ctx context.Context, key string, p Params, delta int64) e
 	default:
 		shift = delta * s.interval
 	}
-	args := make([]any, 0, 8)
-	args = r.appendNow(args)
+	args := make([]any, 0, 10)
+	args = r.appendNow(ctx, args)
 	args = appendNanos(args, shift)
 	args = appendNanos(args, 2*s.tau)
 	args = append(args, delta > 0)
-	if err := adjustScript.Run(ctx, r.client, []string{r.key(key)}, args...).Err(); err != nil {
+	reply, err := adjustScript.Run(ctx, r.client, []string{r.key(key)}, args...).Text()
+	if err != nil {
 		return fmt.Errorf("quota: redis adjust: %w", err)
+	}
+	if reply == lateReply {
+		return fmt.Errorf("quota: redis adjust: %w", ErrLate)
 	}
 	return nil
 }
@@ -223,13 +230,19 @@ func (r *Redis) key(k string) string {
 }
 
 // appendNow adds the arguments every script starts with: the clock (empty to
-// use the server's TIME, or the injected clock as seconds and nanoseconds)
-// and the expiry margin in milliseconds.
-func (r *Redis) appendNow(args []any) []any {
-	if r.now == nil {
-		return append(args, "", "", r.margin)
+// use the server's TIME, or the injected clock as seconds and nanoseconds),
+// the expiry margin in milliseconds, and the deadline after which the call
+// must change nothing (see ErrLate; empty for none).
+func (r *Redis) appendNow(ctx context.Context, args []any) []any {
+	if r.now != nil {
+		// An injected clock does not move while a call waits: no deadline.
+		return append(appendNanos(args, r.now().UnixNano()), r.margin, "", "")
 	}
-	return append(appendNanos(args, r.now().UnixNano()), r.margin)
+	args = append(args, "", "", r.margin)
+	if deadline, ok := r.server.deadline(ctx); ok {
+		return appendNanos(args, deadline)
+	}
+	return append(args, "", "")
 }
 
 // appendCharge adds one bucket's arguments: the cost of the request
@@ -252,6 +265,19 @@ func splitNanos(ns int64) (sec, nsec int64) {
 		sec, nsec = sec-1, nsec+1e9
 	}
 	return sec, nsec
+}
+
+// parseAllow reads the allow script's reply (see parseReply), or its answer
+// to a call that came too late, and learns the server's clock from it.
+func (r *Redis) parseAllow(reply []string, n int, sent time.Time) ([]int64, error) {
+	if len(reply) == 2 && reply[1] == lateReply {
+		return nil, fmt.Errorf("quota: redis allow: %w", ErrLate)
+	}
+	vals, err := parseReply(reply, n)
+	if err == nil && r.now == nil {
+		r.server.observe(sent, time.Now(), vals[0])
+	}
+	return vals, err
 }
 
 // parseReply reads the allow script's reply: the time it used, the TAT of
@@ -315,6 +341,14 @@ local function fmt(s, n)
   return string.format('%d%09d', s, n)
 end
 
+-- late reports whether the call reached the server after the deadline its
+-- caller sent (ARGV[4], ARGV[5], in server time): it has given up waiting
+-- and decided without Redis, so the call must change nothing.
+local function late(ns, nn)
+  if ARGV[4] == '' then return false end
+  return less(tonumber(ARGV[4]), tonumber(ARGV[5]), ns, nn)
+end
+
 -- store sets the TAT to now + (os, on) > now, expiring margin milliseconds
 -- after the bucket is full again.
 local function store(key, ns, nn, os, on)
@@ -325,15 +359,18 @@ end
 `
 
 // allowScript runs GCRA on one or two buckets. KEYS: the buckets. ARGV: now
-// (two empty strings for the server's TIME) and the expiry margin, then per
-// key the cost (weight*interval) and tau. It charges every key or none, and replies with
-// the time used, the TATs read and 1 if it charged, all as decimal strings.
+// (two empty strings for the server's TIME), the expiry margin and the
+// deadline (two empty strings for none), then per key the cost
+// (weight*interval) and tau. It charges every key or none, and replies with
+// the time used, the TATs read and 1 if it charged, all as decimal strings;
+// or, past the deadline, with the time and "late", having changed nothing.
 var allowScript = redis.NewScript(redisTimeLua + `
 local ns, nn = clock(ARGV[1], ARGV[2])
+if late(ns, nn) then return {fmt(ns, nn), 'late'} end
 local raw, xs, xn = {}, {}, {}
 local ok = 1
 for i = 1, #KEYS do
-  local a = 3 + 4 * (i - 1)
+  local a = 5 + 4 * (i - 1)
   local cs, cn = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])
   local taus, taun = tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4])
   local ts, tn
@@ -356,16 +393,18 @@ reply[#reply + 1] = tostring(ok)
 return reply
 `)
 
-// adjustScript moves one TAT by a signed shift. KEYS: the bucket. ARGV: now
-// and margin (as for allowScript), the shift (delta*interval), the debt bound 2*tau, and
-// 1 for a debt or 0 for a refund. A bucket refunded to full is deleted.
+// adjustScript moves one TAT by a signed shift. KEYS: the bucket. ARGV: now,
+// margin and deadline (as for allowScript), the shift (delta*interval), the
+// debt bound 2*tau, and 1 for a debt or 0 for a refund. A bucket refunded to
+// full is deleted. It replies 1, or "late" having changed nothing.
 var adjustScript = redis.NewScript(redisTimeLua + `
 local ns, nn = clock(ARGV[1], ARGV[2])
+if late(ns, nn) then return 'late' end
 local ts, tn = load(KEYS[1])
 local bs, bn = since(ts, tn, ns, nn)
-local xs, xn = norm(bs + tonumber(ARGV[4]), bn + tonumber(ARGV[5]))
-if ARGV[8] == '1' then
-  local ls, ln = tonumber(ARGV[6]), tonumber(ARGV[7])
+local xs, xn = norm(bs + tonumber(ARGV[6]), bn + tonumber(ARGV[7]))
+if ARGV[10] == '1' then
+  local ls, ln = tonumber(ARGV[8]), tonumber(ARGV[9])
   if less(ls, ln, xs, xn) then xs, xn = ls, ln end
 elseif xs < 0 then
   xs, xn = 0, 0
@@ -375,5 +414,5 @@ if xs == 0 and xn == 0 then
 else
   store(KEYS[1], ns, nn, xs, xn)
 end
-return 1
+return '1'
 `)
