@@ -7,9 +7,12 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/cdp"
+	cdplog "github.com/chromedp/cdproto/log"
 	"github.com/chromedp/chromedp"
 
 	"github.com/sluicehq/sluice/upstream/mock"
@@ -36,7 +39,38 @@ func browserContext(t *testing.T) context.Context {
 	ctx, cancelCtx := chromedp.NewContext(actx)
 	ctx, cancelTimeout := context.WithTimeout(ctx, 90*time.Second)
 	t.Cleanup(func() { cancelTimeout(); cancelCtx(); cancelAlloc() })
+	failOnCSPViolations(t, ctx)
 	return ctx
+}
+
+// failOnCSPViolations fails t if the browser blocks anything under the
+// pages' Content-Security-Policy: a page relying on an inline style or
+// script would look or work differently from what the tests check.
+func failOnCSPViolations(t *testing.T, ctx context.Context) {
+	t.Helper()
+	var mu sync.Mutex
+	var violations []string
+	chromedp.Listen(ctx, func(ev any) {
+		if e, ok := ev.(*cdplog.EventEntryAdded); ok && e.Entry.Source == cdplog.EntrySourceSecurity {
+			mu.Lock()
+			violations = append(violations, e.Entry.URL+": "+e.Entry.Text)
+			mu.Unlock()
+		}
+	})
+	err := chromedp.Do(ctx, chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
+		_, err := cdp.Call(ctx, tg, cdplog.Enable, cdp.Empty{})
+		return err
+	}))
+	if err != nil {
+		t.Fatalf("enable the browser's log: %v", err)
+	}
+	t.Cleanup(func() {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, v := range violations {
+			t.Errorf("the browser blocked something under the CSP: %s", v)
+		}
+	})
 }
 
 // screenshot saves a PNG of the page to SLUICE_SCREENSHOT_DIR, when set, so a
@@ -138,11 +172,11 @@ func TestBrowserJourney(t *testing.T) {
 			t.Fatalf("%s: the token from the page: %d", size.name, resp.StatusCode)
 		}
 
-		// Revoke (accepting the confirm dialog by removing it: the form works without JS).
+		// Revoke, confirming in the second step (no script: the CSP allows none).
 		err = chromedp.Do(ctx,
 			chromedp.Navigate(base+"/tokens"),
-			chromedp.RemoveAttribute(chromedp.CSS(`[data-testid=revoke]`), "onsubmit"),
-			chromedp.Submit(chromedp.CSS(`[data-testid=revoke]`)),
+			chromedp.Click(chromedp.CSS(`[data-testid=revoke-open]`)),
+			chromedp.Click(chromedp.CSS(`[data-testid=revoke] button[type=submit]`)),
 			chromedp.WaitVisible(chromedp.CSS(`[data-testid=flash]`)),
 		)
 		if err != nil {

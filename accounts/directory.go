@@ -31,6 +31,9 @@ type Caller struct {
 	TokensKey string
 	// Budget is the organization's monthly spending limit, if any.
 	Budget models.Budget
+	// TokenPrefix is the token's display prefix (sk_sluice_ and 6
+	// characters), what logs may say of it; never the token.
+	TokenPrefix string
 }
 
 // SpendLimit is what the organization may spend in a month before its
@@ -151,7 +154,7 @@ func (d *Directory) caller(e tokenEntry) (Caller, error) {
 		return Caller{}, apperr.Wrap(errUnknownTier, e.owner.TierName)
 	}
 	return Caller{TokenID: e.owner.ID, OrgID: e.owner.OrgID, UserID: e.owner.UserID, Tier: tier, LimitKey: e.limitKey, TokensKey: e.tokensKey,
-		Budget: models.Budget{Limit: e.owner.BudgetLimit, HardStop: e.owner.BudgetHardStop}}, nil
+		Budget: models.Budget{Limit: e.owner.BudgetLimit, HardStop: e.owner.BudgetHardStop}, TokenPrefix: e.owner.Prefix}, nil
 }
 
 // CallerByTokenID resolves a token by id, for work queued earlier on its
@@ -242,6 +245,22 @@ func (d *Directory) Tier(name string) *models.Tier {
 	}
 	return nil
 }
+
+// Tiers is the current snapshot of every tier.
+func (d *Directory) Tiers() []*models.Tier {
+	m := d.tiers.Load()
+	if m == nil {
+		return nil
+	}
+	out := make([]*models.Tier, 0, len(*m))
+	for _, t := range *m {
+		out = append(out, t)
+	}
+	return out
+}
+
+// ActiveFreezes counts the freezes in force, for operators.
+func (d *Directory) ActiveFreezes() int { return d.freezes.Active() }
 
 // Frozen reports the freeze in force for a token, if any. It reads an
 // in-memory set: no database, no lock, no allocation.

@@ -1,7 +1,10 @@
 package accounts
 
 import (
+	"context"
 	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
 	"strconv"
 	"time"
 
@@ -11,14 +14,32 @@ import (
 	"github.com/sluicehq/sluice/models"
 )
 
-const issuer = "sluice"
+const (
+	issuer = "sluice"
+	// audience says what the token is for, so a token Sluice might one day
+	// sign with the same secret for another purpose is never a session.
+	audience = "sluice-session"
+)
 
 // Sessions issues and checks the HS256 JWTs that carry a signed-in user, in
 // the browser's cookie and as the management API's bearer.
+//
+// A session lives in two places: the signed JWT the client holds, and a row
+// in the SessionStore that Start writes and End revokes. Resume needs both,
+// so a session ended on one node is refused by every node at once, and a
+// copied cookie dies with the sign-out. Issue and Parse are the JWT alone.
 type Sessions struct {
 	secret []byte
 	ttl    time.Duration
 	now    func() time.Time
+}
+
+// SessionStore keeps the open sessions; *models.Store is one. Resume reads
+// it on every authenticated request, in place of reading the user.
+type SessionStore interface {
+	CreateLoginSession(ctx context.Context, s models.LoginSession) error
+	LoginSessionUser(ctx context.Context, id string, userID int64) (models.User, error)
+	RevokeLoginSession(ctx context.Context, id string, userID int64, at time.Time) error
 }
 
 // NewSessions returns a session issuer; now is the clock (nil: time.Now).
@@ -29,42 +50,123 @@ func NewSessions(secret []byte, ttl time.Duration, now func() time.Time) *Sessio
 	return &Sessions{secret: secret, ttl: ttl, now: now}
 }
 
-// Issue returns a new session for u, with a fresh id every time so a login
-// never reuses an earlier session.
-func (s *Sessions) Issue(u models.User) (token string, expires time.Time, err error) {
-	now := s.now()
-	expires = now.Add(s.ttl)
-	claims := jwt.RegisteredClaims{
-		Issuer:    issuer,
-		Subject:   strconv.FormatInt(u.ID, 10),
-		IssuedAt:  jwt.NewNumericDate(now),
-		NotBefore: jwt.NewNumericDate(now),
-		ExpiresAt: jwt.NewNumericDate(expires),
-		ID:        rand.Text(),
-	}
-	token, err = jwt.NewWithClaims(jwt.SigningMethodHS256, claims).SignedString(s.secret)
+// invalidSession is every refusal of a session token: which check failed is
+// none of the client's business.
+func invalidSession() error {
+	return apperr.WithReason(apperr.Unauthorized, "invalid_session", "session is invalid or expired; sign in again")
+}
+
+// session is what a valid token says.
+type session struct {
+	userID int64
+	id     string // the jti
+}
+
+// Start signs u in: a new session, with a fresh id, recorded in store so it
+// can be ended before it expires. Signing in never reuses a session.
+func (s *Sessions) Start(ctx context.Context, store SessionStore, u models.User) (token string, expires time.Time, err error) {
+	token, claims, err := s.issue(u)
 	if err != nil {
-		return "", time.Time{}, apperr.Wrap(err, "sign session")
+		return "", time.Time{}, err
+	}
+	expires = claims.ExpiresAt.Time
+	err = store.CreateLoginSession(ctx, models.LoginSession{ID: storedID(claims.ID), UserID: u.ID,
+		CreatedAt: claims.IssuedAt.Time, ExpiresAt: expires})
+	if err != nil {
+		return "", time.Time{}, err
 	}
 	return token, expires, nil
 }
 
-// Parse checks a session token (algorithm, signature, issuer, expiry) and
-// returns its user id.
+// Resume returns the user of a session token that is valid (see Parse) and
+// still open in store. A refused token is an Unauthorized error with reason
+// invalid_session; a store failure is returned as it is, so a database
+// outage is never taken for a signed-out visitor, nor for a signed-in one.
+func (s *Sessions) Resume(ctx context.Context, store SessionStore, token string) (models.User, error) {
+	sess, err := s.parse(token)
+	if err != nil {
+		return models.User{}, err
+	}
+	u, err := store.LoginSessionUser(ctx, storedID(sess.id), sess.userID)
+	if apperr.CodeOf(err) == apperr.NotFound {
+		return models.User{}, invalidSession()
+	}
+	return u, err
+}
+
+// End signs the session of token out on the server: from now on no node
+// accepts it, whoever holds a copy. A token that is not a valid session
+// has nothing to end.
+func (s *Sessions) End(ctx context.Context, store SessionStore, token string) error {
+	sess, err := s.parse(token)
+	if err != nil {
+		return nil
+	}
+	return store.RevokeLoginSession(ctx, storedID(sess.id), sess.userID, s.now())
+}
+
+// Issue signs a session token for u without recording it. Sign-in goes
+// through Start; a token from Issue alone is refused by Resume.
+func (s *Sessions) Issue(u models.User) (token string, expires time.Time, err error) {
+	token, claims, err := s.issue(u)
+	if err != nil {
+		return "", time.Time{}, err
+	}
+	return token, claims.ExpiresAt.Time, nil
+}
+
+func (s *Sessions) issue(u models.User) (string, jwt.RegisteredClaims, error) {
+	now := s.now()
+	claims := jwt.RegisteredClaims{
+		Issuer:    issuer,
+		Audience:  jwt.ClaimStrings{audience},
+		Subject:   strconv.FormatInt(u.ID, 10),
+		IssuedAt:  jwt.NewNumericDate(now),
+		NotBefore: jwt.NewNumericDate(now),
+		ExpiresAt: jwt.NewNumericDate(now.Add(s.ttl)),
+		ID:        rand.Text(),
+	}
+	token, err := jwt.NewWithClaims(jwt.SigningMethodHS256, claims).SignedString(s.secret)
+	if err != nil {
+		return "", claims, apperr.Wrap(err, "sign session")
+	}
+	return token, claims, nil
+}
+
+// Parse checks a session token on its own — strict base64, algorithm
+// (HS256 only), signature, issuer, audience, expiry (required), not-before
+// and issued-at (not in the future) and a session id — and returns its
+// user id. It cannot know whether the session was ended: authenticate
+// with Resume.
 func (s *Sessions) Parse(token string) (int64, error) {
+	sess, err := s.parse(token)
+	return sess.userID, err
+}
+
+func (s *Sessions) parse(token string) (session, error) {
 	var claims jwt.RegisteredClaims
 	_, err := jwt.ParseWithClaims(token, &claims, func(*jwt.Token) (any, error) { return s.secret, nil },
-		jwt.WithValidMethods([]string{"HS256"}),
+		jwt.WithValidMethods([]string{jwt.SigningMethodHS256.Alg()}),
 		jwt.WithExpirationRequired(),
+		jwt.WithIssuedAt(),
 		jwt.WithIssuer(issuer),
+		jwt.WithAudience(audience),
+		jwt.WithStrictDecoding(), // one encoding per token: a changed character is a changed token
 		jwt.WithTimeFunc(s.now),
 	)
-	if err != nil {
-		return 0, apperr.WithReason(apperr.Unauthorized, "invalid_session", "session is invalid or expired; sign in again")
+	if err != nil || claims.ID == "" {
+		return session{}, invalidSession()
 	}
 	id, err := strconv.ParseInt(claims.Subject, 10, 64)
 	if err != nil || id <= 0 {
-		return 0, apperr.WithReason(apperr.Unauthorized, "invalid_session", "session is invalid or expired; sign in again")
+		return session{}, invalidSession()
 	}
-	return id, nil
+	return session{userID: id, id: claims.ID}, nil
+}
+
+// storedID is the key of a session's row: the SHA-256 of its jti, so the
+// table names no session by itself.
+func storedID(jti string) string {
+	sum := sha256.Sum256([]byte(jti))
+	return hex.EncodeToString(sum[:])
 }

@@ -84,6 +84,7 @@ func TestSessionRejected(t *testing.T) {
 	claims := func(mod func(c *jwt.RegisteredClaims)) jwt.RegisteredClaims {
 		c := jwt.RegisteredClaims{
 			Issuer:    "sluice",
+			Audience:  jwt.ClaimStrings{"sluice-session"},
 			Subject:   "42",
 			IssuedAt:  jwt.NewNumericDate(now),
 			NotBefore: jwt.NewNumericDate(now),
@@ -144,6 +145,20 @@ func TestSessionRejected(t *testing.T) {
 			return sign(t, jwt.SigningMethodHS256, sessionSecret, claims(func(c *jwt.RegisteredClaims) {
 				c.NotBefore = jwt.NewNumericDate(now.Add(time.Minute))
 			}))
+		}, 0},
+		{"issued in the future", func(t *testing.T, s *accounts.Sessions) string {
+			return sign(t, jwt.SigningMethodHS256, sessionSecret, claims(func(c *jwt.RegisteredClaims) {
+				c.IssuedAt, c.NotBefore = jwt.NewNumericDate(now.Add(time.Minute)), nil
+			}))
+		}, 0},
+		{"wrong audience", func(t *testing.T, s *accounts.Sessions) string {
+			return sign(t, jwt.SigningMethodHS256, sessionSecret, claims(func(c *jwt.RegisteredClaims) { c.Audience = jwt.ClaimStrings{"sluice-password-reset"} }))
+		}, 0},
+		{"no audience", func(t *testing.T, s *accounts.Sessions) string {
+			return sign(t, jwt.SigningMethodHS256, sessionSecret, claims(func(c *jwt.RegisteredClaims) { c.Audience = nil }))
+		}, 0},
+		{"no session id", func(t *testing.T, s *accounts.Sessions) string {
+			return sign(t, jwt.SigningMethodHS256, sessionSecret, claims(func(c *jwt.RegisteredClaims) { c.ID = "" }))
 		}, 0},
 		{"alg none", func(t *testing.T, s *accounts.Sessions) string {
 			return sign(t, jwt.SigningMethodNone, jwt.UnsafeAllowNoneSignatureType, claims(nil))

@@ -35,11 +35,17 @@ func tokenParams(t accounts.Caller) quota.Params {
 func (p *Pipeline) checkFrozen(caller accounts.Caller, model string, queued bool) error {
 	if f, frozen := p.Freezes.Frozen(caller.TokenID); frozen {
 		if !queued {
-			p.Recorder.Reject(caller.OrgID, caller.TokenID, model, metering.RejectedFrozen, p.Now())
+			p.rejected(caller, model, metering.RejectedFrozen)
 		}
 		return p.frozenError(f.Until, f.Reason)
 	}
 	return nil
+}
+
+// rejected counts a 429 in the rollups and the metrics.
+func (p *Pipeline) rejected(caller accounts.Caller, model, reason string) {
+	p.Recorder.Reject(caller.OrgID, caller.TokenID, model, reason, p.Now())
+	p.Metrics.Rejected(reason, caller.Tier.Name)
 }
 
 // Jobs never starve live traffic of the same token: a queued request is
@@ -214,7 +220,7 @@ func (p *Pipeline) reserveBudget(ctx context.Context, c *call) error {
 		return apperr.Wrap(err, "budget ledger")
 	}
 	if !ok {
-		p.Recorder.Reject(c.caller.OrgID, c.caller.TokenID, c.req.Model, metering.RejectedBudget, c.start)
+		p.rejected(c.caller, c.req.Model, metering.RejectedBudget)
 		left := max(limit-b.Spent-b.Reserved, 0)
 		return &apperr.Error{Code: apperr.NoCredit, Reason: "insufficient_quota",
 			Message: "this request may cost up to $" + worst.String() + ", more than is left of " + what +
@@ -299,7 +305,7 @@ func limiterError(caller accounts.Caller, err error, weight, estimate int64) err
 // reject is the 429 for the limit that tripped. It counts the rejection and
 // freezes the token when it crosses its tier's threshold.
 func (p *Pipeline) reject(ctx context.Context, caller accounts.Caller, requestID, model string, d quota.Decision, limit string) error {
-	p.Recorder.Reject(caller.OrgID, caller.TokenID, model, limit, p.Now())
+	p.rejected(caller, model, limit)
 	count, freeze, err := p.Detector.Rejected(ctx, "rej:"+caller.LimitKey, caller.Tier.FreezeThreshold)
 	if err != nil {
 		p.Log.Warn("counting a rejection failed", "request_id", requestID, "err", err)

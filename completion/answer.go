@@ -28,8 +28,10 @@ func (p *Pipeline) answer(ctx context.Context, c *call) (Served, error) {
 	key := p.cacheKey(c)
 	if key != "" {
 		if out, ok := p.fromCache(ctx, c, key); ok {
+			p.Metrics.Cache(true)
 			return out, nil
 		}
+		p.Metrics.Cache(false)
 		c.sink.Header().Set("X-Cache", "MISS")
 	}
 	if c.req.Model == local.ModelID {
@@ -69,15 +71,21 @@ func (p *Pipeline) answerFromProvider(ctx context.Context, c *call, cacheKey str
 	if c.req.Stream {
 		body = withIncludeUsage(body)
 	}
+	asked := p.Now()
 	resp, err := p.Providers.Do(ctx, upstream.Request{Model: c.req.Model, Body: body, Stream: c.req.Stream, Estimate: c.estimate, ID: c.req.ID})
 	if err != nil {
-		return p.providersFailed(ctx, c, err)
+		out, err := p.providersFailed(ctx, c, err)
+		out.ProviderTime = p.Now().Sub(asked)
+		return out, err
 	}
 	c.sink.Header().Set("x-sluice-upstream-attempts", strconv.Itoa(resp.Attempts))
 	out := Served{Status: resp.Status, Model: c.req.Model, KeyID: resp.KeyID, Attempts: resp.Attempts}
 	if c.req.Stream && resp.Stream != nil {
-		return p.relay(ctx, c, resp, out), nil
+		out = p.relay(ctx, c, resp, out)
+		out.ProviderTime = p.Now().Sub(asked)
+		return out, nil
 	}
+	out.ProviderTime = p.Now().Sub(asked)
 	ct := resp.Header.Get("Content-Type")
 	if ct == "" {
 		ct = "application/json"

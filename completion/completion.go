@@ -36,7 +36,9 @@ import (
 	"github.com/sluicehq/sluice/accounts"
 	"github.com/sluicehq/sluice/chat"
 	"github.com/sluicehq/sluice/conversations"
+	"github.com/sluicehq/sluice/logging"
 	"github.com/sluicehq/sluice/metering"
+	"github.com/sluicehq/sluice/metrics"
 	"github.com/sluicehq/sluice/models"
 	"github.com/sluicehq/sluice/money"
 	"github.com/sluicehq/sluice/quota"
@@ -104,6 +106,10 @@ type Deps struct {
 	Ledger   metering.Ledger // budgets and blocking included credit
 	Alerts   Alerts
 	Recorder Recorder
+	Metrics  *metrics.Gateway // nil: not counted
+	// LogPrompts logs each exchange's prompt and reply, redacted: only when
+	// an operator asks for it (SLUICE_LOG_PROMPTS).
+	LogPrompts bool
 }
 
 // Pipeline runs chat completions. It is safe for concurrent use.
@@ -123,6 +129,9 @@ type Served struct {
 	Attempts int        // provider attempts it took; 0 when no provider was asked
 	Cached   bool       // answered from the response cache
 	Fallback bool       // answered by the local model because providers were unavailable
+	// ProviderTime is how long the request waited for and relayed a
+	// provider's answer: what is not Sluice's own overhead.
+	ProviderTime time.Duration
 
 	delivered bool   // a 2xx answer reached the sink, wholly or (a stream) partly
 	reply     string // the assistant's text, for the conversation
@@ -225,5 +234,9 @@ func (p *Pipeline) record(c *call, out Served) {
 	}
 	if err := p.Recorder.Record(ev); err != nil {
 		p.Log.Error("usage event not recorded", "request_id", ev.RequestID, "err", err)
+	}
+	p.Metrics.Tokens(c.caller.Tier.Name, out.Model, out.Usage)
+	if p.LogPrompts {
+		p.Log.Info("exchange", "request_id", c.req.ID, "prompt", logging.Redact(promptText(c.msgs)), "reply", logging.Redact(out.reply))
 	}
 }

@@ -74,6 +74,9 @@ func (p *Pipeline) Parse(body []byte) (Request, error) {
 	if _, err := dec.Token(); err != io.EOF {
 		return Request{}, apperr.Field(apperr.Invalid, "invalid_json", "", "request body must be one JSON object")
 	}
+	if err := checkKeys(body); err != nil {
+		return Request{}, err
+	}
 	isLocal := w.Model == local.ModelID
 	switch {
 	case w.Model == "":

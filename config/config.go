@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/mail"
+	"net/netip"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -63,6 +64,17 @@ type Config struct {
 	JobAttempts  int           // SLUICE_JOB_ATTEMPTS: attempts before a job fails
 	JobRetention time.Duration // SLUICE_JOB_RETENTION: how long finished jobs and their answers are kept
 	JobRetryBase time.Duration // SLUICE_JOB_RETRY_BASE: a job's first retry backoff ceiling, doubling per attempt
+
+	BatchRetention time.Duration // SLUICE_BATCH_RETENTION: how long batch files are kept, and finished batches after their window
+
+	// Security (issue 11).
+	TrustedProxies []netip.Prefix // SLUICE_TRUSTED_PROXIES: proxies whose X-Forwarded-For and X-Forwarded-Proto are believed; none by default
+
+	// Observability (issue 11).
+	LogFormat    string // SLUICE_LOG_FORMAT: json (default with DATABASE_URL) or text (default embedded)
+	LogPrompts   bool   // SLUICE_LOG_PROMPTS: log prompts and replies, redacted; off by default
+	MetricsAddr  string // SLUICE_METRICS_ADDR: serve /metrics on this address instead of the main one
+	MetricsToken string // SLUICE_METRICS_TOKEN: bearer token /metrics requires
 }
 
 // SQLitePath is where the embedded database lives.
@@ -118,6 +130,29 @@ func Load(args []string, getenv func(string) string) (Config, error) {
 		JobAttempts:  int(r.int64("SLUICE_JOB_ATTEMPTS", 5, 1, 100)),
 		JobRetention: r.duration("SLUICE_JOB_RETENTION", 7*24*time.Hour, time.Minute, 365*24*time.Hour),
 		JobRetryBase: r.duration("SLUICE_JOB_RETRY_BASE", 10*time.Second, time.Millisecond, time.Hour),
+
+		BatchRetention: r.duration("SLUICE_BATCH_RETENTION", 30*24*time.Hour, time.Hour, 365*24*time.Hour),
+
+		// Security (issue 11).
+		TrustedProxies: r.prefixes("SLUICE_TRUSTED_PROXIES"),
+
+		// Observability (issue 11).
+		MetricsAddr:  r.str("SLUICE_METRICS_ADDR", ""),
+		MetricsToken: r.str("SLUICE_METRICS_TOKEN", ""),
+	}
+	defaultFormat := "json"
+	if c.Embedded() {
+		defaultFormat = "text"
+	}
+	c.LogFormat = r.oneOf("SLUICE_LOG_FORMAT", defaultFormat, "json", "text")
+	c.LogPrompts = r.bool("SLUICE_LOG_PROMPTS", false)
+	if c.MetricsAddr != "" {
+		if _, _, err := net.SplitHostPort(c.MetricsAddr); err != nil {
+			r.errs = append(r.errs, fmt.Errorf("SLUICE_METRICS_ADDR: %q is not host:port (e.g. 127.0.0.1:9090)", c.MetricsAddr))
+		}
+	}
+	if c.MetricsToken != "" && len(c.MetricsToken) < 16 {
+		r.errs = append(r.errs, errors.New("SLUICE_METRICS_TOKEN: must be at least 16 characters"))
 	}
 	if c.PprofAddr != "" {
 		if host, _, err := net.SplitHostPort(c.PprofAddr); err != nil || (host != "127.0.0.1" && host != "localhost" && host != "::1") {
@@ -252,4 +287,33 @@ func (r *reader) oneOf(name, def string, allowed ...string) string {
 	}
 	r.errs = append(r.errs, fmt.Errorf("%s: %q must be one of %v", name, v, allowed))
 	return def
+}
+
+// prefixes reads a comma-separated list of IP addresses and CIDR networks
+// ("10.0.0.0/8,192.0.2.7"); empty is none. A network covering every
+// address would trust anyone's forwarding headers, so it is refused.
+func (r *reader) prefixes(name string) []netip.Prefix {
+	v := r.getenv(name)
+	if strings.TrimSpace(v) == "" {
+		return nil
+	}
+	var out []netip.Prefix
+	for _, item := range strings.Split(v, ",") {
+		item = strings.TrimSpace(item)
+		p, err := netip.ParsePrefix(item)
+		if err != nil {
+			a, aerr := netip.ParseAddr(item)
+			if aerr != nil || a.Zone() != "" {
+				r.errs = append(r.errs, fmt.Errorf("%s: %q is not an IP address or CIDR network (e.g. 10.0.0.0/8,192.0.2.7)", name, item))
+				return nil
+			}
+			p = netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen())
+		}
+		if p.Bits() == 0 {
+			r.errs = append(r.errs, fmt.Errorf("%s: %q would trust every address; list your proxies' addresses", name, item))
+			return nil
+		}
+		out = append(out, p.Masked())
+	}
+	return out
 }

@@ -52,6 +52,7 @@ func publicError(c *gin.Context, log *slog.Logger, err error) (e *apperr.Error, 
 	if e.RetryAfter > 0 {
 		setRetryAfter(c, e.RetryAfter)
 	}
+	c.Set(errorCodeKey, code)
 	return e, status, code, message
 }
 

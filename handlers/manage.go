@@ -50,16 +50,8 @@ func (m *manage) authenticateSession(c *gin.Context) {
 		writeAPIError(c, m.log, apperr.WithReason(apperr.Unauthorized, "missing_session", "sign in first: send 'Authorization: Bearer <token from /api/auth/login>'"))
 		return
 	}
-	id, err := m.Sessions.Parse(tok)
+	u, err := m.Sessions.Resume(c.Request.Context(), m.Store, tok)
 	if err != nil {
-		writeAPIError(c, m.log, err)
-		return
-	}
-	u, err := m.Store.User(c.Request.Context(), id)
-	if err != nil {
-		if apperr.CodeOf(err) == apperr.NotFound {
-			err = apperr.WithReason(apperr.Unauthorized, "invalid_session", "session is invalid or expired; sign in again")
-		}
 		writeAPIError(c, m.log, err)
 		return
 	}
@@ -143,7 +135,7 @@ func (m *manage) signup(c *gin.Context) {
 		writeAPIError(c, m.log, err)
 		return
 	}
-	tok, expires, err := m.Sessions.Issue(u)
+	tok, expires, err := m.Sessions.Start(c.Request.Context(), m.Store, u)
 	if err != nil {
 		writeAPIError(c, m.log, err)
 		return
@@ -165,12 +157,22 @@ func (m *manage) login(c *gin.Context) {
 		writeAPIError(c, m.log, err)
 		return
 	}
-	tok, expires, err := m.Sessions.Issue(u)
+	tok, expires, err := m.Sessions.Start(c.Request.Context(), m.Store, u)
 	if err != nil {
 		writeAPIError(c, m.log, err)
 		return
 	}
 	c.JSON(http.StatusOK, gin.H{"token": tok, "expires_at": expires.UTC()})
+}
+
+// logout answers POST /api/auth/logout: the bearer session is ended on the
+// server, on every node at once.
+func (m *manage) logout(c *gin.Context) {
+	if err := m.Sessions.End(c.Request.Context(), m.Store, bearer(c.Request)); err != nil {
+		writeAPIError(c, m.log, err)
+		return
+	}
+	c.Status(http.StatusNoContent)
 }
 
 type tokenOut struct {

@@ -25,11 +25,13 @@ type tierOut struct {
 	IncludedCredit        string  `json:"included_credit"`
 	Overage               string  `json:"overage"`
 	BillCacheHits         bool    `json:"bill_cache_hits"`
+	BatchFileBytes        int64   `json:"batch_file_bytes"`
 }
 
 func toTierOut(t models.Tier) tierOut {
 	return tierOut{t.Name, t.Capacity, t.RefillPerSec, t.EffectiveRefill(), t.TokensPerMinute, t.FreezeThreshold, t.FreezeMinutes,
-		t.Autotune, t.RefillFloor, t.UpstreamFallback, t.MonthlyFee.String(), t.IncludedCredit.String(), t.Overage, t.BillCacheHits}
+		t.Autotune, t.RefillFloor, t.UpstreamFallback, t.MonthlyFee.String(), t.IncludedCredit.String(), t.Overage, t.BillCacheHits,
+		t.BatchFileBytes}
 }
 
 func (m *manage) listTiers(c *gin.Context) {
@@ -61,6 +63,7 @@ type tierIn struct {
 	IncludedCredit  *string  `json:"included_credit"`
 	Overage         *string  `json:"overage"`
 	BillCacheHits   *bool    `json:"bill_cache_hits"`
+	BatchFileBytes  *int64   `json:"batch_file_bytes"`
 }
 
 // apply merges the given fields into l, reading money from decimal strings.
@@ -75,6 +78,7 @@ func (in tierIn) apply(l *models.TierSettings) error {
 	set(&l.UpstreamFallback, in.Fallback)
 	set(&l.Overage, in.Overage)
 	set(&l.BillCacheHits, in.BillCacheHits)
+	set(&l.BatchFileBytes, in.BatchFileBytes)
 	for _, f := range []struct {
 		name string
 		in   *string
@@ -120,7 +124,8 @@ func (m *manage) updateTier(c *gin.Context) {
 
 // createTier adds a tier. capacity and refill_per_sec are required; the
 // rest default to no tokens-per-minute limit, freezing at 20 rejections
-// for 10 minutes, no auto-tuning, no fee or credit, overage blocked.
+// for 10 minutes, no auto-tuning, no fee or credit, overage blocked, batch
+// files up to 1 MiB.
 func (m *manage) createTier(c *gin.Context) {
 	var in tierIn
 	if err := m.decode(c, &in); err != nil {
@@ -131,7 +136,8 @@ func (m *manage) createTier(c *gin.Context) {
 		writeAPIError(c, m.log, apperr.New(apperr.Unprocessable, "capacity and refill_per_sec are required"))
 		return
 	}
-	l := models.TierSettings{FreezeThreshold: 20, FreezeMinutes: 10, UpstreamFallback: "local", Overage: models.OverageBlock}
+	l := models.TierSettings{FreezeThreshold: 20, FreezeMinutes: 10, UpstreamFallback: "local", Overage: models.OverageBlock,
+		BatchFileBytes: 1 << 20}
 	if err := in.apply(&l); err != nil {
 		writeAPIError(c, m.log, err)
 		return

@@ -8,7 +8,10 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/sluicehq/sluice/accounts"
 	"github.com/sluicehq/sluice/apperr"
+	"github.com/sluicehq/sluice/completion"
+	"github.com/sluicehq/sluice/metrics"
 	"github.com/sluicehq/sluice/quota"
 )
 
@@ -81,16 +84,43 @@ func anyString(v any) string {
 	}
 }
 
-// accessLog logs each request at debug level (server errors are logged with
-// their cause where they happen). Headers are never logged: they carry keys.
-func accessLog(log *slog.Logger) gin.HandlerFunc {
+// Keys handlers set for the access log and the metrics.
+const (
+	servedKey    = "sluice.served"     // completion.Served of a chat request
+	errorCodeKey = "sluice.error_code" // the code an error answer carried
+)
+
+// accessLog writes one structured line per request and records its
+// metrics: request id, route, status, duration, the error code if any, and
+// for API calls the token's prefix (never the token), organization, tier,
+// model and provider retries. Headers and bodies are never logged: they
+// carry keys and prompts.
+func accessLog(log *slog.Logger, m *metrics.Gateway) gin.HandlerFunc {
 	return func(c *gin.Context) {
 		start := time.Now()
 		c.Next()
-		if log.Enabled(c, slog.LevelDebug) {
-			log.Debug("request", "request_id", requestID(c), "method", c.Request.Method, "route", c.FullPath(),
-				"status", c.Writer.Status(), "duration", time.Since(start))
+		took := time.Since(start)
+		route, status := c.FullPath(), c.Writer.Status()
+		var tier, model string
+		var provider time.Duration
+		attrs := make([]slog.Attr, 0, 12)
+		attrs = append(attrs, slog.String("request_id", requestID(c)), slog.String("method", c.Request.Method),
+			slog.String("route", route), slog.Int("status", status), slog.Duration("duration", took))
+		if code := c.GetString(errorCodeKey); code != "" {
+			attrs = append(attrs, slog.String("error_code", code))
 		}
+		if v, ok := c.Get(callerKey); ok {
+			caller := v.(accounts.Caller)
+			tier = caller.Tier.Name
+			attrs = append(attrs, slog.String("token", caller.TokenPrefix), slog.Int64("org_id", caller.OrgID), slog.String("tier", tier))
+		}
+		if v, ok := c.Get(servedKey); ok {
+			served := v.(completion.Served)
+			model, provider = served.Model, served.ProviderTime
+			attrs = append(attrs, slog.String("model", model), slog.Int("retries", max(served.Attempts-1, 0)))
+		}
+		m.Request(route, status, tier, model, took, provider)
+		log.LogAttrs(c, slog.LevelInfo, "request", attrs...)
 	}
 }
 

@@ -7,18 +7,38 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
+	"net/netip"
 	"strings"
 
 	"github.com/gin-gonic/gin"
 
 	"github.com/sluicehq/sluice/apperr"
+	"github.com/sluicehq/sluice/metrics"
 	"github.com/sluicehq/sluice/web"
 )
 
-// Ops are the operator's routes.
+// Ops are the operator's routes and what the request path reports.
 type Ops struct {
-	Health  func(ctx context.Context) error // nil error when healthy
-	Metrics http.Handler                    // Prometheus /metrics; nil: not served
+	// Ready runs the readiness checks: each name with its error, nil when
+	// it passed.
+	Ready func(ctx context.Context) []Check
+	// Metrics serves Prometheus /metrics on this address; nil: not here
+	// (SLUICE_METRICS_ADDR serves it on its own address).
+	Metrics http.Handler
+	// MetricsToken, when set, is the bearer token /metrics requires.
+	MetricsToken string
+	// Gateway counts requests; nil counts nothing.
+	Gateway *metrics.Gateway
+	// TrustedProxies are the addresses whose X-Forwarded-For and
+	// X-Forwarded-Proto are believed (SLUICE_TRUSTED_PROXIES); none: the
+	// connection's own address and scheme are the client's.
+	TrustedProxies []netip.Prefix
+}
+
+// Check is one readiness check's outcome.
+type Check struct {
+	Name string
+	Err  error
 }
 
 // New returns the whole HTTP handler: the operator's routes, the /v1 API,
@@ -26,11 +46,11 @@ type Ops struct {
 func New(log *slog.Logger, ops Ops, v1API API, mgmt Management, p *web.Pages) http.Handler {
 	gin.SetMode(gin.ReleaseMode)
 	r := gin.New()
-	// Client addresses come from the connection, not from X-Forwarded-For
-	// headers anyone can send; the login throttle keys on them.
-	_ = r.SetTrustedProxies(nil)
+	// Client addresses come from the connection, or from X-Forwarded-For
+	// only when a trusted proxy sent it: the login throttle keys on them.
+	trustProxies(r, ops.TrustedProxies)
 	r.HandleMethodNotAllowed = true
-	r.Use(withRequestID, accessLog(log), recoverer(log))
+	r.Use(withRequestID, accessLog(log, ops.Gateway), recoverer(log), hardened(ops.TrustedProxies))
 	r.NoRoute(func(c *gin.Context) {
 		writeErrorFor(c, log, apperr.New(apperr.NotFound, "no route for %s %s", c.Request.Method, c.Request.URL.Path))
 	})
@@ -38,18 +58,11 @@ func New(log *slog.Logger, ops Ops, v1API API, mgmt Management, p *web.Pages) ht
 		writeErrorFor(c, log, apperr.New(apperr.NotAllowed, "method %s is not supported here", c.Request.Method))
 	})
 
-	r.GET("/healthz", func(c *gin.Context) {
-		if ops.Health != nil {
-			if err := ops.Health(c.Request.Context()); err != nil {
-				log.Error("health check failed", "err", err)
-				c.JSON(http.StatusServiceUnavailable, gin.H{"status": "unhealthy"})
-				return
-			}
-		}
-		c.JSON(http.StatusOK, gin.H{"status": "ok"})
-	})
+	// Liveness: the process serves. Readiness: it can do its work.
+	r.GET("/healthz", func(c *gin.Context) { c.JSON(http.StatusOK, gin.H{"status": "ok"}) })
+	r.GET("/readyz", readiness(log, ops.Ready))
 	if ops.Metrics != nil {
-		r.GET("/metrics", gin.WrapH(ops.Metrics))
+		r.GET("/metrics", requireBearer(ops.MetricsToken), gin.WrapH(ops.Metrics))
 	}
 
 	// The metered, OpenAI-compatible API. Bearer = an API token.
@@ -65,12 +78,24 @@ func New(log *slog.Logger, ops Ops, v1API API, mgmt Management, p *web.Pages) ht
 	v1.GET("/jobs", a.listJobs)
 	v1.GET("/jobs/:id", a.getJob)
 	v1.DELETE("/jobs/:id", a.cancelJob)
+	// OpenAI's Batch API: an upload costs one request; batches, like jobs,
+	// pay when their lines run.
+	v1.POST("/files", a.admit, a.uploadFile)
+	v1.GET("/files", a.listFiles)
+	v1.GET("/files/:id", a.getFile)
+	v1.GET("/files/:id/content", a.fileContent)
+	v1.DELETE("/files/:id", a.deleteFile)
+	v1.POST("/batches", a.createBatch)
+	v1.GET("/batches", a.listBatches)
+	v1.GET("/batches/:id", a.getBatch)
+	v1.POST("/batches/:id/cancel", a.cancelBatch)
 
 	// The management API. Bearer = a session JWT from /api/auth/*.
 	m := &manage{Management: mgmt, log: log}
 	r.POST("/api/auth/signup", m.signup)
 	r.POST("/api/auth/login", m.login)
 	authed := r.Group("/api", m.authenticateSession)
+	authed.POST("/auth/logout", m.logout)
 	authed.POST("/tokens", m.createToken)
 	authed.GET("/tokens", m.listTokens)
 	authed.DELETE("/tokens/:id", m.revokeToken)
@@ -121,6 +146,8 @@ func New(log *slog.Logger, ops Ops, v1API API, mgmt Management, p *web.Pages) ht
 	member.POST("/tokens", p.CreateToken)
 	member.POST("/tokens/:id/revoke", p.RevokeToken)
 	member.GET("/invoices/:id/csv", p.InvoiceCSV)
+	member.GET("/files/:id", p.DownloadFile)
+	member.GET("/jobs/:id/result", p.JobResult)
 	member.POST("/billing/budget", p.SetBudget)
 	member.POST("/billing/time-zone", p.SetTimeZone)
 	member.POST("/billing/webhook", p.SetWebhook)

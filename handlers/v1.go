@@ -14,6 +14,7 @@ import (
 
 	"github.com/sluicehq/sluice/accounts"
 	"github.com/sluicehq/sluice/apperr"
+	"github.com/sluicehq/sluice/batches"
 	"github.com/sluicehq/sluice/completion"
 	"github.com/sluicehq/sluice/conversations"
 	"github.com/sluicehq/sluice/jobs"
@@ -28,6 +29,7 @@ type API struct {
 	Pipeline      *completion.Pipeline
 	Conversations conversations.Store // nil: X-Sluice-Session is off
 	Jobs          *jobs.Queue         // nil: no queued jobs
+	Batches       *batches.Service    // nil: no Batch API (it also needs Jobs)
 	Callbacks     Callbacks
 	Models        func() []string // the models provider keys serve; "*" for any
 	Usage         Toucher
@@ -106,9 +108,12 @@ func (a *api) chatCompletions(c *gin.Context) {
 		a.fail(c, err)
 		return
 	}
-	if _, err := a.Pipeline.Complete(ctx, caller, &req, sink); err != nil {
+	served, err := a.Pipeline.Complete(ctx, caller, &req, sink)
+	if err != nil {
 		a.fail(c, err)
+		return
 	}
+	c.Set(servedKey, served)
 }
 
 // readChatRequest reads and parses a chat request, mapping every kind of

@@ -18,6 +18,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
@@ -44,6 +45,14 @@ type Args struct {
 
 // Kind names the job kind in River's tables.
 func (Args) Kind() string { return "chat_completion" }
+
+// lineArgs is a batch's line: a chat completion like any job, of a kind of
+// its own, so the job API (GET /v1/jobs) shows the jobs queued one by one
+// and not a batch's thousands of lines.
+type lineArgs struct{ Args }
+
+// Kind names the batch line kind in River's tables.
+func (lineArgs) Kind() string { return "batch_line" }
 
 // Output is what a finished job keeps: the answer, or why there is none.
 type Output struct {
@@ -108,6 +117,7 @@ type client interface {
 	JobGet(ctx context.Context, id int64) (*rivertype.JobRow, error)
 	JobCancel(ctx context.Context, id int64) (*rivertype.JobRow, error)
 	JobList(ctx context.Context, params *river.JobListParams) (*river.JobListResult, error)
+	JobRetry(ctx context.Context, id int64) (*rivertype.JobRow, error)
 	Start(ctx context.Context) error
 	Stop(ctx context.Context) error
 }
@@ -116,17 +126,24 @@ type client interface {
 // works them.
 type Queue struct {
 	client client
-	stats  *sql.DB
-	cfg    Config
-	log    *slog.Logger
-	close  func()
+	// insertAll inserts jobs in one transaction, a chunk at a time.
+	insertAll func(ctx context.Context, params []river.InsertManyParams) error
+	stats     *sql.DB
+	sqlite    bool // River's SQLite driver lists by metadata its own way
+	cfg       Config
+	log       *slog.Logger
+	close     func()
 }
 
 // Notifier tells a job's callback URL its outcome, signed for orgID.
 type Notifier func(ctx context.Context, orgID int64, url string, body []byte) error
 
-// BatchLines hears the final outcome of each job that is a batch's line.
+// BatchLines is what the worker asks and tells the batches of the lines it
+// works: whether a line may still run (not when its batch was cancelled or
+// its window is over: then the line ends with that Failure, unrun), and
+// each line's final outcome. An error from either is retried.
 type BatchLines interface {
+	Stopped(ctx context.Context, batchID int64) (*Failure, error)
 	LineDone(ctx context.Context, batchID int64, customID string, jobID string, out Output) error
 }
 
@@ -147,6 +164,9 @@ func New(ctx context.Context, d Deps, cfg Config) (*Queue, error) {
 		maxWait: cfg.MaxWait, retryBase: cfg.RetryBase}
 	workers := river.NewWorkers()
 	if err := river.AddWorkerSafely(workers, w); err != nil {
+		return nil, err
+	}
+	if err := river.AddWorkerSafely(workers, &lineWorker{w: w}); err != nil {
 		return nil, err
 	}
 	rc := &river.Config{
@@ -178,16 +198,52 @@ func New(ctx context.Context, d Deps, cfg Config) (*Queue, error) {
 			return nil, fmt.Errorf("jobs: %w", err)
 		}
 		q.client, q.close = c, pool.Close
+		q.insertAll = func(ctx context.Context, params []river.InsertManyParams) error {
+			return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+				return inChunks(params, func(chunk []river.InsertManyParams) error {
+					_, err := c.InsertManyFastTx(ctx, tx, chunk)
+					return err
+				})
+			})
+		}
 	} else {
 		// SQLite has one writer: River's polling shares the one connection.
-		rc.PollOnly = true
+		rc.PollOnly, q.sqlite = true, true
 		c, err := river.NewClient(riversqlite.New(sqlDB), rc)
 		if err != nil {
 			return nil, fmt.Errorf("jobs: %w", err)
 		}
 		q.client = c
+		q.insertAll = func(ctx context.Context, params []river.InsertManyParams) error {
+			tx, err := sqlDB.BeginTx(ctx, nil)
+			if err != nil {
+				return err
+			}
+			defer tx.Rollback()
+			err = inChunks(params, func(chunk []river.InsertManyParams) error {
+				_, err := c.InsertManyFastTx(ctx, tx, chunk)
+				return err
+			})
+			if err != nil {
+				return err
+			}
+			return tx.Commit()
+		}
 	}
 	return q, nil
+}
+
+// inChunks calls fn on params a thousand at a time: one statement each,
+// however long the batch.
+func inChunks(params []river.InsertManyParams, fn func([]river.InsertManyParams) error) error {
+	for len(params) > 0 {
+		n := min(len(params), 1000)
+		if err := fn(params[:n]); err != nil {
+			return err
+		}
+		params = params[n:]
+	}
+	return nil
 }
 
 // Migrate applies River's own migrations, which keep its tables (jobs,
@@ -270,12 +326,8 @@ var (
 // stream. callbackURL, if set, must be on an allowed host (the caller
 // checks it).
 func (q *Queue) Enqueue(ctx context.Context, p *completion.Pipeline, caller accounts.Caller, body []byte, priority, callbackURL string) (Job, error) {
-	req, err := p.Parse(body)
-	if err != nil {
+	if err := Check(p, body); err != nil {
 		return Job{}, err
-	}
-	if req.Stream {
-		return Job{}, errNoStreams
 	}
 	args := Args{OrgID: caller.OrgID, TokenID: caller.TokenID, Body: body, Priority: priority, CallbackURL: callbackURL}
 	res, err := q.client.Insert(ctx, args, insertOpts(caller.OrgID))
@@ -283,6 +335,69 @@ func (q *Queue) Enqueue(ctx context.Context, p *completion.Pipeline, caller acco
 		return Job{}, apperr.Wrap(err, "queueing a job")
 	}
 	return q.view(res.Job), nil
+}
+
+// Check says whether body may be queued: it must parse as a live request
+// would (so a bad request fails now, not later), and may not stream.
+func Check(p *completion.Pipeline, body []byte) error {
+	req, err := p.Parse(body)
+	if err != nil {
+		return err
+	}
+	if req.Stream {
+		return errNoStreams
+	}
+	return nil
+}
+
+// Line is one request of a batch: its custom_id and a chat completion
+// that passed Check.
+type Line struct {
+	CustomID string
+	Body     json.RawMessage
+}
+
+// batchPriority is River's priority of batch lines (1 is first, 4 last):
+// a job queued on its own goes before the lines of a large batch.
+const batchPriority = 3
+
+// EnqueueBatch queues the lines of caller's batch batchID, each a job of
+// its own, all or none. A line's outcome goes to the queue's BatchLines.
+func (q *Queue) EnqueueBatch(ctx context.Context, caller accounts.Caller, batchID int64, lines []Line) error {
+	opts := &river.InsertOpts{Priority: batchPriority, Metadata: []byte(fmt.Sprintf(`{"org_id":%d,"batch_id":%d}`, caller.OrgID, batchID))}
+	params := make([]river.InsertManyParams, len(lines))
+	for i, l := range lines {
+		params[i] = river.InsertManyParams{Args: lineArgs{Args{OrgID: caller.OrgID, TokenID: caller.TokenID, Body: l.Body,
+			BatchID: batchID, CustomID: l.CustomID}}, InsertOpts: opts}
+	}
+	if err := q.insertAll(ctx, params); err != nil {
+		return apperr.Wrap(err, "queueing a batch's lines")
+	}
+	return nil
+}
+
+// WakeBatch makes the lines of batch batchID that wait (snoozed for a
+// bucket, or backing off before a retry) available now, so that a
+// cancelled batch's lines are skipped at once rather than when they would
+// have run.
+func (q *Queue) WakeBatch(ctx context.Context, batchID int64) error {
+	params := q.withMetadata(river.NewJobListParams().Kinds((lineArgs{}).Kind()), "batch_id", batchID).
+		States(rivertype.JobStateScheduled, rivertype.JobStateRetryable).First(500)
+	for {
+		res, err := q.client.JobList(ctx, params)
+		if err != nil {
+			return apperr.Wrap(err, "listing a batch's waiting lines")
+		}
+		for _, j := range res.Jobs {
+			if _, err := q.client.JobRetry(ctx, j.ID); err != nil && !errors.Is(err, river.ErrNotFound) {
+				return apperr.Wrap(err, "waking a batch's line")
+			}
+		}
+		if len(res.Jobs) < 500 {
+			return nil
+		}
+		params = params.After(res.LastCursor)
+	}
 }
 
 // insertOpts tags a job with its organization, so listing is scoped.
@@ -343,8 +458,8 @@ func (q *Queue) row(ctx context.Context, orgID int64, id string) (*rivertype.Job
 
 // List returns orgID's latest jobs, newest first.
 func (q *Queue) List(ctx context.Context, orgID int64, limit int) ([]Job, error) {
-	res, err := q.client.JobList(ctx, river.NewJobListParams().Kinds((Args{}).Kind()).
-		Metadata(`{"org_id":`+strconv.FormatInt(orgID, 10)+`}`).OrderBy(river.JobListOrderByID, river.SortOrderDesc).First(limit))
+	res, err := q.client.JobList(ctx, q.withMetadata(river.NewJobListParams().Kinds((Args{}).Kind()), "org_id", orgID).
+		OrderBy(river.JobListOrderByID, river.SortOrderDesc).First(limit))
 	if err != nil {
 		return nil, apperr.Wrap(err, "listing jobs")
 	}
@@ -355,6 +470,16 @@ func (q *Queue) List(ctx context.Context, orgID int64, limit int) ([]Job, error)
 		}
 	}
 	return out, nil
+}
+
+// withMetadata narrows p to jobs whose metadata has key = value: with
+// Postgres's @> (which River's index on metadata serves), or on SQLite,
+// where River has no Metadata filter, by comparing the key's value.
+func (q *Queue) withMetadata(p *river.JobListParams, key string, value int64) *river.JobListParams {
+	if q.sqlite {
+		return p.Where("metadata ->> @path_"+key+" = @value_"+key, river.NamedArgs{"path_" + key: "$." + key, "value_" + key: value})
+	}
+	return p.Metadata(`{"` + key + `":` + strconv.FormatInt(value, 10) + `}`)
 }
 
 // view is a River row as the API shows it.

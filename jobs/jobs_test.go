@@ -377,3 +377,100 @@ func TestJobIDs(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// stopAfter is a batch that stops after its first n lines ran, and hears
+// every line's outcome.
+type stopAfter struct {
+	mu      sync.Mutex
+	n       int
+	started int
+	done    map[string]Output
+}
+
+func (s *stopAfter) Stopped(context.Context, int64) (*Failure, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.started >= s.n {
+		return &Failure{Code: "batch_cancelled", Message: "cancelled"}, nil
+	}
+	s.started++
+	return nil, nil
+}
+
+func (s *stopAfter) LineDone(_ context.Context, batchID int64, customID, jobID string, out Output) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if batchID != 7 || out.RequestID != jobID {
+		return fmt.Errorf("line %s of batch %d as %s", customID, batchID, jobID)
+	}
+	s.done[customID] = out
+	return nil
+}
+
+// A batch's lines are jobs of their own kind: not in the job list, counted
+// in the queue's depth, run until their batch stops them; the job list is
+// scoped to the organization on both databases.
+func TestBatchLinesAndTheJobList(t *testing.T) {
+	each(t, func(t *testing.T, db *models.DB, url string) {
+		f := newFixture(t, db, url)
+		ctx := context.Background()
+		batch := &stopAfter{n: 2, done: map[string]Output{}}
+		q := f.queue(Config{Workers: 1}, batch)
+		j, err := q.Enqueue(ctx, f.pipe, f.caller, []byte(jobBody), "", "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var lines []Line
+		for _, id := range []string{"a", "b", "c", "d"} {
+			lines = append(lines, Line{CustomID: id, Body: json.RawMessage(jobBody)})
+		}
+		if err := q.EnqueueBatch(ctx, f.caller, 7, lines); err != nil {
+			t.Fatal(err)
+		}
+		if err := q.WakeBatch(ctx, 7); err != nil {
+			t.Fatalf("waking: %v", err)
+		}
+		if s, err := q.Stats(ctx); err != nil || s.Waiting != 5 {
+			t.Fatalf("stats: %+v %v", s, err)
+		}
+		list, err := q.List(ctx, f.caller.OrgID, 10)
+		if err != nil || len(list) != 1 || list[0].ID != j.ID {
+			t.Fatalf("list: %+v %v", list, err)
+		}
+		if other, err := q.List(ctx, f.caller.OrgID+1, 10); err != nil || len(other) != 0 {
+			t.Fatalf("another organization's list: %+v %v", other, err)
+		}
+		f.start(q)
+		f.wait(q, j.ID, 10*time.Second)
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			batch.mu.Lock()
+			n := len(batch.done)
+			batch.mu.Unlock()
+			if n == 4 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%d lines done", n)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		ran, stopped := 0, 0
+		for id, out := range batch.done {
+			switch {
+			case out.Error == nil && out.Status == 200:
+				ran++
+			case out.Error != nil && out.Error.Code == "batch_cancelled" && out.Status == 0:
+				stopped++
+			default:
+				t.Errorf("%s: %+v", id, out)
+			}
+		}
+		if ran != 2 || stopped != 2 || f.calls.Load() != 3 {
+			t.Fatalf("%d lines ran, %d stopped, %d provider calls", ran, stopped, f.calls.Load())
+		}
+		if _, err := q.Get(ctx, f.caller.OrgID, batch.done["a"].RequestID); apperr.CodeOf(err) != apperr.NotFound {
+			t.Errorf("a batch line through the job API: %v", err)
+		}
+	})
+}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
@@ -54,6 +55,22 @@ func (w *worker) Work(ctx context.Context, job *river.Job[Args]) error {
 	// node lost mid-attempt) is metered once.
 	req.ID, req.Priority, req.Queued, req.Stream = out.RequestID, a.Priority, true, false
 	for {
+		// A batch's line asks its batch first, and again after each wait
+		// for a bucket: one that was cancelled, or whose window is over,
+		// ends unrun.
+		if a.BatchID != 0 && w.batches != nil {
+			stopped, err := w.batches.Stopped(ctx, a.BatchID)
+			if err != nil {
+				if ctx.Err() != nil {
+					return river.JobSnooze(0) // shutting down, as below
+				}
+				return err
+			}
+			if stopped != nil {
+				out.Error = stopped
+				return w.finish(ctx, job, out, river.JobCancel(errors.New(stopped.Message)))
+			}
+		}
 		sink := newBuffer()
 		served, err := w.pipeline.Complete(ctx, caller, &req, sink)
 		if err == nil {
@@ -151,6 +168,20 @@ func (w *worker) finish(ctx context.Context, job *river.Job[Args], out Output, r
 func (w *worker) NextRetry(job *river.Job[Args]) time.Time {
 	ceil := w.retryBase << min(max(job.Attempt-1, 0), 10)
 	return time.Now().Add(time.Duration(rand.Float64() * float64(min(ceil, 10*time.Minute))))
+}
+
+// lineWorker works a batch's lines as worker works jobs.
+type lineWorker struct {
+	river.WorkerDefaults[lineArgs]
+	w *worker
+}
+
+func (l *lineWorker) Work(ctx context.Context, job *river.Job[lineArgs]) error {
+	return l.w.Work(ctx, &river.Job[Args]{JobRow: job.JobRow, Args: job.Args.Args})
+}
+
+func (l *lineWorker) NextRetry(job *river.Job[lineArgs]) time.Time {
+	return l.w.NextRetry(&river.Job[Args]{JobRow: job.JobRow, Args: job.Args.Args})
 }
 
 // sleep waits d or until ctx ends.

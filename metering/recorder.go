@@ -8,6 +8,7 @@ import (
 	"errors"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sluicehq/sluice/models"
@@ -35,6 +36,8 @@ type Recorder struct {
 	log      *slog.Logger
 	maxBatch int
 	interval time.Duration
+	flushers int                      // batches stored at once
+	batches  chan []models.UsageEvent // from loop to the flushers
 
 	mu     sync.RWMutex // guards closed against Record racing Close
 	closed bool
@@ -46,14 +49,48 @@ type Recorder struct {
 	abandon    chan struct{} // closed when Close's deadline passes: stop retrying
 	done       chan struct{}
 	once       sync.Once
+
+	stored  atomic.Int64 // events stored
+	lost    atomic.Int64 // events given up at shutdown with the database down
+	flushed func(events int, took time.Duration)
 }
+
+// Option adjusts a Recorder.
+type Option func(*Recorder)
+
+// WithFlushObserver has observe called after each stored batch with its
+// size and how long storing it took, retries included (for a histogram).
+func WithFlushObserver(observe func(events int, took time.Duration)) Option {
+	return func(r *Recorder) { r.flushed = observe }
+}
+
+// WithFlushers has n batches stored at once (default 1). Postgres stores
+// concurrent batches on as many cores; rollup rows are upserted in one
+// order by every batch, so they wait for each other but never deadlock.
+// SQLite has one writer: keep 1 there.
+func WithFlushers(n int) Option {
+	return func(r *Recorder) { r.flushers = max(1, n) }
+}
+
+// Depth is how many events wait in the buffer.
+func (r *Recorder) Depth() int { return len(r.events) }
+
+// Capacity is how many events the buffer holds before Record blocks.
+func (r *Recorder) Capacity() int { return cap(r.events) }
+
+// Stored is how many events have been stored since the start.
+func (r *Recorder) Stored() int64 { return r.stored.Load() }
+
+// Lost is how many events were given up: only at shutdown, when the
+// database stayed down past the deadline.
+func (r *Recorder) Lost() int64 { return r.lost.Load() }
 
 // ErrClosed is returned by Record after Close.
 var ErrClosed = errors.New("metering: recorder is closed")
 
 // NewRecorder starts a recorder that flushes every interval or every
 // maxBatch events, whichever comes first.
-func NewRecorder(sink Sink, log *slog.Logger, interval time.Duration, maxBatch int) *Recorder {
+func NewRecorder(sink Sink, log *slog.Logger, interval time.Duration, maxBatch int, opts ...Option) *Recorder {
 	r := &Recorder{
 		sink: sink, log: log, maxBatch: maxBatch, interval: interval,
 		events:     make(chan models.UsageEvent, 8*maxBatch),
@@ -61,8 +98,29 @@ func NewRecorder(sink Sink, log *slog.Logger, interval time.Duration, maxBatch i
 		closing:    make(chan struct{}),
 		abandon:    make(chan struct{}),
 		done:       make(chan struct{}),
+		flushers:   1,
 	}
-	go r.loop()
+	for _, o := range opts {
+		o(r)
+	}
+	// One batch may wait while each flusher stores one: the loop keeps
+	// collecting meanwhile, and the buffer bounds what waits beyond that.
+	r.batches = make(chan []models.UsageEvent, 1)
+	var flushing sync.WaitGroup
+	for range r.flushers {
+		flushing.Go(func() {
+			for batch := range r.batches {
+				r.flush(batch)
+			}
+		})
+	}
+	go func() {
+		r.loop()
+		close(r.batches)
+		flushing.Wait()
+		r.flushRejections()
+		close(r.done)
+	}()
 	return r
 }
 
@@ -161,29 +219,31 @@ func (r *Recorder) Close(ctx context.Context) error {
 	}
 }
 
+// loop collects events into batches for the flushers until the buffer is
+// closed and drained.
 func (r *Recorder) loop() {
-	defer close(r.done)
 	tick := time.NewTicker(r.interval)
 	defer tick.Stop()
 	batch := make([]models.UsageEvent, 0, r.maxBatch)
+	send := func() {
+		if len(batch) > 0 {
+			r.batches <- batch
+			batch = make([]models.UsageEvent, 0, r.maxBatch)
+		}
+	}
 	for {
 		select {
 		case ev, ok := <-r.events:
 			if !ok {
-				r.flush(batch)
-				r.flushRejections()
+				send()
 				return
 			}
 			batch = append(batch, ev)
 			if len(batch) >= r.maxBatch {
-				r.flush(batch)
-				batch = batch[:0]
+				send()
 			}
 		case <-tick.C:
-			if len(batch) > 0 {
-				r.flush(batch)
-				batch = batch[:0]
-			}
+			send()
 			r.flushRejections()
 		}
 	}
@@ -195,7 +255,7 @@ func (r *Recorder) flushRejections() {
 	if len(rs) == 0 {
 		return
 	}
-	r.retry("rejection counts", len(rs), func(ctx context.Context) error { return r.sink.AddRejections(ctx, rs) })
+	_ = r.retry("rejection counts", len(rs), func(ctx context.Context) error { return r.sink.AddRejections(ctx, rs) })
 }
 
 // flush stores a batch, retrying with backoff until it lands: inserts are
@@ -215,33 +275,47 @@ func (r *Recorder) flush(batch []models.UsageEvent) {
 		}
 	}
 	batch = billed
-	r.retry("usage events", len(batch), func(ctx context.Context) error {
+	began := time.Now()
+	if r.retry("usage events", len(batch), func(ctx context.Context) error {
 		if err := r.sink.InsertUsageEvents(ctx, batch); err != nil {
 			return err
 		}
 		return r.sink.TouchAPITokens(ctx, lastUsed)
-	})
+	}) {
+		r.stored.Add(int64(len(batch)))
+		if r.flushed != nil {
+			r.flushed(len(batch), time.Since(began))
+		}
+	}
 }
 
 // retry runs store until it succeeds, with backoff, or until Close's
-// deadline passes: then what is queued is given up, and logged.
-func (r *Recorder) retry(what string, n int, store func(context.Context) error) {
+// deadline passes: then what is queued is given up, counted and logged. It
+// reports whether store succeeded.
+func (r *Recorder) retry(what string, n int, store func(context.Context) error) bool {
 	backoff := 100 * time.Millisecond
 	for attempt := 1; ; attempt++ {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		err := store(ctx)
 		cancel()
 		if err == nil {
-			return
+			return true
 		}
 		r.log.Error("storing "+what+" failed; retrying", "count", n, "attempt", attempt, "err", err)
 		select {
 		case <-time.After(backoff):
 		case <-r.abandon:
-			r.log.Error(what+" lost: the database stayed unavailable past the shutdown deadline", "count", n+len(r.events))
-			for range r.events { // drain what is queued, uncounted
+			queued := 0
+			for range r.events { // drain what is queued
+				queued++
 			}
-			return
+			if what == "usage events" {
+				r.lost.Add(int64(n + queued))
+			} else {
+				r.lost.Add(int64(queued))
+			}
+			r.log.Error(what+" lost: the database stayed unavailable past the shutdown deadline", "count", n+queued)
+			return false
 		}
 		backoff = min(2*backoff, 5*time.Second)
 	}

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -63,7 +64,9 @@ func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)
 
 func TestCloseDrainsEveryEventFromManyWritersDespiteFailures(t *testing.T) {
 	sink := &flakySink{failures: 2, stored: map[string]models.UsageEvent{}, touched: map[int64]time.Time{}}
-	r := NewRecorder(sink, quiet(), time.Hour, 16) // never ticks: only batch size and Close flush
+	var flushes, flushed atomic.Int64
+	r := NewRecorder(sink, quiet(), time.Hour, 16, // never ticks: only batch size and Close flush
+		WithFlushObserver(func(n int, _ time.Duration) { flushes.Add(1); flushed.Add(int64(n)) }))
 	base := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	var wg sync.WaitGroup
 	for w := range 50 {
@@ -82,8 +85,9 @@ func TestCloseDrainsEveryEventFromManyWritersDespiteFailures(t *testing.T) {
 	if err := r.Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if len(sink.stored) != 1000 {
-		t.Fatalf("stored %d events, want 1000", len(sink.stored))
+	if len(sink.stored) != 1000 || r.Stored() != 1000 || flushed.Load() != 1000 || flushes.Load() < 1000/16 || r.Lost() != 0 {
+		t.Fatalf("stored %d events (counted %d, observed %d in %d flushes, lost %d), want 1000",
+			len(sink.stored), r.Stored(), flushed.Load(), flushes.Load(), r.Lost())
 	}
 	for id := range int64(3) {
 		if want := base.Add(19 * time.Second); !sink.touched[id].Equal(want) {
@@ -180,6 +184,10 @@ func TestCloseEndsAtItsDeadlineWhenTheDatabaseIsDown(t *testing.T) {
 	}
 	if refused == 0 {
 		t.Fatal("no blocked Record was released")
+	}
+	// What was accepted and never stored is counted, for the alert.
+	if accepted := int64(20 - refused); r.Lost() != accepted || r.Stored() != 0 {
+		t.Fatalf("lost %d, stored %d; %d events were accepted", r.Lost(), r.Stored(), accepted)
 	}
 }
 

@@ -20,12 +20,14 @@ import (
 //
 //	TEST_DATABASE_URL=postgres://… go test -run '^$' -bench RecorderPostgres -benchtime 400000x ./metering
 func BenchmarkRecorderPostgres(b *testing.B) {
-	for _, n := range []int{1024, 4096, 16384} {
-		b.Run(fmt.Sprint("batch=", n), func(b *testing.B) { benchmarkRecorderPostgres(b, n) })
+	for _, n := range []int{1024, 4096} {
+		for _, flushers := range []int{1, 2} {
+			b.Run(fmt.Sprintf("batch=%d/flushers=%d", n, flushers), func(b *testing.B) { benchmarkRecorderPostgres(b, n, flushers) })
+		}
 	}
 }
 
-func benchmarkRecorderPostgres(b *testing.B, batchSize int) {
+func benchmarkRecorderPostgres(b *testing.B, batchSize, flushers int) {
 	store := models.NewStore(testdb.Postgres(b))
 	ctx := context.Background()
 	type tok struct{ org, id int64 }
@@ -41,7 +43,7 @@ func benchmarkRecorderPostgres(b *testing.B, batchSize int) {
 		}
 	}
 	modelsUsed := []string{"gpt-4o-mini", "gpt-4o", "sluice-local"}
-	r := NewRecorder(store, quiet(), time.Second, batchSize)
+	r := NewRecorder(store, quiet(), time.Second, batchSize, WithFlushers(flushers))
 	b.ResetTimer()
 	start := time.Now()
 	var wg sync.WaitGroup

@@ -6,14 +6,19 @@ package models
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/glebarez/sqlite"
+	"github.com/jackc/pgx/v5/pgconn"
 	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
@@ -97,12 +102,33 @@ type Store struct {
 // NewStore returns a store over db.
 func NewStore(db *DB) *Store { return &Store{db: db.Gorm} }
 
-// dbErr turns gorm's missing-row error into the domain's; anything else
-// is internal and keeps its cause for the logs.
+// DatabaseRetryAfter is how long a client is told to wait while the
+// database cannot be reached: about what a restart or a failover takes.
+const DatabaseRetryAfter = 5 * time.Second
+
+// errDatabaseDown is what a client refused because the database cannot be
+// reached is told; the driver's error stays in the Cause, never shown.
+const errDatabaseDown = "the database is unavailable right now; retry shortly"
+
+// dbErr turns a store error into the domain's: a missing row is not_found,
+// a unique violation a conflict, a database that cannot be reached (refused,
+// reset or timed-out connections, a server shutting down) unavailable, with
+// a Retry-After; anything else is internal and keeps its cause for the logs.
+// Errors that already are domain errors (from inside a transaction) pass
+// through unchanged.
 func dbErr(err error, what string) error {
+	var e *apperr.Error
 	switch {
 	case err == nil:
 		return nil
+	case unreachable(err):
+		if errors.As(err, &e) && e.Code != apperr.Internal {
+			return err
+		}
+		return &apperr.Error{Code: apperr.Unavailable, Reason: "database_unavailable", Message: errDatabaseDown,
+			Cause: fmt.Errorf("%s: %w", what, err), RetryAfter: DatabaseRetryAfter}
+	case errors.As(err, &e):
+		return err
 	case errors.Is(err, gorm.ErrRecordNotFound):
 		return apperr.New(apperr.NotFound, "%s not found", what)
 	case errors.Is(err, gorm.ErrDuplicatedKey):
@@ -110,6 +136,32 @@ func dbErr(err error, what string) error {
 	default:
 		return apperr.Wrap(err, what)
 	}
+}
+
+// unreachable says whether err means the database could not be talked to,
+// rather than that it refused the statement: the request may succeed once
+// the database is back.
+func unreachable(err error) bool {
+	var connect *pgconn.ConnectError
+	if errors.As(err, &connect) {
+		return true
+	}
+	var pg *pgconn.PgError
+	if errors.As(err, &pg) {
+		// The server answered: only its own "not now" is an outage.
+		switch pg.Code {
+		case "57P01", "57P02", "57P03", // admin_shutdown, crash_shutdown, cannot_connect_now
+			"53300": // too_many_connections
+			return true
+		}
+		return strings.HasPrefix(pg.Code, "08") // connection_exception
+	}
+	var netErr net.Error
+	return errors.Is(err, driver.ErrBadConn) || errors.Is(err, sql.ErrConnDone) ||
+		errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) ||
+		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) ||
+		errors.Is(err, context.DeadlineExceeded) || pgconn.Timeout(err) ||
+		errors.As(err, &netErr)
 }
 
 // Ping checks the database answers, for health checks.

@@ -36,7 +36,7 @@ func (s *Store) CreateFreeze(ctx context.Context, f Freeze) (Freeze, error) {
 		return audit(tx, f.OrgID, 0, "token.freeze", fmt.Sprint(f.TokenID),
 			fmt.Sprintf("%s; frozen until %s", f.Reason, f.FrozenUntil.UTC().Format(time.RFC3339)))
 	})
-	return f, err
+	return f, dbErr(err, "freeze")
 }
 
 // ActiveFreezes lists every freeze in force at now, for the gateway's
@@ -81,5 +81,5 @@ func (s *Store) LiftFreeze(ctx context.Context, admin User, id int64) (Freeze, e
 	if err != nil && apperr.CodeOf(err) == apperr.NotFound {
 		return f, apperr.New(apperr.NotFound, "no such freeze")
 	}
-	return f, err
+	return f, dbErr(err, "freeze")
 }

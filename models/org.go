@@ -86,7 +86,7 @@ func (s *Store) updateOrganization(ctx context.Context, actor User, orgID int64,
 		}
 		return audit(tx, orgID, actor.ID, action, fmt.Sprint(orgID), detail)
 	})
-	return o, err
+	return o, dbErr(err, "organization")
 }
 
 // Organization returns one organization with its tier.
@@ -121,7 +121,7 @@ func (s *Store) SetOrganizationTier(ctx context.Context, actor User, orgID int64
 		// Filed under the organization moved, so its audit trail shows it.
 		return audit(tx, orgID, actor.ID, "organization.tier", fmt.Sprint(orgID), "tier -> "+t.Name)
 	})
-	return o, err
+	return o, dbErr(err, "organization")
 }
 
 // NormalizeEmail is how emails are compared and stored: trimmed, lower case.
@@ -154,5 +154,5 @@ func (s *Store) CreateOrganizationWithOwner(ctx context.Context, orgName, tierNa
 		}
 		return audit(tx, o.ID, u.ID, "organization.create", o.Name, "owner "+u.Email)
 	})
-	return o, u, err
+	return o, u, dbErr(err, "organization")
 }

@@ -48,7 +48,7 @@ func (s *Store) SetModelPrice(ctx context.Context, actor User, p ModelPrice, at 
 		return audit(tx, actor.OrgID, actor.ID, "price.set", p.Model, fmt.Sprintf("input %s, output %s, cached input %s per million tokens",
 			p.InputPerMTok, p.OutputPerMTok, p.CachedInputPerMTok))
 	})
-	return p, err
+	return p, dbErr(err, "price")
 }
 
 // ModelPrices lists every price version, by model and time.

@@ -32,6 +32,10 @@ func TestRollupsCountEachEventOnce(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
+		// A stored event with a new one: only the new one counts.
+		if err := s.InsertUsageEvents(ctx, []models.UsageEvent{batch[0], ev("r4", "m", h.Add(30*time.Minute), 4, 2, 50, false)}); err != nil {
+			t.Fatal(err)
+		}
 		err := s.AddRejections(ctx, []models.Rejections{
 			{OrgID: o.ID, TokenID: tok.ID, Model: "m", Hour: h.Add(10 * time.Minute), Requests: 3, Budget: 1},
 			{OrgID: o.ID, TokenID: tok.ID, Hour: h.Add(20 * time.Minute), Frozen: 2},
@@ -44,19 +48,19 @@ func TestRollupsCountEachEventOnce(t *testing.T) {
 			t.Fatal(err)
 		}
 		want := []models.UsageBucket{
-			{Hour: h, Requests: 2, Rejected: 6, PromptTokens: 30, CompletionTokens: 10, CachedTokens: 15, CacheHits: 1, Cost: 300},
+			{Hour: h, Requests: 3, Rejected: 6, PromptTokens: 34, CompletionTokens: 12, CachedTokens: 17, CacheHits: 1, Cost: 350},
 			{Hour: h.Add(time.Hour), Requests: 1, PromptTokens: 1, CompletionTokens: 1, Cost: 7},
 		}
 		if len(got) != len(want) || got[0] != want[0] || got[1] != want[1] {
 			t.Fatalf("hours\n got %+v\nwant %+v", got, want)
 		}
 		byModel, err := s.UsageHours(ctx, o.ID, h, h.Add(time.Hour), models.GroupModel)
-		if err != nil || len(byModel) != 2 || byModel[0].Group != "" || byModel[0].Rejected != 2 || byModel[1].Group != "m" || byModel[1].Requests != 2 {
+		if err != nil || len(byModel) != 2 || byModel[0].Group != "" || byModel[0].Rejected != 2 || byModel[1].Group != "m" || byModel[1].Requests != 3 {
 			t.Fatalf("by model: %+v %v", byModel, err)
 		}
 		nov, _ := s.UsageInMonth(ctx, o.ID, h)
 		dec, _ := s.UsageInMonth(ctx, o.ID, h.Add(2*time.Hour))
-		if nov != (models.MonthlyUsage{Requests: 2, Rejected: 6, Tokens: 40, Cost: 300}) || dec != (models.MonthlyUsage{Requests: 1, Tokens: 2, Cost: 7}) {
+		if nov != (models.MonthlyUsage{Requests: 3, Rejected: 6, Tokens: 46, Cost: 350}) || dec != (models.MonthlyUsage{Requests: 1, Tokens: 2, Cost: 7}) {
 			t.Fatalf("months: %+v %+v", nov, dec)
 		}
 	})

@@ -40,8 +40,11 @@ type Tier struct {
 	// BillCacheHits says whether an answer from Sluice's response cache
 	// costs what the model would have (true) or nothing (false).
 	BillCacheHits bool
-	CreatedAt     time.Time
-	UpdatedAt     time.Time
+	// BatchFileBytes is the largest batch input file (POST /v1/files) an
+	// organization on the tier may upload; 0 refuses uploads.
+	BatchFileBytes int64
+	CreatedAt      time.Time
+	UpdatedAt      time.Time
 }
 
 // Overage choices of a tier.
@@ -74,13 +77,18 @@ type TierSettings struct {
 	IncludedCredit   money.Amount
 	Overage          string // "bill" or "block"; empty keeps the tier's current choice
 	BillCacheHits    bool
+	BatchFileBytes   int64
 }
 
 // Settings returns the tier's editable settings, to merge a partial update into.
 func (t Tier) Settings() TierSettings {
 	return TierSettings{t.Capacity, t.RefillPerSec, t.TokensPerMinute, t.FreezeThreshold, t.FreezeMinutes, t.Autotune, t.RefillFloor,
-		t.UpstreamFallback, t.MonthlyFee, t.IncludedCredit, t.Overage, t.BillCacheHits}
+		t.UpstreamFallback, t.MonthlyFee, t.IncludedCredit, t.Overage, t.BillCacheHits, t.BatchFileBytes}
 }
+
+// MaxBatchFileBytes bounds a tier's batch file limit: an upload is held in
+// memory while it is stored.
+const MaxBatchFileBytes = 256 << 20
 
 // Validate says what is wrong with the settings, in words for the admin.
 func (l TierSettings) Validate() error {
@@ -107,6 +115,8 @@ func (l TierSettings) Validate() error {
 		return apperr.New(apperr.Unprocessable, "included_credit must be from 0 to %s", money.MaxAmount)
 	case l.Overage != "" && l.Overage != OverageBill && l.Overage != OverageBlock:
 		return apperr.New(apperr.Unprocessable, "overage must be bill or block")
+	case l.BatchFileBytes < 0 || l.BatchFileBytes > MaxBatchFileBytes:
+		return apperr.New(apperr.Unprocessable, "batch_file_bytes must be from 0 (no batch files) to %d (256 MiB)", MaxBatchFileBytes)
 	}
 	return nil
 }
@@ -143,7 +153,7 @@ func (s *Store) CreateTier(ctx context.Context, actor User, name string, l TierS
 	t := Tier{Name: name, Capacity: l.Capacity, RefillPerSec: l.RefillPerSec, TokensPerMinute: l.TokensPerMinute,
 		FreezeThreshold: l.FreezeThreshold, FreezeMinutes: l.FreezeMinutes, Autotune: l.Autotune, RefillFloor: l.RefillFloor,
 		UpstreamFallback: l.UpstreamFallback, MonthlyFee: l.MonthlyFee, IncludedCredit: l.IncludedCredit,
-		Overage: l.Overage, BillCacheHits: l.BillCacheHits, CreatedAt: now, UpdatedAt: now}
+		Overage: l.Overage, BillCacheHits: l.BillCacheHits, BatchFileBytes: l.BatchFileBytes, CreatedAt: now, UpdatedAt: now}
 	err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		if err := tx.Create(&t).Error; err != nil {
 			return dbErr(err, "tier "+name)
@@ -210,10 +220,11 @@ func (s *Store) UpdateTier(ctx context.Context, actor User, name string, l TierS
 			t.Overage = l.Overage
 		}
 		t.MonthlyFee, t.IncludedCredit, t.BillCacheHits = l.MonthlyFee, l.IncludedCredit, l.BillCacheHits
+		t.BatchFileBytes = l.BatchFileBytes
 		t.EffectiveRefillPerSec, t.UpdatedAt = nil, time.Now().UTC()
 		err := tx.Model(&t).Select("capacity", "refill_per_sec", "tokens_per_minute", "freeze_threshold", "freeze_minutes",
 			"autotune", "refill_floor", "upstream_fallback", "monthly_fee", "included_credit", "overage", "bill_cache_hits",
-			"effective_refill_per_sec", "updated_at").Updates(&t).Error
+			"batch_file_bytes", "effective_refill_per_sec", "updated_at").Updates(&t).Error
 		if err != nil {
 			return dbErr(err, "tier "+name)
 		}
@@ -246,6 +257,7 @@ func describeChange(a, b TierSettings) string {
 		add("overage", a.Overage, b.Overage)
 	}
 	add("bill_cache_hits", a.BillCacheHits, b.BillCacheHits)
+	add("batch_file_bytes", a.BatchFileBytes, b.BatchFileBytes)
 	if len(parts) == 0 {
 		return "no change"
 	}

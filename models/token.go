@@ -72,7 +72,7 @@ func (s *Store) CreateAPIToken(ctx context.Context, orgID, userID int64, name st
 		}
 		return audit(tx, orgID, userID, "token.create", fmt.Sprint(t.ID), t.Name)
 	})
-	return t, secret, err
+	return t, secret, dbErr(err, "token")
 }
 
 // APITokens lists an organization's tokens, newest first.
@@ -100,7 +100,7 @@ func (s *Store) RevokeAPIToken(ctx context.Context, actor User, orgID, id int64)
 		}
 		return audit(tx, orgID, actor.ID, "token.revoke", fmt.Sprint(id), t.Name)
 	})
-	return t, err
+	return t, dbErr(err, "token")
 }
 
 // TokenOwnerByHash resolves a token hash for the gateway, whatever its state;

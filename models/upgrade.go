@@ -65,7 +65,7 @@ func (s *Store) RequestUpgrade(ctx context.Context, u User, toTier, note string)
 		}
 		return audit(tx, o.ID, u.ID, "upgrade.request", fmt.Sprint(r.ID), o.Tier.Name+" -> "+t.Name)
 	})
-	return r, err
+	return r, dbErr(err, "upgrade")
 }
 
 // UpgradeRequests lists requests in a state ("" for all), oldest first,
@@ -115,5 +115,5 @@ func (s *Store) DecideUpgrade(ctx context.Context, admin User, id int64, approve
 		}
 		return audit(tx, r.OrgID, admin.ID, "upgrade."+status, fmt.Sprint(r.ID), r.FromTier+" -> "+r.ToTier)
 	})
-	return r, err
+	return r, dbErr(err, "upgrade")
 }

@@ -129,7 +129,7 @@ func (s *Store) CreateUpstreamKey(ctx context.Context, admin User, in UpstreamKe
 		}
 		return audit(tx, admin.OrgID, admin.ID, "upstream.create", fmt.Sprint(k.ID), k.Name+" "+k.BaseURL+" …"+k.KeyLast4)
 	})
-	return k, err
+	return k, dbErr(err, "provider key")
 }
 
 // UpstreamKeys lists every provider key.

@@ -1,12 +1,17 @@
 package models
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/stdlib"
 	"gorm.io/gorm"
 
@@ -81,10 +86,12 @@ const monthlyUpdate = `requests = usage_monthly.requests + EXCLUDED.requests,
 	tokens = usage_monthly.tokens + EXCLUDED.tokens,
 	cost = usage_monthly.cost + EXCLUDED.cost`
 
-// copyUsageRows streams a batch into Postgres with COPY, the cheapest way in,
-// through a temporary table; one statement then stores the new events and
-// rolls up exactly those (the RETURNING of the insert), so request ids
-// already stored are skipped by both.
+// copyUsageRows stores a batch in Postgres. The usual batch holds only new
+// request ids: it is copied straight into usage_events (COPY, the cheapest
+// way in) and the rollups, summed here first, are upserted in one
+// statement. A batch some of whose events are stored already (a retry of a
+// flush whose commit landed after all) fails that COPY on the unique request
+// id and takes the slower path that skips them.
 func (s *Store) copyUsageRows(ctx context.Context, evs []UsageEvent) error {
 	sqlDB, err := s.db.DB()
 	if err != nil {
@@ -97,51 +104,191 @@ func (s *Store) copyUsageRows(ctx context.Context, evs []UsageEvent) error {
 	defer conn.Close()
 	return conn.Raw(func(driverConn any) error {
 		pg := driverConn.(*stdlib.Conn).Conn()
-		tx, err := pg.Begin(ctx)
-		if err != nil {
-			return err
+		err := copyNewUsage(ctx, pg, evs)
+		if pgErr := (*pgconn.PgError)(nil); errors.As(err, &pgErr) && pgErr.Code == "23505" { // unique_violation
+			return copyUsageSkippingStored(ctx, pg, evs)
 		}
-		defer tx.Rollback(ctx)
-		_, err = tx.Exec(ctx, `CREATE TEMP TABLE IF NOT EXISTS usage_incoming (
-			request_id TEXT, org_id BIGINT, token_id BIGINT, model TEXT, prompt_tokens INTEGER,
-			completion_tokens INTEGER, cached_tokens INTEGER, cost BIGINT, price_id BIGINT, status INTEGER,
-			latency_ms INTEGER, cached BOOLEAN, fallback BOOLEAN, upstream_key_id BIGINT, created_at TIMESTAMPTZ)
-			ON COMMIT DELETE ROWS`)
-		if err != nil {
-			return err
-		}
-		rows := make([][]any, len(evs))
-		for i, e := range evs {
-			rows[i] = []any{e.RequestID, e.OrgID, e.TokenID, e.Model, e.PromptTokens, e.CompletionTokens,
-				e.CachedTokens, int64(e.Cost), e.PriceID, e.Status, e.LatencyMs, e.Cached, e.Fallback, e.UpstreamKeyID, e.CreatedAt.UTC()}
-		}
-		if _, err := tx.CopyFrom(ctx, pgx.Identifier{"usage_incoming"}, usageColumns, pgx.CopyFromRows(rows)); err != nil {
-			return err
-		}
-		cols := strings.Join(usageColumns, ", ")
-		_, err = tx.Exec(ctx, `WITH stored AS (
-				INSERT INTO usage_events (`+cols+`) SELECT `+cols+` FROM usage_incoming
-				ON CONFLICT (request_id) DO NOTHING
-				RETURNING org_id, token_id, model, price_id, created_at, prompt_tokens, completion_tokens, cached_tokens, cost, cached
-			), hourly AS (
-				INSERT INTO usage_hourly (org_id, hour, token_id, model, price_id, requests, prompt_tokens,
-					completion_tokens, cached_tokens, cache_hits, cost)
-				SELECT org_id, date_trunc('hour', created_at, 'UTC'), token_id, model, price_id, count(*), sum(prompt_tokens),
-					sum(completion_tokens), sum(cached_tokens), count(*) FILTER (WHERE cached), sum(cost)
-				FROM stored GROUP BY 1, 2, 3, 4, 5
-				ON CONFLICT (org_id, hour, token_id, model, price_id) DO UPDATE SET `+rollupUpdate+`
-			), seen AS (
-				INSERT INTO metered_models (model) SELECT DISTINCT model FROM stored ON CONFLICT (model) DO NOTHING
-			)
-			INSERT INTO usage_monthly (period, org_id, requests, tokens, cost)
-			SELECT date_trunc('month', created_at, 'UTC'), org_id, count(*), sum(prompt_tokens + completion_tokens), sum(cost)
-			FROM stored GROUP BY 1, 2
-			ON CONFLICT (period, org_id) DO UPDATE SET `+monthlyUpdate)
-		if err != nil {
-			return err
-		}
-		return tx.Commit(ctx)
+		return err
 	})
+}
+
+// copyNewUsage copies evs into usage_events and adds them to the rollups,
+// in one transaction; it fails, storing nothing, if a request id is stored
+// already.
+func copyNewUsage(ctx context.Context, pg *pgx.Conn, evs []UsageEvent) error {
+	tx, err := pg.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.CopyFrom(ctx, pgx.Identifier{"usage_events"}, usageColumns, &usageSource{evs: evs}); err != nil {
+		return err
+	}
+	r := rollUp(evs)
+	if _, err := tx.Exec(ctx, `WITH hourly AS (
+			INSERT INTO usage_hourly (org_id, hour, token_id, model, price_id, requests, prompt_tokens,
+				completion_tokens, cached_tokens, cache_hits, cost)
+			SELECT * FROM unnest($1::bigint[], $2::timestamptz[], $3::bigint[], $4::text[], $5::bigint[], $6::bigint[],
+				$7::bigint[], $8::bigint[], $9::bigint[], $10::bigint[], $11::bigint[])
+			ON CONFLICT (org_id, hour, token_id, model, price_id) DO UPDATE SET `+rollupUpdate+`
+		), seen AS (
+			INSERT INTO metered_models (model) SELECT unnest($12::text[]) ON CONFLICT (model) DO NOTHING
+		)
+		INSERT INTO usage_monthly (period, org_id, requests, tokens, cost)
+		SELECT * FROM unnest($13::timestamptz[], $14::bigint[], $15::bigint[], $16::bigint[], $17::bigint[])
+		ON CONFLICT (period, org_id) DO UPDATE SET `+monthlyUpdate, r.args()...); err != nil {
+		return err
+	}
+	return tx.Commit(ctx)
+}
+
+// usageSource feeds COPY one event at a time from a reused row, without
+// building the whole batch as [][]any first.
+type usageSource struct {
+	evs []UsageEvent
+	i   int
+	row [15]any
+}
+
+func (u *usageSource) Next() bool { u.i++; return u.i <= len(u.evs) }
+func (u *usageSource) Err() error { return nil }
+func (u *usageSource) Values() ([]any, error) {
+	e := &u.evs[u.i-1]
+	u.row = [15]any{e.RequestID, e.OrgID, e.TokenID, e.Model, e.PromptTokens, e.CompletionTokens,
+		e.CachedTokens, int64(e.Cost), e.PriceID, e.Status, e.LatencyMs, e.Cached, e.Fallback, e.UpstreamKeyID, e.CreatedAt.UTC()}
+	return u.row[:], nil
+}
+
+// rollups are a batch's sums per hourly and monthly rollup row, as the
+// column arrays the upsert unnests. Rows come sorted by key, so concurrent
+// flushes lock rollup rows in one order and cannot deadlock.
+type rollups struct {
+	hOrg, hToken, hPrice                                   []int64
+	hHour                                                  []time.Time
+	hModel                                                 []string
+	hRequests, hPrompt, hCompletion, hCached, hHits, hCost []int64
+	models                                                 []string
+	mPeriod                                                []time.Time
+	mOrg, mRequests, mTokens, mCost                        []int64
+}
+
+func (r *rollups) args() []any {
+	return []any{r.hOrg, r.hHour, r.hToken, r.hModel, r.hPrice, r.hRequests, r.hPrompt, r.hCompletion, r.hCached, r.hHits, r.hCost,
+		r.models, r.mPeriod, r.mOrg, r.mRequests, r.mTokens, r.mCost}
+}
+
+type hourlyKey struct {
+	org, hour, token, price int64
+	model                   string
+}
+
+type hourlySums struct{ requests, prompt, completion, cached, hits, cost int64 }
+
+type monthlyKey struct{ period, org int64 }
+
+type monthlySums struct{ requests, tokens, cost int64 }
+
+// rollUp sums evs into the hourly and monthly rollup rows they add to.
+func rollUp(evs []UsageEvent) *rollups {
+	hourly := make(map[hourlyKey]*hourlySums)
+	monthly := make(map[monthlyKey]*monthlySums)
+	seen := make(map[string]struct{})
+	for i := range evs {
+		e := &evs[i]
+		at := e.CreatedAt.UTC()
+		hk := hourlyKey{e.OrgID, at.Truncate(time.Hour).Unix(), e.TokenID, e.PriceID, e.Model}
+		h := hourly[hk]
+		if h == nil {
+			h = new(hourlySums)
+			hourly[hk] = h
+		}
+		h.requests++
+		h.prompt += int64(e.PromptTokens)
+		h.completion += int64(e.CompletionTokens)
+		h.cached += int64(e.CachedTokens)
+		if e.Cached {
+			h.hits++
+		}
+		h.cost += int64(e.Cost)
+		mk := monthlyKey{MonthOf(at).Unix(), e.OrgID}
+		m := monthly[mk]
+		if m == nil {
+			m = new(monthlySums)
+			monthly[mk] = m
+		}
+		m.requests++
+		m.tokens += int64(e.PromptTokens + e.CompletionTokens)
+		m.cost += int64(e.Cost)
+		seen[e.Model] = struct{}{}
+	}
+	r := &rollups{}
+	hks := slices.SortedFunc(maps.Keys(hourly), func(a, b hourlyKey) int {
+		return cmp.Or(cmp.Compare(a.org, b.org), cmp.Compare(a.hour, b.hour), cmp.Compare(a.token, b.token),
+			strings.Compare(a.model, b.model), cmp.Compare(a.price, b.price))
+	})
+	for _, k := range hks {
+		h := hourly[k]
+		r.hOrg, r.hHour, r.hToken = append(r.hOrg, k.org), append(r.hHour, time.Unix(k.hour, 0).UTC()), append(r.hToken, k.token)
+		r.hModel, r.hPrice = append(r.hModel, k.model), append(r.hPrice, k.price)
+		r.hRequests, r.hPrompt, r.hCompletion = append(r.hRequests, h.requests), append(r.hPrompt, h.prompt), append(r.hCompletion, h.completion)
+		r.hCached, r.hHits, r.hCost = append(r.hCached, h.cached), append(r.hHits, h.hits), append(r.hCost, h.cost)
+	}
+	r.models = slices.Sorted(maps.Keys(seen))
+	mks := slices.SortedFunc(maps.Keys(monthly), func(a, b monthlyKey) int {
+		return cmp.Or(cmp.Compare(a.period, b.period), cmp.Compare(a.org, b.org))
+	})
+	for _, k := range mks {
+		m := monthly[k]
+		r.mPeriod, r.mOrg = append(r.mPeriod, time.Unix(k.period, 0).UTC()), append(r.mOrg, k.org)
+		r.mRequests, r.mTokens, r.mCost = append(r.mRequests, m.requests), append(r.mTokens, m.tokens), append(r.mCost, m.cost)
+	}
+	return r
+}
+
+// copyUsageRows' slow path copies the batch into a temporary table; one
+// statement then stores the new events and rolls up exactly those (the
+// RETURNING of the insert), so request ids already stored are skipped by
+// both.
+func copyUsageSkippingStored(ctx context.Context, pg *pgx.Conn, evs []UsageEvent) error {
+	tx, err := pg.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback(ctx)
+	_, err = tx.Exec(ctx, `CREATE TEMP TABLE IF NOT EXISTS usage_incoming (
+		request_id TEXT, org_id BIGINT, token_id BIGINT, model TEXT, prompt_tokens INTEGER,
+		completion_tokens INTEGER, cached_tokens INTEGER, cost BIGINT, price_id BIGINT, status INTEGER,
+		latency_ms INTEGER, cached BOOLEAN, fallback BOOLEAN, upstream_key_id BIGINT, created_at TIMESTAMPTZ)
+		ON COMMIT DELETE ROWS`)
+	if err != nil {
+		return err
+	}
+	if _, err := tx.CopyFrom(ctx, pgx.Identifier{"usage_incoming"}, usageColumns, &usageSource{evs: evs}); err != nil {
+		return err
+	}
+	cols := strings.Join(usageColumns, ", ")
+	_, err = tx.Exec(ctx, `WITH stored AS (
+			INSERT INTO usage_events (`+cols+`) SELECT `+cols+` FROM usage_incoming
+			ON CONFLICT (request_id) DO NOTHING
+			RETURNING org_id, token_id, model, price_id, created_at, prompt_tokens, completion_tokens, cached_tokens, cost, cached
+		), hourly AS (
+			INSERT INTO usage_hourly (org_id, hour, token_id, model, price_id, requests, prompt_tokens,
+				completion_tokens, cached_tokens, cache_hits, cost)
+			SELECT org_id, date_trunc('hour', created_at, 'UTC'), token_id, model, price_id, count(*), sum(prompt_tokens),
+				sum(completion_tokens), sum(cached_tokens), count(*) FILTER (WHERE cached), sum(cost)
+			FROM stored GROUP BY 1, 2, 3, 4, 5
+			ON CONFLICT (org_id, hour, token_id, model, price_id) DO UPDATE SET `+rollupUpdate+`
+		), seen AS (
+			INSERT INTO metered_models (model) SELECT DISTINCT model FROM stored ON CONFLICT (model) DO NOTHING
+		)
+		INSERT INTO usage_monthly (period, org_id, requests, tokens, cost)
+		SELECT date_trunc('month', created_at, 'UTC'), org_id, count(*), sum(prompt_tokens + completion_tokens), sum(cost)
+		FROM stored GROUP BY 1, 2
+		ON CONFLICT (period, org_id) DO UPDATE SET `+monthlyUpdate)
+	if err != nil {
+		return err
+	}
+	return tx.Commit(ctx)
 }
 
 // insertUsageRows writes a whole batch to SQLite with short statements

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"strings"
@@ -15,6 +14,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice/internal/faultproxy"
 )
 
 // Shared limiter health, as switchLimiter plays it.
@@ -403,106 +404,6 @@ func TestDegradingConcurrentTransitions(t *testing.T) {
 	}
 }
 
-// rlProxy is a TCP proxy in front of Redis that a test can break: refuse
-// (accept and hang up at once, like a restarting server) or blackhole
-// (accept and never answer, like a dead host or a partition).
-type rlProxy struct {
-	ln     net.Listener
-	target string
-	mu     sync.Mutex
-	mode   string
-	conns  map[net.Conn]struct{}
-	wg     sync.WaitGroup
-}
-
-func newRLProxy(t *testing.T, target string) *rlProxy {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &rlProxy{ln: ln, target: target, mode: "up", conns: make(map[net.Conn]struct{})}
-	p.wg.Go(p.serve)
-	t.Cleanup(func() {
-		ln.Close()
-		p.set("refuse")
-		p.wg.Wait()
-	})
-	return p
-}
-
-func (p *rlProxy) addr() string { return p.ln.Addr().String() }
-
-// set changes the mode; leaving "up" cuts every open connection.
-func (p *rlProxy) set(mode string) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.mode = mode
-	if mode != "up" {
-		for c := range p.conns {
-			c.Close()
-		}
-		clear(p.conns)
-	}
-}
-
-// track registers c for cutting, unless the proxy is no longer up (or, for
-// a blackholed client, refusing).
-func (p *rlProxy) track(c net.Conn, modes ...string) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for _, m := range modes {
-		if p.mode == m {
-			p.conns[c] = struct{}{}
-			return true
-		}
-	}
-	c.Close()
-	return false
-}
-
-func (p *rlProxy) serve() {
-	for {
-		c, err := p.ln.Accept()
-		if err != nil {
-			return
-		}
-		p.wg.Go(func() { p.handle(c) })
-	}
-}
-
-func (p *rlProxy) handle(c net.Conn) {
-	if !p.track(c, "up", "blackhole") {
-		return
-	}
-	p.mu.Lock()
-	mode := p.mode
-	p.mu.Unlock()
-	if mode == "blackhole" {
-		_, _ = io.Copy(io.Discard, c) // until the client or set() hangs up
-		c.Close()
-		return
-	}
-	up, err := net.Dial("tcp", p.target)
-	if err != nil {
-		c.Close()
-		return
-	}
-	if !p.track(up, "up") {
-		c.Close()
-		return
-	}
-	done := make(chan struct{})
-	go func() {
-		_, _ = io.Copy(up, c)
-		up.Close()
-		close(done)
-	}()
-	_, _ = io.Copy(c, up)
-	c.Close()
-	<-done
-}
-
 // dgRedisNode is one gateway instance behind the proxy: its own client,
 // Redis limiter and Degrading.
 type dgRedisNode struct {
@@ -532,11 +433,11 @@ func (n dgRedisNode) evalshas() int {
 func TestDegradingRedisOutage(t *testing.T) {
 	opt := rlOptions(t)
 	prefix := rlPrefix(t, rlClient(t, opt))
-	proxy := newRLProxy(t, opt.Addr)
+	proxy := faultproxy.Start(t, opt.Addr)
 	clk := newFakeClock()
 	opts := DegradingOptions{Share: 2, Timeout: 500 * time.Millisecond}
-	a := newDGRedisNode(t, *opt, proxy.addr(), prefix, clk, opts)
-	b := newDGRedisNode(t, *opt, proxy.addr(), prefix, clk, opts)
+	a := newDGRedisNode(t, *opt, proxy.Addr(), prefix, clk, opts)
+	b := newDGRedisNode(t, *opt, proxy.Addr(), prefix, clk, opts)
 	const down = `msg="shared limiter unavailable; using local limits at 1/2 share"`
 
 	// Shared: one bucket for both nodes.
@@ -550,7 +451,7 @@ func TestDegradingRedisOutage(t *testing.T) {
 	b.evalshas()
 
 	// Redis gone: each node serves its half, having tried Redis three times.
-	proxy.set("refuse")
+	proxy.Set(faultproxy.Refuse)
 	for _, n := range []dgRedisNode{a, b} {
 		if got := rlDrain(t, n.d, "tok:2", free); got != 15 {
 			t.Fatalf("degraded: a node admitted %d, want 15 (half of 30)", got)
@@ -574,7 +475,7 @@ func TestDegradingRedisOutage(t *testing.T) {
 	// Redis back: the next probe of each node restores the shared limits,
 	// and the shared state is as Redis kept it: tok:1 has refilled one token
 	// in 2s, which only one of the nodes gets.
-	proxy.set("up")
+	proxy.Set(faultproxy.Up)
 	clk.Advance(time.Second)
 	if n := rlDrain(t, a.d, "tok:1", free); n != 1 {
 		t.Fatalf("back: node a admitted %d from tok:1, want 1", n)
@@ -598,13 +499,13 @@ func TestDegradingRedisOutage(t *testing.T) {
 func TestDegradingRedisBlackhole(t *testing.T) {
 	opt := rlOptions(t)
 	prefix := rlPrefix(t, rlClient(t, opt))
-	proxy := newRLProxy(t, opt.Addr)
+	proxy := faultproxy.Start(t, opt.Addr)
 	clk := newFakeClock()
-	n := newDGRedisNode(t, *opt, proxy.addr(), prefix, clk, DegradingOptions{Share: 3, Timeout: 100 * time.Millisecond})
+	n := newDGRedisNode(t, *opt, proxy.Addr(), prefix, clk, DegradingOptions{Share: 3, Timeout: 100 * time.Millisecond})
 	rlAllow(t, n.d, "tok:1", free, 1)
 	dgExpect(t, n.d, n.log, "shared")
 
-	proxy.set("blackhole")
+	proxy.Set(faultproxy.Blackhole)
 	for i := range 3 {
 		dgExpect(t, n.d, n.log, "shared")
 		start := time.Now()

@@ -204,6 +204,21 @@ func (s *FreezeSet) Frozen(tokenID int64) (Freeze, bool) {
 	return f, true
 }
 
+// Active counts the freezes in force now, for operators.
+func (s *FreezeSet) Active() int {
+	p := s.m.Load()
+	if p == nil {
+		return 0
+	}
+	now, n := s.now(), 0
+	for _, f := range *p {
+		if now.Before(f.Until) {
+			n++
+		}
+	}
+	return n
+}
+
 // Put records f, replacing any freeze of the same token (so an admin may also
 // shorten or extend one). A freeze whose Until has passed is dropped.
 func (s *FreezeSet) Put(f Freeze) {

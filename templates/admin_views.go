@@ -61,7 +61,8 @@ type TierRow struct {
 	IncludedCredit   string // dollars of usage the fee covers each month
 	Overage          string // "bill" or "block"
 	BillCacheHits    bool
-	Organizations    int64 // on this tier; a tier in use cannot be deleted
+	BatchFileMiB     string // the largest batch file, in MiB, e.g. "1" or "0.5"
+	Organizations    int64  // on this tier; a tier in use cannot be deleted
 }
 
 // AdminTierForm refills the create-a-tier form after a failed attempt.
@@ -79,6 +80,7 @@ type AdminTierForm struct {
 	IncludedCredit   string
 	Overage          string
 	BillCacheHits    bool
+	BatchFileMiB     string
 }
 
 // AdminOverviewView is the overview of every organization: one page of
@@ -100,6 +102,8 @@ type AdminOverviewView struct {
 	// UpgradesTotal counts every pending request; Upgrades holds the
 	// oldest of them.
 	UpgradesTotal int64
+	// Queue is the job queue's depth; nil when there is no queue.
+	Queue *AdminQueueView
 }
 
 // AdminSortColumn is one column head of the overview: a link that sorts

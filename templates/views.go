@@ -50,6 +50,9 @@ type DashboardView struct {
 	// Billing is the spend, usage charts, invoices, settings and plan
 	// (billing_views.go); nil leaves those sections out.
 	Billing *BillingView
+	// Jobs is the queued work: jobs and batches (jobs_views.go); nil
+	// leaves the section out.
+	Jobs *JobsView
 }
 
 // TokensView is the token page: the list, the create form and, right after

@@ -333,7 +333,7 @@ func (p *Pool) Status() []KeyStatus {
 	out := make([]KeyStatus, 0, len(entries))
 	for _, e := range entries {
 		s := e.h.status(now)
-		s.ID, s.Name, s.RPM = e.key.ID, e.key.Name, e.key.RPM
+		s.ID, s.Name, s.RPM, s.Models = e.key.ID, e.key.Name, e.key.RPM, e.key.Models
 		out = append(out, s)
 	}
 	return out

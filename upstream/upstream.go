@@ -46,6 +46,7 @@ type KeyStatus struct {
 	Failures   int64     // of which failed
 	LastStatus int       // last HTTP status from the provider, 0 for none
 	RPM        int64     // the key's configured requests per minute, for the load signal
+	Models     []string  // models the key serves; empty = any (shared, read-only)
 
 	// RequestLimits and TokenLimits are the key's limits as this node has
 	// learned them from the provider's x-ratelimit-* headers, and how it

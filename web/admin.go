@@ -2,6 +2,7 @@ package web
 
 import (
 	"errors"
+	"math"
 	"net/http"
 	"slices"
 	"strconv"
@@ -25,7 +26,8 @@ var adminFlashes = map[string]string{
 // newTierDefaults fill the create-a-tier form: the settings a new tier
 // gets through the API when it gives none.
 var newTierDefaults = templates.AdminTierForm{TokensPerMinute: "0", FreezeThreshold: "20", FreezeMinutes: "10",
-	RefillFloor: "0", UpstreamFallback: "local", MonthlyFee: "0.00", IncludedCredit: "0.00", Overage: models.OverageBlock}
+	RefillFloor: "0", UpstreamFallback: "local", MonthlyFee: "0.00", IncludedCredit: "0.00", Overage: models.OverageBlock,
+	BatchFileMiB: "1"}
 
 // AdminTiers shows the tiers with their editable limits and plans, the
 // freezes and the auto-tuner.
@@ -80,7 +82,7 @@ func (p *Pages) showAdmin(c *gin.Context, status int, formErr, flash string, new
 			FreezeThreshold: t.FreezeThreshold, FreezeMinutes: t.FreezeMinutes,
 			Autotune: t.Autotune, RefillFloor: formatRate(t.RefillFloor), UpstreamFallback: t.UpstreamFallback,
 			MonthlyFee: t.MonthlyFee.String(), IncludedCredit: t.IncludedCredit.String(), Overage: t.Overage,
-			BillCacheHits: t.BillCacheHits, Organizations: usage[t.ID]})
+			BillCacheHits: t.BillCacheHits, BatchFileMiB: formatMiB(t.BatchFileBytes), Organizations: usage[t.ID]})
 	}
 	view.Freezes = p.freezeRows(c, freezes, orgNames)
 	for _, e := range tuning {
@@ -132,7 +134,7 @@ func (p *Pages) CreateTier(c *gin.Context) {
 		FreezeThreshold: c.PostForm("freeze_threshold"), FreezeMinutes: c.PostForm("freeze_minutes"),
 		RefillFloor: c.PostForm("refill_floor"), UpstreamFallback: c.PostForm("upstream_fallback"),
 		Autotune: c.PostForm("autotune") == "on", MonthlyFee: c.PostForm("monthly_fee"), IncludedCredit: c.PostForm("included_credit"),
-		Overage: c.PostForm("overage"), BillCacheHits: c.PostForm("bill_cache_hits") == "on"}
+		Overage: c.PostForm("overage"), BillCacheHits: c.PostForm("bill_cache_hits") == "on", BatchFileMiB: c.PostForm("batch_file_mib")}
 	var settings models.TierSettings
 	if err := tierForm(c, &settings); err != nil {
 		p.showAdmin(c, http.StatusUnprocessableEntity, err.Error(), "", form)
@@ -212,6 +214,13 @@ func tierForm(c *gin.Context, s *models.TierSettings) error {
 	if _, ok := c.GetPostForm("plan"); ok { // the plan fieldset is on the form: an unchecked box means off
 		s.BillCacheHits = c.PostForm("bill_cache_hits") == "on"
 	}
+	if v, ok := c.GetPostForm("batch_file_mib"); ok {
+		mib, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+		if err != nil || !(mib >= 0) || math.IsInf(mib, 0) {
+			bad = append(bad, "batch_file_mib")
+		}
+		s.BatchFileBytes = int64(math.Round(mib * (1 << 20)))
+	}
 	switch {
 	case len(bad) > 0:
 		return errors.New("These fields need a number: " + strings.Join(bad, ", ") + ".")
@@ -220,6 +229,9 @@ func tierForm(c *gin.Context, s *models.TierSettings) error {
 	}
 	return nil
 }
+
+// formatMiB writes a byte count in MiB, as the tier form takes it: "1", "0.5".
+func formatMiB(n int64) string { return strconv.FormatFloat(float64(n)/(1<<20), 'f', -1, 64) }
 
 // freezeRows turns freezes into rows; orgNames is nil on a user's own page,
 // where every freeze is of the user's organization.

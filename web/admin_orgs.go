@@ -104,7 +104,7 @@ func (p *Pages) AdminOverview(c *gin.Context) {
 		return "/admin/organizations?" + v.Encode()
 	}
 	view := templates.AdminOverviewView{Search: q.Search, Sort: q.Sort, Desc: q.Desc, Period: models.MonthOf(q.Period).Format("January 2006"),
-		Total: res.Total, Page: res.Page, Pages: res.Pages, UpgradesTotal: upgradesTotal}
+		Total: res.Total, Page: res.Page, Pages: res.Pages, UpgradesTotal: upgradesTotal, Queue: p.adminQueue(ctx)}
 	if q.Search != "" {
 		view.ClearURL = "/admin/organizations"
 	}

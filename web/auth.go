@@ -60,9 +60,12 @@ func (p *Pages) Signup(c *gin.Context) {
 	c.Redirect(http.StatusSeeOther, "/dashboard")
 }
 
-// Logout ends the session.
+// Logout ends the session on the server and clears the cookie.
 func (p *Pages) Logout(c *gin.Context) {
-	p.clearSession(c)
+	if err := p.endSession(c); err != nil {
+		p.fail(c, err)
+		return
+	}
 	c.Redirect(http.StatusSeeOther, "/login")
 }
 

@@ -13,7 +13,7 @@ import (
 )
 
 // Dashboard shows the organization's tier, usage, spend, invoices, billing
-// settings and latest tokens. ?range= and ?by= switch the usage charts;
+// settings, queued jobs and batches, and latest tokens. ?range= and ?by= switch the usage charts;
 // ?done= names the outcome of the billing form that redirected here.
 func (p *Pages) Dashboard(c *gin.Context) {
 	p.showDashboard(c, http.StatusOK, dashboardState{notice: billingFlashes[c.Query("done")]})
@@ -71,6 +71,10 @@ func (p *Pages) showDashboard(c *gin.Context, status int, st dashboardState) {
 	rows := tokenRows(toks, now)
 	view.Tokens = rows[:min(len(rows), 5)]
 	if view.Billing, err = p.billingView(ctx, u, o, loc, parseUsageQuery(c.Request.URL.Query()), toks, st); err != nil {
+		p.fail(c, err)
+		return
+	}
+	if view.Jobs, err = p.jobsView(ctx, u.OrgID); err != nil {
 		p.fail(c, err)
 		return
 	}

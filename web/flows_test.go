@@ -101,9 +101,11 @@ func TestAdminChangesTiersOrganizationsAndFreezes(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		// The plan (fee, credit, overage) is not on this form: it keeps its value.
+		// The plan (fee, credit, overage) and the batch file limit are not on
+		// this form: they keep their values.
 		if want := (models.TierSettings{Capacity: 45, RefillPerSec: 0.75, FreezeThreshold: 20, FreezeMinutes: 10,
-			RefillFloor: 0.3, UpstreamFallback: "error", IncludedCredit: money.Dollar, Overage: models.OverageBlock}); tier.Settings() != want {
+			RefillFloor: 0.3, UpstreamFallback: "error", IncludedCredit: money.Dollar, Overage: models.OverageBlock,
+			BatchFileBytes: 1 << 20}); tier.Settings() != want {
 			t.Errorf("free tier = %+v, want %+v", tier.Settings(), want)
 		}
 		w := admin.get("/admin/tiers?done=tier")

@@ -136,6 +136,8 @@ func router(p *web.Pages) http.Handler {
 	member.POST("/tokens", p.CreateToken)
 	member.POST("/tokens/:id/revoke", p.RevokeToken)
 	member.GET("/invoices/:id/csv", p.InvoiceCSV)
+	member.GET("/files/:id", p.DownloadFile)
+	member.GET("/jobs/:id/result", p.JobResult)
 	member.POST("/billing/budget", p.SetBudget)
 	member.POST("/billing/time-zone", p.SetTimeZone)
 	member.POST("/billing/webhook", p.SetWebhook)
@@ -228,7 +230,7 @@ func (s *site) anonymous() *browser { return &browser{s: s} }
 // signedIn is a browser holding a fresh session for u.
 func (s *site) signedIn(u models.User) *browser {
 	s.t.Helper()
-	tok, _, err := s.sessions.Issue(u)
+	tok, _, err := s.sessions.Start(context.Background(), s.store, u)
 	if err != nil {
 		s.t.Fatal(err)
 	}

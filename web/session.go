@@ -16,25 +16,48 @@ const (
 	userKey       = "sluice.web_user"
 )
 
-// setSession starts a new session in the cookie: HttpOnly so scripts cannot
-// read it, SameSite=Lax so other sites cannot send it with their posts, and
-// Secure whenever the request came over TLS.
+// setSession signs u in with a new session in the cookie: HttpOnly so
+// scripts cannot read it, SameSite=Lax so other sites cannot send it with
+// their posts, and Secure whenever the browser's connection was encrypted
+// (OverTLS). A session the browser already holds is ended first, so one
+// planted before sign-in (session fixation) is never the one signed in,
+// and signing in again leaves no second session open.
 func (p *Pages) setSession(c *gin.Context, u models.User) error {
-	tok, expires, err := p.sessions.Issue(u)
+	ctx := c.Request.Context()
+	if ck, err := c.Request.Cookie(sessionCookie); err == nil && ck.Value != "" {
+		if err := p.sessions.End(ctx, p.store, ck.Value); err != nil {
+			return err
+		}
+	}
+	tok, expires, err := p.sessions.Start(ctx, p.store, u)
 	if err != nil {
 		return err
 	}
 	http.SetCookie(c.Writer, &http.Cookie{
 		Name: sessionCookie, Value: tok, Path: "/", Expires: expires,
-		HttpOnly: true, SameSite: http.SameSiteLaxMode, Secure: c.Request.TLS != nil,
+		HttpOnly: true, SameSite: http.SameSiteLaxMode, Secure: OverTLS(c),
 	})
+	return nil
+}
+
+// endSession signs the browser out: the session is revoked on the server,
+// so a copy of the cookie stops working on every node at once, then the
+// cookie is cleared. When the revocation fails the cookie is kept, so
+// signing out can be tried again.
+func (p *Pages) endSession(c *gin.Context) error {
+	if ck, err := c.Request.Cookie(sessionCookie); err == nil && ck.Value != "" {
+		if err := p.sessions.End(c.Request.Context(), p.store, ck.Value); err != nil {
+			return err
+		}
+	}
+	p.clearSession(c)
 	return nil
 }
 
 func (p *Pages) clearSession(c *gin.Context) {
 	http.SetCookie(c.Writer, &http.Cookie{
 		Name: sessionCookie, Value: "", Path: "/", MaxAge: -1, Expires: time.Unix(0, 0),
-		HttpOnly: true, SameSite: http.SameSiteLaxMode, Secure: c.Request.TLS != nil,
+		HttpOnly: true, SameSite: http.SameSiteLaxMode, Secure: OverTLS(c),
 	})
 }
 
@@ -45,15 +68,9 @@ func (p *Pages) LoadUser(c *gin.Context) {
 		c.Next()
 		return
 	}
-	id, err := p.sessions.Parse(ck.Value)
+	u, err := p.sessions.Resume(c.Request.Context(), p.store, ck.Value)
 	if err != nil {
-		p.clearSession(c)
-		c.Next()
-		return
-	}
-	u, err := p.store.User(c.Request.Context(), id)
-	if err != nil {
-		if apperr.CodeOf(err) != apperr.NotFound {
+		if apperr.CodeOf(err) != apperr.Unauthorized {
 			p.fail(c, err)
 			return
 		}

@@ -1,6 +1,7 @@
 package web_test
 
 import (
+	"context"
 	"net/http"
 	"net/url"
 	"strings"
@@ -129,7 +130,10 @@ func TestBadSessionsAreDropped(t *testing.T) {
 			}
 			return tok
 		}
-		valid := issue(secret, epoch, ada)
+		valid, _, err := s.sessions.Start(context.Background(), s.store, ada)
+		if err != nil {
+			t.Fatal(err)
+		}
 		tests := []struct{ name, value string }{
 			{"garbage", "not-a-jwt"},
 			{"tampered", valid[:len(valid)-2] + "xx"},
@@ -137,6 +141,7 @@ func TestBadSessionsAreDropped(t *testing.T) {
 			{"expired", issue(secret, epoch.Add(-sessionTTL-time.Second), ada)},
 			{"not yet valid", issue(secret, epoch.Add(time.Hour), ada)},
 			{"user gone", issue(secret, epoch, models.User{ID: ada.ID + 1000})},
+			{"well signed but never started", issue(secret, epoch, ada)},
 		}
 		for _, tt := range tests {
 			t.Run(tt.name, func(t *testing.T) {

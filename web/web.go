@@ -1,7 +1,8 @@
 // Package web serves the browser side of Sluice: signup and login, the
 // dashboard, API tokens and the admin pages, rendered with templ. Sessions
-// are HS256 JWTs in an HttpOnly cookie; state-changing forms are guarded
-// against cross-site requests by Go's CrossOriginProtection.
+// are HS256 JWTs in an HttpOnly cookie, each backed by a row that signing
+// out revokes; state-changing forms are guarded against cross-site requests
+// by Go's CrossOriginProtection; pages keep to a strict CSP (no scripts).
 package web
 
 import (
@@ -50,6 +51,8 @@ type Pages struct {
 	now        func() time.Time
 	origins    *http.CrossOriginProtection
 	limits     func() quota.LimiterStatus
+	jobs       JobReader
+	batches    BatchReader
 }
 
 // Deps are what the pages need.
@@ -64,12 +67,15 @@ type Deps struct {
 	PoolStatus func() []upstream.KeyStatus // live state of provider keys
 	Now        func() time.Time
 	Limits     func() quota.LimiterStatus // where the rate limiter keeps its state
+	Jobs       JobReader                  // the job queue; nil leaves jobs off the pages
+	Batches    BatchReader                // the Batch API; nil leaves batches off the dashboard
 }
 
 // New returns the browser handlers.
 func New(d Deps) *Pages {
 	return &Pages{log: d.Log, store: d.Store, accounts: d.Accounts, sessions: d.Sessions, providers: d.Providers,
-		billing: d.Billing, models: d.Models, poolStatus: d.PoolStatus, now: d.Now, origins: http.NewCrossOriginProtection(), limits: d.Limits}
+		billing: d.Billing, models: d.Models, poolStatus: d.PoolStatus, now: d.Now, origins: http.NewCrossOriginProtection(), limits: d.Limits,
+		jobs: d.Jobs, batches: d.Batches}
 }
 
 // render writes a component with status.
@@ -91,6 +97,9 @@ func RenderError(c *gin.Context, log *slog.Logger, err error) {
 	if e.Code == apperr.Internal { // only internal errors hide their message
 		log.Error("page failed", "method", c.Request.Method, "path", c.FullPath(), "err", err)
 		msg = "Something went wrong on our side. Please try again."
+	}
+	if e.RetryAfter > 0 { // whole seconds, rounded up, as the API sends it
+		c.Header("Retry-After", strconv.FormatInt(int64((e.RetryAfter+time.Second-1)/time.Second), 10))
 	}
 	page := templates.Page{Title: strconv.Itoa(status) + " " + http.StatusText(status)}
 	if u, ok := userOf(c); ok {

@@ -15,10 +15,13 @@ import (
 )
 
 // Server is a redis-server of a test's own on 127.0.0.1, for tests that
-// freeze Redis (SIGSTOP) to see what a stall does. The shared Redis of
-// TEST_REDIS_URL is never stopped: other tests use it at the same time.
+// freeze Redis (SIGSTOP) or kill it (SIGKILL) to see what a stall or a crash
+// does. The shared Redis of TEST_REDIS_URL is never stopped: other tests use
+// it at the same time.
 type Server struct {
 	Addr string // host:port
+	bin  string
+	args []string
 	cmd  *exec.Cmd
 }
 
@@ -44,17 +47,28 @@ func Start(t testing.TB) *Server {
 	port := ln.Addr().(*net.TCPAddr).Port
 	ln.Close()
 	dir := t.TempDir()
-	cmd := exec.Command(bin, "--port", fmt.Sprint(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-		"--dir", dir, "--logfile", filepath.Join(dir, "redis.log"))
-	if err := cmd.Start(); err != nil {
+	s := &Server{Addr: fmt.Sprintf("127.0.0.1:%d", port), bin: bin,
+		args: []string{"--port", fmt.Sprint(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+			"--dir", dir, "--logfile", filepath.Join(dir, "redis.log")}}
+	t.Cleanup(func() {
+		if s.cmd == nil || s.cmd.Process == nil {
+			return
+		}
+		_ = s.cmd.Process.Signal(syscall.SIGCONT)
+		_ = s.cmd.Process.Kill()
+		_ = s.cmd.Wait()
+	})
+	s.launch(t)
+	return s
+}
+
+// launch starts the process on s.Addr and waits until it answers.
+func (s *Server) launch(t testing.TB) {
+	t.Helper()
+	s.cmd = exec.Command(s.bin, s.args...)
+	if err := s.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	s := &Server{Addr: fmt.Sprintf("127.0.0.1:%d", port), cmd: cmd}
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGCONT)
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-	})
 	c := redis.NewClient(&redis.Options{Addr: s.Addr})
 	defer c.Close()
 	for deadline := time.Now().Add(10 * time.Second); c.Ping(context.Background()).Err() != nil; {
@@ -63,7 +77,24 @@ func Start(t testing.TB) *Server {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	return s
+}
+
+// Kill ends the server at once (SIGKILL), as a crash or the OOM killer
+// would: its connections are reset, new ones refused, and what it held
+// (it keeps nothing on disk) is gone.
+func (s *Server) Kill(t testing.TB) {
+	t.Helper()
+	if err := s.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = s.cmd.Wait()
+}
+
+// Restart starts a killed server again on the same port, empty, and waits
+// until it answers.
+func (s *Server) Restart(t testing.TB) {
+	t.Helper()
+	s.launch(t)
 }
 
 // Stop freezes the server (SIGSTOP): its connections stay open and take

@@ -1,0 +1,260 @@
+// Package batches is OpenAI's Batch API on the job queue: JSON Lines files
+// of requests uploaded per organization, batches that run each line as a
+// job through the completion pipeline (at the pace the tier allows, like
+// any job), and the output and error files, made once when the last line
+// is done. A malformed line fails alone; the batch goes on.
+//
+// Lifetimes: a batch has OpenAI's 24-hour completion window (lines not run
+// by then fail with batch_expired and the batch ends expired); files, the
+// input and the output and error files, are kept for FileRetention (30 days
+// by default) unless the upload or the batch asked for less; a finished
+// batch is kept as long after its window ends.
+package batches
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"time"
+
+	"github.com/sluicehq/sluice/accounts"
+	"github.com/sluicehq/sluice/apperr"
+	"github.com/sluicehq/sluice/completion"
+	"github.com/sluicehq/sluice/jobs"
+	"github.com/sluicehq/sluice/models"
+)
+
+// Window is the one completion window: OpenAI's.
+const Window = "24h"
+
+// MaxLines is the most requests one batch takes, as OpenAI's.
+const MaxLines = 50_000
+
+// Config shapes the batches.
+type Config struct {
+	// FileRetention is how long a file is kept (unless its upload or batch
+	// asked for less), and a finished batch after its window.
+	FileRetention time.Duration
+	Now           func() time.Time
+}
+
+// Deps are what the batches use.
+type Deps struct {
+	Store    *models.Store
+	Pipeline *completion.Pipeline // checks each line as a live request would be
+	Log      *slog.Logger
+}
+
+// Service keeps an organization's files and batches, and hears their
+// lines' outcomes from the job queue (it is the queue's jobs.BatchLines).
+type Service struct {
+	store    *models.Store
+	pipeline *completion.Pipeline
+	log      *slog.Logger
+	cfg      Config
+}
+
+// New returns the batches on d.Store.
+func New(d Deps, cfg Config) *Service {
+	return &Service{store: d.Store, pipeline: d.Pipeline, log: d.Log, cfg: cfg}
+}
+
+func (s *Service) now() time.Time { return s.cfg.Now().UTC() }
+
+// Queue is where a batch's lines run: the job queue.
+type Queue interface {
+	EnqueueBatch(ctx context.Context, caller accounts.Caller, batchID int64, lines []jobs.Line) error
+	WakeBatch(ctx context.Context, batchID int64) error
+}
+
+var errNoBatch = apperr.WithReason(apperr.NotFound, "batch_not_found", "no such batch (or it expired)")
+
+// Create is a new batch as POST /v1/batches asks for it.
+type Create struct {
+	InputFileID      string
+	Endpoint         string
+	CompletionWindow string
+	Metadata         map[string]string
+	// OutputExpiresAfter is how long to keep the output and error files
+	// (seconds, from their creation); 0: FileRetention.
+	OutputExpiresAfter int64
+}
+
+// Create makes a batch of caller's input file and queues its requests on
+// q, each a job run with caller's token. Lines that cannot run (malformed,
+// a duplicate custom_id, a body the pipeline refuses) are failed at once
+// and go to the error file.
+func (s *Service) Create(ctx context.Context, q Queue, caller accounts.Caller, in Create) (models.Batch, error) {
+	if err := in.check(); err != nil {
+		return models.Batch{}, err
+	}
+	fileID, ok := parseID(in.InputFileID, "file-")
+	if !ok {
+		return models.Batch{}, apperr.Field(apperr.NotFound, "file_not_found", "input_file_id", "no such file: "+in.InputFileID)
+	}
+	f, err := s.store.BatchFileContent(ctx, caller.OrgID, fileID, s.now())
+	if apperr.CodeOf(err) == apperr.NotFound {
+		return models.Batch{}, apperr.Field(apperr.NotFound, "file_not_found", "input_file_id", "no such file: "+in.InputFileID+" (or it expired)")
+	}
+	if err != nil {
+		return models.Batch{}, err
+	}
+	if f.Purpose != models.PurposeBatch {
+		return models.Batch{}, apperr.Field(apperr.Invalid, "invalid_input_file", "input_file_id", in.InputFileID+" is a batch's output, not an input file (purpose batch)")
+	}
+	lines := readLines(f.Content, s.pipeline)
+	switch {
+	case len(lines) == 0:
+		return models.Batch{}, apperr.Field(apperr.Invalid, "empty_input_file", "input_file_id", in.InputFileID+" has no requests: one JSON object a line")
+	case len(lines) > MaxLines:
+		return models.Batch{}, apperr.Field(apperr.Invalid, "too_many_requests", "input_file_id",
+			"a batch takes at most 50000 requests; split the file")
+	}
+	now := s.now()
+	b := models.Batch{OrgID: caller.OrgID, TokenID: caller.TokenID, InputFileID: fileID, Endpoint: in.Endpoint,
+		CompletionWindow: in.CompletionWindow, Status: models.BatchInProgress, OutputTTLSecs: in.OutputExpiresAfter,
+		CreatedAt: now, InProgressAt: &now, ExpiresAt: now.Add(24 * time.Hour)}
+	if len(in.Metadata) > 0 {
+		m, _ := json.Marshal(in.Metadata)
+		b.Metadata = string(m)
+	}
+	var queued []jobs.Line
+	for _, l := range lines {
+		if l.failure == nil {
+			queued = append(queued, jobs.Line{CustomID: l.customID, Body: l.body})
+		}
+	}
+	// The lines are stored before their jobs exist, so no job can finish
+	// before its line can hear it.
+	err = s.store.CreateBatch(ctx, &b, func(batchID int64) []models.BatchResult {
+		rows := make([]models.BatchResult, len(lines))
+		for i, l := range lines {
+			rows[i] = models.BatchResult{Line: l.line, CustomID: l.customID, State: models.LinePending}
+			if l.failure != nil {
+				rows[i].State, rows[i].ErrorCode = models.LineFailed, l.failure.Code
+				rows[i].Result = failedLine(lineID("", batchID, l.line), l.customID, l.failure)
+			}
+		}
+		return rows
+	}, s.cfg.FileRetention)
+	if err != nil {
+		return models.Batch{}, err
+	}
+	if len(queued) == 0 {
+		return b, nil
+	}
+	if err := q.EnqueueBatch(ctx, caller, b.ID, queued); err != nil {
+		errs, _ := json.Marshal([]jobs.Failure{{Code: "internal", Message: "the batch's requests could not be queued; create it again"}})
+		if ferr := s.store.FailBatch(context.WithoutCancel(ctx), caller.OrgID, b.ID, string(errs), now); ferr != nil {
+			s.log.Error("failing a batch that could not be queued failed", "batch_id", ID(b.ID), "err", ferr)
+		}
+		return models.Batch{}, err
+	}
+	return b, nil
+}
+
+// check says what is wrong with a new batch's parameters.
+func (in Create) check() error {
+	switch {
+	case in.InputFileID == "":
+		return apperr.Field(apperr.Invalid, "missing_input_file_id", "input_file_id", "input_file_id is required: the id of a file uploaded with purpose batch")
+	case in.Endpoint != Endpoint:
+		return apperr.Field(apperr.Invalid, "invalid_endpoint", "endpoint", "endpoint must be "+Endpoint+": the one endpoint batches support here")
+	case in.CompletionWindow != Window:
+		return apperr.Field(apperr.Invalid, "invalid_completion_window", "completion_window", "completion_window must be 24h")
+	case len(in.Metadata) > 16:
+		return apperr.Field(apperr.Invalid, "invalid_metadata", "metadata", "metadata holds at most 16 keys")
+	case in.OutputExpiresAfter != 0 && (in.OutputExpiresAfter < 3600 || in.OutputExpiresAfter > 30*24*3600):
+		return apperr.Field(apperr.Invalid, "invalid_output_expires_after", "output_expires_after",
+			"output_expires_after seconds must be from 3600 (an hour) to 2592000 (30 days)")
+	}
+	for k, v := range in.Metadata {
+		if len(k) > 64 || len(v) > 512 {
+			return apperr.Field(apperr.Invalid, "invalid_metadata", "metadata", "metadata keys are at most 64 characters and values at most 512")
+		}
+	}
+	return nil
+}
+
+// Get returns one of orgID's batches.
+func (s *Service) Get(ctx context.Context, orgID int64, id string) (models.Batch, error) {
+	n, ok := parseID(id, "batch_")
+	if !ok {
+		return models.Batch{}, errNoBatch
+	}
+	return s.store.Batch(ctx, orgID, n)
+}
+
+// List returns a page of orgID's batches, newest first, after the batch
+// id after ("" from the newest), and whether more follow.
+func (s *Service) List(ctx context.Context, orgID int64, after string, limit int) ([]models.Batch, bool, error) {
+	if limit == 0 {
+		limit = 20
+	}
+	if limit < 1 || limit > 100 {
+		return nil, false, apperr.Field(apperr.Invalid, "invalid_limit", "limit", "limit must be from 1 to 100")
+	}
+	var before int64
+	if after != "" {
+		n, ok := parseID(after, "batch_")
+		if !ok {
+			return nil, false, apperr.Field(apperr.Invalid, "invalid_after", "after", "after must be a batch id such as batch_12")
+		}
+		before = n
+	}
+	bs, err := s.store.Batches(ctx, orgID, before, limit+1)
+	if err != nil {
+		return nil, false, err
+	}
+	if len(bs) > limit {
+		return bs[:limit], true, nil
+	}
+	return bs, false, nil
+}
+
+// Cancel stops one of orgID's batches: lines not started are skipped (and
+// go to the error file as batch_cancelled), running ones finish; the batch
+// is cancelling until they have, then cancelled. q wakes the lines that
+// wait, so they are skipped now.
+func (s *Service) Cancel(ctx context.Context, q Queue, orgID int64, id string) (models.Batch, error) {
+	n, ok := parseID(id, "batch_")
+	if !ok {
+		return models.Batch{}, errNoBatch
+	}
+	b, err := s.store.CancelBatch(ctx, orgID, n, s.now())
+	if err != nil {
+		return b, err
+	}
+	if b.Status == models.BatchCancelling {
+		if err := q.WakeBatch(ctx, b.ID); err != nil {
+			// They are skipped when they wake by themselves.
+			s.log.Warn("waking a cancelled batch's waiting lines failed", "batch_id", ID(b.ID), "err", err)
+		}
+	}
+	return b, nil
+}
+
+// Stopped says whether a line of batch batchID may still run: not once the
+// batch is cancelling, failed or past its window.
+func (s *Service) Stopped(ctx context.Context, batchID int64) (*jobs.Failure, error) {
+	status, expiresAt, err := s.store.BatchState(ctx, batchID)
+	switch {
+	case apperr.CodeOf(err) == apperr.NotFound:
+		return &jobs.Failure{Code: models.ExpiredLine, Message: "the batch no longer exists"}, nil
+	case err != nil:
+		return nil, err
+	case status == models.BatchCancelling || status == models.BatchCancelled:
+		return &jobs.Failure{Code: "batch_cancelled", Message: "the batch was cancelled before this request ran"}, nil
+	case status == models.BatchFailed:
+		return &jobs.Failure{Code: "batch_failed", Message: "the batch failed before this request ran"}, nil
+	case !models.BatchOpen(status) || !s.now().Before(expiresAt):
+		return &jobs.Failure{Code: models.ExpiredLine, Message: "this request could not be run within the batch's 24h completion window"}, nil
+	}
+	return nil, nil
+}
+
+// LineDone records a line's final outcome; the batch's last line makes its
+// files. It is the job queue's hook: an error retries the job.
+func (s *Service) LineDone(ctx context.Context, batchID int64, customID, jobID string, out jobs.Output) error {
+	return s.store.FinishBatchLine(ctx, batchID, customID, outcome(jobID, customID, out), s.now(), s.cfg.FileRetention)
+}

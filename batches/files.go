@@ -1,0 +1,180 @@
+package batches
+
+import (
+	"context"
+	"path"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/sluicehq/sluice/accounts"
+	"github.com/sluicehq/sluice/apperr"
+	"github.com/sluicehq/sluice/models"
+)
+
+// FileID is the public id of a file ("file-12").
+func FileID(id int64) string { return "file-" + strconv.FormatInt(id, 10) }
+
+// ID is the public id of a batch ("batch_7").
+func ID(id int64) string { return "batch_" + strconv.FormatInt(id, 10) }
+
+// parseID reads a public id with prefix; anything else names nothing.
+func parseID(s, prefix string) (int64, bool) {
+	rest, ok := strings.CutPrefix(s, prefix)
+	if !ok {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(rest, 10, 64)
+	return n, err == nil && n > 0 && strconv.FormatInt(n, 10) == rest
+}
+
+var errNoFile = apperr.WithReason(apperr.NotFound, "file_not_found", "no such file (or it expired)")
+
+// FileLimit is the largest batch file caller's tier accepts; 0 accepts none.
+func FileLimit(caller accounts.Caller) int64 { return caller.Tier.BatchFileBytes }
+
+// TooLarge is the refusal of a file larger than caller's tier accepts.
+func TooLarge(caller accounts.Caller) error {
+	t := caller.Tier
+	if t.BatchFileBytes == 0 {
+		return apperr.Field(apperr.Forbidden, "files_not_allowed", "file", "the "+t.Name+" tier does not accept batch files")
+	}
+	return apperr.Field(apperr.TooLarge, "file_too_large", "file", "the file is larger than the "+t.Name+" tier accepts: batch files of up to "+
+		sizeText(t.BatchFileBytes)+"; split the requests into several files, or ask for a larger tier")
+}
+
+// sizeText writes a byte count for people: "1 MiB (1048576 bytes)".
+func sizeText(n int64) string {
+	exact := strconv.FormatInt(n, 10) + " bytes"
+	switch {
+	case n >= 1<<20 && n%(1<<20) == 0:
+		return strconv.FormatInt(n>>20, 10) + " MiB (" + exact + ")"
+	case n >= 1<<10 && n%(1<<10) == 0:
+		return strconv.FormatInt(n>>10, 10) + " KiB (" + exact + ")"
+	}
+	return exact
+}
+
+// Upload is a file as POST /v1/files sends it.
+type Upload struct {
+	Purpose  string
+	Filename string
+	Content  []byte
+	// ExpiresAfter is how long to keep the file (OpenAI's expires_after
+	// seconds, from its creation); 0 keeps it the default retention.
+	ExpiresAfter time.Duration
+}
+
+// Upload stores a file for caller's organization: a batch input within
+// the tier's size limit. Its lines are read when a batch is made of it.
+func (s *Service) Upload(ctx context.Context, caller accounts.Caller, u Upload) (models.BatchFile, error) {
+	switch {
+	case u.Purpose == "":
+		return models.BatchFile{}, apperr.Field(apperr.Invalid, "missing_purpose", "purpose", "purpose is required: send purpose=batch")
+	case u.Purpose != models.PurposeBatch:
+		return models.BatchFile{}, apperr.Field(apperr.Invalid, "invalid_purpose", "purpose",
+			"purpose must be batch: this gateway keeps files only as batch input")
+	case FileLimit(caller) == 0 || int64(len(u.Content)) > FileLimit(caller):
+		return models.BatchFile{}, TooLarge(caller)
+	case u.ExpiresAfter != 0 && (u.ExpiresAfter < time.Hour || u.ExpiresAfter > 30*24*time.Hour):
+		return models.BatchFile{}, apperr.Field(apperr.Invalid, "invalid_expires_after", "expires_after",
+			"expires_after seconds must be from 3600 (an hour) to 2592000 (30 days)")
+	}
+	now := s.now().UTC()
+	keep := s.cfg.FileRetention
+	if u.ExpiresAfter > 0 {
+		keep = u.ExpiresAfter
+	}
+	f := models.BatchFile{OrgID: caller.OrgID, Purpose: u.Purpose, Filename: cleanName(u.Filename), Content: u.Content,
+		CreatedAt: now, ExpiresAt: now.Add(keep)}
+	if err := s.store.CreateBatchFile(ctx, &f); err != nil {
+		return models.BatchFile{}, err
+	}
+	f.Content = nil
+	return f, nil
+}
+
+// cleanName keeps the last element of a client's file name, at most 255
+// bytes of valid UTF-8; "upload.jsonl" when there is none.
+func cleanName(name string) string {
+	name = strings.ToValidUTF8(path.Base(strings.ReplaceAll(name, `\`, "/")), "")
+	for len(name) > 255 {
+		_, size := utf8.DecodeLastRuneInString(name)
+		name = name[:len(name)-size]
+	}
+	if name == "" || name == "." || name == "/" {
+		return "upload.jsonl"
+	}
+	return name
+}
+
+// File returns one of orgID's files, without its content.
+func (s *Service) File(ctx context.Context, orgID int64, id string) (models.BatchFile, error) {
+	n, ok := parseID(id, "file-")
+	if !ok {
+		return models.BatchFile{}, errNoFile
+	}
+	return s.store.BatchFile(ctx, orgID, n, s.now())
+}
+
+// FileContent returns one of orgID's files with its content.
+func (s *Service) FileContent(ctx context.Context, orgID int64, id string) (models.BatchFile, error) {
+	n, ok := parseID(id, "file-")
+	if !ok {
+		return models.BatchFile{}, errNoFile
+	}
+	return s.store.BatchFileContent(ctx, orgID, n, s.now())
+}
+
+// DeleteFile deletes one of orgID's files.
+func (s *Service) DeleteFile(ctx context.Context, orgID int64, id string) error {
+	n, ok := parseID(id, "file-")
+	if !ok {
+		return errNoFile
+	}
+	return s.store.DeleteBatchFile(ctx, orgID, n, s.now())
+}
+
+// FileList is a page of files as GET /v1/files asks for it.
+type FileList struct {
+	Purpose string
+	After   string // a file id; "" from the start
+	Limit   int    // 1 to 10000; 0: 10000
+	Order   string // "asc" or "desc" (the default)
+}
+
+// Files lists a page of orgID's files and says whether more follow.
+func (s *Service) Files(ctx context.Context, orgID int64, l FileList) ([]models.BatchFile, bool, error) {
+	q := models.FileQuery{Purpose: l.Purpose, Limit: l.Limit, Now: s.now()}
+	switch l.Order {
+	case "", "desc":
+	case "asc":
+		q.Ascending = true
+	default:
+		return nil, false, apperr.Field(apperr.Invalid, "invalid_order", "order", "order must be asc or desc")
+	}
+	if q.Limit == 0 {
+		q.Limit = 10000
+	}
+	if q.Limit < 1 || q.Limit > 10000 {
+		return nil, false, apperr.Field(apperr.Invalid, "invalid_limit", "limit", "limit must be from 1 to 10000")
+	}
+	if l.After != "" {
+		n, ok := parseID(l.After, "file-")
+		if !ok {
+			return nil, false, apperr.Field(apperr.Invalid, "invalid_after", "after", "after must be a file id such as file-12")
+		}
+		q.After = n
+	}
+	limit := q.Limit
+	q.Limit++
+	fs, err := s.store.BatchFiles(ctx, orgID, q)
+	if err != nil {
+		return nil, false, err
+	}
+	if len(fs) > limit {
+		return fs[:limit], true, nil
+	}
+	return fs, false, nil
+}

@@ -1,0 +1,64 @@
+package batches
+
+import (
+	"context"
+	"time"
+
+	"github.com/sluicehq/sluice/jobs"
+	"github.com/sluicehq/sluice/models"
+)
+
+// overdueGrace is how long after a batch's window ends, or after it began
+// cancelling, its lines still pending are taken as lost: longer than a
+// job's longest backoff (10 minutes), so a line that still runs reports in
+// before.
+const overdueGrace = 15 * time.Minute
+
+// Sweep ends what time has ended: batches whose remaining lines are not
+// coming back (their window, or their cancellation, is long past: lines
+// lost with a node before they were queued) fail those lines and finish;
+// expired files are deleted, and finished batches once they are as old as
+// the files. Every step is a conditional statement, so every node may
+// sweep.
+func (s *Service) Sweep(ctx context.Context) error {
+	now := s.now()
+	overdue, err := s.store.OverdueBatches(ctx, now.Add(-overdueGrace), now.Add(-overdueGrace), 100)
+	if err != nil {
+		return err
+	}
+	for _, b := range overdue {
+		f := &jobs.Failure{Code: models.ExpiredLine, Message: "this request could not be run within the batch's 24h completion window"}
+		if b.Status == models.BatchCancelling {
+			f = &jobs.Failure{Code: "batch_cancelled", Message: "the batch was cancelled before this request ran"}
+		}
+		render := func(line int, customID string) []byte { return failedLine(lineID("", b.ID, line), customID, f) }
+		if err := s.store.FailPendingLines(ctx, b.ID, f.Code, render, now, s.cfg.FileRetention); err != nil {
+			return err
+		}
+		s.log.Warn("a batch's lines did not all come back; the rest were failed", "batch_id", ID(b.ID), "status", b.Status, "code", f.Code)
+	}
+	files, batches, err := s.store.DeleteExpiredBatchData(ctx, now, s.cfg.FileRetention)
+	if err != nil {
+		return err
+	}
+	if files > 0 || batches > 0 {
+		s.log.Info("deleted expired batch files and batches", "files", files, "batches", batches)
+	}
+	return nil
+}
+
+// Run sweeps every interval until ctx ends.
+func (s *Service) Run(ctx context.Context, every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if err := s.Sweep(ctx); err != nil && ctx.Err() == nil {
+				s.log.Warn("sweeping batches failed; the next sweep tries again", "err", err)
+			}
+		}
+	}
+}

@@ -1,0 +1,97 @@
+package handlers
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/sluicehq/sluice/internal/testdb"
+	"github.com/sluicehq/sluice/logging"
+)
+
+// /readyz names what fails, and logs each change once, not each probe.
+func TestReadinessNamesWhatFails(t *testing.T) {
+	e := newEnv(t, testdb.SQLite(t))
+	logs := e.captureLogs()
+	down := errors.New("dial tcp 10.0.0.5:5432: connection refused")
+	var dbErr error
+	e.h = New(e.log, Ops{Ready: func(context.Context) []Check {
+		return []Check{{Name: "database", Err: dbErr}, {Name: "redis"}}
+	}}, e.api, e.mgmt, nil)
+	if w := e.do(request{method: "GET", path: "/readyz"}); w.Code != 200 || !strings.Contains(w.Body.String(), `"status":"ready"`) {
+		t.Fatalf("%d %s", w.Code, w.Body.String())
+	}
+	dbErr = down
+	for range 3 {
+		w := e.do(request{method: "GET", path: "/readyz"})
+		if w.Code != 503 || !strings.Contains(w.Body.String(), `"failing":["database"]`) || strings.Contains(w.Body.String(), "10.0.0.5") {
+			t.Fatalf("%d %s", w.Code, w.Body.String())
+		}
+	}
+	if n := strings.Count(logs.String(), "readiness check failing"); n != 1 {
+		t.Fatalf("logged %d times:\n%s", n, logs.String())
+	}
+	dbErr = nil
+	if w := e.do(request{method: "GET", path: "/readyz"}); w.Code != 200 || !strings.Contains(logs.String(), "readiness check passing again") {
+		t.Fatalf("%d\n%s", w.Code, logs.String())
+	}
+	// /healthz is liveness alone.
+	if w := e.do(request{method: "GET", path: "/healthz"}); w.Code != 200 {
+		t.Fatalf("healthz %d", w.Code)
+	}
+}
+
+// Each request is one JSON line with what an operator needs, and nothing a
+// customer would not want in a log: no token, no email, no prompt.
+func TestAccessLogSaysWhatHappenedAndNothingPrivate(t *testing.T) {
+	e := newEnv(t, testdb.SQLite(t))
+	var b syncBuffer
+	e.log = logging.New(&b, "info", "json")
+	e.pipe.Log, e.pages.Log = e.log, e.log
+	e.rebuild()
+	key, _ := e.apiToken(e.signup("grace@example.com", "Compilers"))
+	const secretPrompt = "my card is 4111 1111 1111 1111"
+	w := e.do(request{method: "POST", path: "/v1/chat/completions", bearer: key,
+		body: `{"model":"sluice-local","messages":[{"role":"user","content":"` + secretPrompt + `"}]}`})
+	if w.Code != 200 {
+		t.Fatal(w.Code)
+	}
+	e.do(request{method: "POST", path: "/api/auth/login", body: `{"email":"grace@example.com","password":"wrong-password"}`})
+	all := b.String()
+	if strings.Contains(all, key) || strings.Contains(all, "grace@example.com") || strings.Contains(all, "4111") {
+		t.Fatalf("the log holds private data:\n%s", all)
+	}
+	var chat, login map[string]any
+	for _, line := range strings.Split(strings.TrimSpace(all), "\n") {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(line), &m); err != nil {
+			t.Fatalf("not JSON: %s", line)
+		}
+		switch m["route"] {
+		case "/v1/chat/completions":
+			chat = m
+		case "/api/auth/login":
+			login = m
+		}
+	}
+	if chat == nil || chat["request_id"] != w.Header().Get("X-Request-Id") || chat["status"] != 200.0 || chat["tier"] != "free" ||
+		!strings.HasPrefix(chat["token"].(string), "sk_sluice_") || len(chat["token"].(string)) > 20 || chat["model"] != "sluice-local" ||
+		chat["org_id"] == nil || chat["duration"] == nil || chat["retries"] != 0.0 {
+		t.Fatalf("chat line: %v", chat)
+	}
+	if login == nil || login["status"] != 401.0 || login["error_code"] != "invalid_credentials" {
+		t.Fatalf("login line: %v", login)
+	}
+
+	// With SLUICE_LOG_PROMPTS the exchange is logged, redacted.
+	b = syncBuffer{}
+	e.pipe.LogPrompts = true
+	e.rebuild()
+	e.do(request{method: "POST", path: "/v1/chat/completions", bearer: key,
+		body: `{"model":"sluice-local","messages":[{"role":"user","content":"` + secretPrompt + ` mail me at x@y.org"}]}`})
+	if s := b.String(); !strings.Contains(s, `"msg":"exchange"`) || !strings.Contains(s, "my card is [card]") || strings.Contains(s, "x@y.org") {
+		t.Fatalf("prompt logging:\n%s", s)
+	}
+}

@@ -1,0 +1,507 @@
+package handlers
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"mime/multipart"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"regexp"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gin-gonic/gin"
+	"golang.org/x/crypto/bcrypt"
+
+	"github.com/sluicehq/sluice/batches"
+	"github.com/sluicehq/sluice/internal/csptest"
+	"github.com/sluicehq/sluice/internal/testdb"
+	"github.com/sluicehq/sluice/jobs"
+	"github.com/sluicehq/sluice/migrations"
+	"github.com/sluicehq/sluice/models"
+)
+
+// The roles of the route table, in the order each route is called: the
+// strangers first, so every refusal is checked before organization A's
+// own successful calls change anything. The admin is a stranger to A's
+// data outside the admin routes: Sluice's admins run Sluice, not its
+// customers' accounts.
+var tenantRoles = [...]string{"anonymous", "memberB", "ownerB", "admin", "memberA", "ownerA"}
+
+// statuses lists a route's expected status per role, in tenantRoles order.
+type statuses [len(tenantRoles)]int
+
+func st(anonymous, memberB, ownerB, admin, memberA, ownerA int) statuses {
+	return statuses{anonymous, memberB, ownerB, admin, memberA, ownerA}
+}
+
+// The usual rows of statuses.
+func anyone(s int) statuses       { return st(s, s, s, s, s, s) }
+func signedIn(s int) statuses     { return st(401, s, s, s, s, s) }         // any session or token
+func signedInPage(s int) statuses { return st(303, s, s, s, s, s) }         // any signed-in visitor
+func adminAPI(s int) statuses     { return st(401, 403, 403, s, 403, 403) } // /api/admin
+func adminPage(s int) statuses    { return st(303, 403, 403, s, 403, 403) } // /admin pages
+func ownerOnly(s int) statuses    { return st(401, 403, s, s, 403, s) }     // an owner's setting
+
+// namesA is a route naming A's data: a 404 to everyone else.
+func namesA(memberA, ownerA int) statuses { return st(401, 404, 404, 404, memberA, ownerA) }
+
+// pageNamesA is a page naming A's data: a 404 page to everyone else.
+func pageNamesA(memberA, ownerA int) statuses { return st(303, 404, 404, 404, memberA, ownerA) }
+
+// routeRow is one registered route: a request to it naming A's data where
+// it names anything, and the status each role gets.
+type routeRow struct {
+	method, route string // as registered on the router
+	path          string // what is requested; {ids} are filled in from the fixture
+	body          string // JSON for /v1 and /api; {role} becomes the caller's role, {ids} A's ids
+	form          url.Values
+	upload        string // a file to upload as multipart/form-data, with purpose batch
+	want          statuses
+	// ownedByA marks a path naming A's data: strangers must change nothing.
+	ownedByA bool
+	// fresh calls with a new sign-in of the role: the route ends or
+	// replaces the session it is called with.
+	fresh bool
+}
+
+// routeTable is every route Sluice serves. A route added to the router
+// without a row here fails TestRouteRoleTenantTable: decide who may call
+// it, and whether it names a tenant's data.
+func routeTable() []routeRow {
+	chat := `{"model":"sluice-local","messages":[{"role":"user","content":"a couplet for {role}"}]}`
+	return []routeRow{
+		{method: "GET", route: "/healthz", want: anyone(200)},
+		{method: "GET", route: "/readyz", want: anyone(200)},
+
+		{method: "POST", route: "/v1/chat/completions", body: chat, want: signedIn(200)},
+		{method: "GET", route: "/v1/models", want: signedIn(200)},
+		// Conversations belong to a token: A's member, with another of A's tokens, does not see the owner's.
+		{method: "GET", route: "/v1/sessions/:id", path: "/v1/sessions/{conversation}", want: namesA(404, 200), ownedByA: true},
+		{method: "DELETE", route: "/v1/sessions/:id", path: "/v1/sessions/{conversation}", want: namesA(404, 200), ownedByA: true},
+		{method: "POST", route: "/v1/jobs", body: chat, want: signedIn(202)},
+		{method: "GET", route: "/v1/jobs", want: signedIn(200)},
+		{method: "GET", route: "/v1/jobs/:id", path: "/v1/jobs/{job}", want: namesA(200, 200), ownedByA: true},
+		{method: "DELETE", route: "/v1/jobs/:id", path: "/v1/jobs/{job}", want: namesA(200, 409), ownedByA: true},
+
+		// OpenAI's Batch API. Creating a batch names a file in its body: A's file is not B's to use.
+		{method: "POST", route: "/v1/files", upload: "{\"custom_id\":\"r-{role}\",\"method\":\"POST\",\"url\":\"/v1/chat/completions\",\"body\":" + chat + "}\n", want: signedIn(200)},
+		{method: "GET", route: "/v1/files", want: signedIn(200)},
+		{method: "GET", route: "/v1/files/:id", path: "/v1/files/{file}", want: namesA(200, 200), ownedByA: true},
+		{method: "GET", route: "/v1/files/:id/content", path: "/v1/files/{file}/content", want: namesA(200, 200), ownedByA: true},
+		{method: "DELETE", route: "/v1/files/:id", path: "/v1/files/{fileToDelete}", want: namesA(200, 404), ownedByA: true},
+		{method: "POST", route: "/v1/batches", body: `{"input_file_id":"{file}","endpoint":"/v1/chat/completions","completion_window":"24h"}`,
+			want: namesA(200, 200), ownedByA: true},
+		{method: "GET", route: "/v1/batches", want: signedIn(200)},
+		{method: "GET", route: "/v1/batches/:id", path: "/v1/batches/{batch}", want: namesA(200, 200), ownedByA: true},
+		{method: "POST", route: "/v1/batches/:id/cancel", path: "/v1/batches/{batch}/cancel", want: namesA(200, 200), ownedByA: true},
+
+		{method: "POST", route: "/api/auth/signup", body: `{"email":"{role}@signup.example","password":"password123","organization":"New {role}"}`, want: anyone(201)},
+		{method: "POST", route: "/api/auth/login", body: `{"email":"login@quokka.example","password":"password123"}`, want: anyone(200)},
+		{method: "POST", route: "/api/auth/logout", want: signedIn(204), fresh: true},
+		{method: "POST", route: "/api/tokens", body: `{"name":"{role}'s"}`, want: signedIn(201)},
+		{method: "GET", route: "/api/tokens", want: signedIn(200)},
+		{method: "DELETE", route: "/api/tokens/:id", path: "/api/tokens/{tokenToRevoke}", want: namesA(200, 200), ownedByA: true},
+		{method: "GET", route: "/api/usage", want: signedIn(200)},
+		{method: "GET", route: "/api/usage/series", want: signedIn(200)},
+		{method: "GET", route: "/api/freezes", want: signedIn(200)},
+		{method: "GET", route: "/api/budget", want: signedIn(200)},
+		{method: "PUT", route: "/api/budget", body: `{"monthly_limit":"10.00","hard_stop":true}`, want: ownerOnly(200)},
+		{method: "PUT", route: "/api/organization", body: `{"time_zone":"Europe/Paris"}`, want: ownerOnly(200)},
+		{method: "GET", route: "/api/invoices", want: signedIn(200)},
+		{method: "GET", route: "/api/invoices/:id", path: "/api/invoices/{invoice}", want: namesA(200, 200), ownedByA: true},
+		{method: "GET", route: "/api/invoices/:id/csv", path: "/api/invoices/{invoice}/csv", want: namesA(200, 200), ownedByA: true},
+		{method: "GET", route: "/api/upgrade-requests", want: signedIn(200)},
+		// Members may ask too; one pending request per organization; the admin's is on premium already.
+		{method: "POST", route: "/api/upgrade-requests", body: `{"tier":"premium","note":"{role}"}`, want: st(401, 409, 409, 422, 409, 409)},
+
+		{method: "GET", route: "/api/admin/tiers", want: adminAPI(200)},
+		{method: "POST", route: "/api/admin/tiers", body: `{"name":"tier-{role}","capacity":5,"refill_per_sec":1}`, want: adminAPI(201)},
+		{method: "PUT", route: "/api/admin/tiers/:name", path: "/api/admin/tiers/free", body: `{"capacity":30}`, want: adminAPI(200)},
+		{method: "DELETE", route: "/api/admin/tiers/:name", path: "/api/admin/tiers/spare-api", want: adminAPI(200)},
+		{method: "GET", route: "/api/admin/prices", want: adminAPI(200)},
+		{method: "PUT", route: "/api/admin/prices/*model", path: "/api/admin/prices/gpt-4o-mini",
+			body: `{"input_per_mtok":"0.15","output_per_mtok":"0.60","cached_input_per_mtok":"0.075"}`, want: adminAPI(200)},
+		{method: "GET", route: "/api/admin/upgrade-requests", want: adminAPI(200)},
+		{method: "POST", route: "/api/admin/upgrade-requests/:id/approve", path: "/api/admin/upgrade-requests/{upgradeA}/approve", want: adminAPI(200)},
+		{method: "POST", route: "/api/admin/upgrade-requests/:id/decline", path: "/api/admin/upgrade-requests/{upgradeB}/decline", want: adminAPI(200)},
+		{method: "GET", route: "/api/admin/organizations", want: adminAPI(200)},
+		{method: "PUT", route: "/api/admin/organizations/:id/tier", path: "/api/admin/organizations/{orgA}/tier", body: `{"tier":"free"}`, want: adminAPI(200)},
+		{method: "GET", route: "/api/admin/audit", want: adminAPI(200)},
+		{method: "GET", route: "/api/admin/freezes", want: adminAPI(200)},
+		{method: "DELETE", route: "/api/admin/freezes/:id", path: "/api/admin/freezes/{freezeAPI}", want: adminAPI(200)},
+		{method: "GET", route: "/api/admin/tuning", want: adminAPI(200)},
+		{method: "GET", route: "/api/admin/limiter", want: adminAPI(200)},
+		{method: "GET", route: "/api/admin/upstreams", want: adminAPI(200)},
+		{method: "POST", route: "/api/admin/upstreams", body: `{"name":"key-{role}","base_url":"https://api.example.com/v1","api_key":"sk-upstream-{role}"}`, want: adminAPI(201)},
+		{method: "DELETE", route: "/api/admin/upstreams/:id", path: "/api/admin/upstreams/{upstreamAPI}", want: adminAPI(200)},
+
+		{method: "GET", route: "/static/*filepath", path: "/static/sluice.css", want: anyone(200)},
+		{method: "HEAD", route: "/static/*filepath", path: "/static/sluice.css", want: anyone(200)},
+		{method: "GET", route: "/", want: anyone(303)},
+		{method: "GET", route: "/login", want: anyone(200)},
+		{method: "POST", route: "/login", form: url.Values{"email": {"login@quokka.example"}, "password": {"password123"}}, want: anyone(303), fresh: true},
+		{method: "GET", route: "/signup", want: anyone(200)},
+		{method: "POST", route: "/signup", form: url.Values{"email": {"{role}@pagesignup.example"}, "password": {"password123"}, "organization": {"Page {role}"}},
+			want: anyone(303), fresh: true},
+		{method: "POST", route: "/logout", form: url.Values{}, want: anyone(303), fresh: true},
+		{method: "GET", route: "/dashboard", want: signedInPage(200)},
+		{method: "GET", route: "/tokens", want: signedInPage(200)},
+		{method: "POST", route: "/tokens", form: url.Values{"name": {"page token of {role}"}}, want: signedInPage(201)},
+		{method: "POST", route: "/tokens/:id/revoke", path: "/tokens/{pageTokenToRevoke}/revoke", form: url.Values{}, want: pageNamesA(303, 303), ownedByA: true},
+		{method: "GET", route: "/invoices/:id/csv", path: "/invoices/{invoice}/csv", want: pageNamesA(200, 200), ownedByA: true},
+		{method: "GET", route: "/files/:id", path: "/files/{file}", want: pageNamesA(200, 200), ownedByA: true},
+		{method: "GET", route: "/jobs/:id/result", path: "/jobs/{job}/result", want: pageNamesA(404, 404), ownedByA: true}, // queued: no result yet
+		{method: "POST", route: "/billing/budget", form: url.Values{"monthly_limit": {"20.00"}}, want: st(303, 403, 303, 303, 403, 303)},
+		{method: "POST", route: "/billing/time-zone", form: url.Values{"time_zone": {"Asia/Tokyo"}}, want: st(303, 403, 303, 303, 403, 303)},
+		{method: "POST", route: "/billing/webhook", form: url.Values{"webhook_url": {""}}, want: st(303, 403, 303, 303, 403, 303)},
+		// By now the admin declined B's request and moved A back to free: each member's request is new, the owner's a second.
+		{method: "POST", route: "/billing/upgrade", form: url.Values{"tier": {"premium"}}, want: st(303, 303, 409, 422, 303, 409)},
+
+		{method: "GET", route: "/admin", want: adminPage(303)},
+		{method: "GET", route: "/admin/organizations", want: adminPage(200)},
+		{method: "GET", route: "/admin/organizations/:id", path: "/admin/organizations/{orgA}", want: adminPage(200)},
+		{method: "GET", route: "/admin/organizations/:id/invoices/:invoice", path: "/admin/organizations/{orgA}/invoices/{invoice}", want: adminPage(200)},
+		{method: "GET", route: "/admin/organizations/:id/invoices/:invoice/csv", path: "/admin/organizations/{orgA}/invoices/{invoice}/csv", want: adminPage(200)},
+		{method: "POST", route: "/admin/organizations/:id/tier", path: "/admin/organizations/{orgA}/tier", form: url.Values{"tier": {"free"}}, want: adminPage(303)},
+		{method: "POST", route: "/admin/upgrade-requests/:id/approve", path: "/admin/upgrade-requests/{upgradeC}/approve", form: url.Values{}, want: adminPage(303)},
+		{method: "POST", route: "/admin/upgrade-requests/:id/decline", path: "/admin/upgrade-requests/{upgradeD}/decline", form: url.Values{}, want: adminPage(303)},
+		{method: "GET", route: "/admin/tiers", want: adminPage(200)},
+		{method: "POST", route: "/admin/tiers", form: url.Values{"name": {"page-tier"}, "capacity": {"5"}, "refill_per_sec": {"1"}, "tokens_per_minute": {"0"},
+			"freeze_threshold": {"20"}, "freeze_minutes": {"10"}, "refill_floor": {"0"}, "upstream_fallback": {"error"}, "monthly_fee": {"0"},
+			"included_credit": {"0"}, "overage": {"bill"}}, want: adminPage(303)},
+		{method: "POST", route: "/admin/tiers/:name", path: "/admin/tiers/free", form: freeTierForm("30", "0.5"), want: adminPage(303)},
+		{method: "POST", route: "/admin/tiers/:name/delete", path: "/admin/tiers/spare-page/delete", form: url.Values{}, want: adminPage(303)},
+		{method: "POST", route: "/admin/freezes/:id/lift", path: "/admin/freezes/{freezePage}/lift", form: url.Values{}, want: adminPage(303)},
+		{method: "GET", route: "/admin/prices", want: adminPage(200)},
+		{method: "POST", route: "/admin/prices", form: url.Values{"model": {"gpt-4o"}, "input_per_mtok": {"1"}, "output_per_mtok": {"2"}, "cached_input_per_mtok": {"0.5"}}, want: adminPage(303)},
+		{method: "GET", route: "/admin/audit", want: adminPage(200)},
+		{method: "GET", route: "/admin/upstreams", want: adminPage(200)},
+		{method: "POST", route: "/admin/upstreams", form: url.Values{"name": {"page key"}, "base_url": {"https://api.example.com/v1"}, "api_key": {"sk-upstream-page"}, "weight": {"1"}},
+			want: adminPage(303)},
+		{method: "POST", route: "/admin/upstreams/:id/delete", path: "/admin/upstreams/{upstreamPage}/delete", form: url.Values{}, want: adminPage(303)},
+	}
+}
+
+// tenantFixture is the cast of the route table: organizations A and B,
+// each with an owner and a member and each member with an API token, an
+// admin with one, and the things of A's that routes name by id.
+type tenantFixture struct {
+	e        *genEnv
+	creds    map[string][2]string // role -> email, password
+	sessions map[string]string    // role -> management API session
+	cookies  map[string]*http.Cookie
+	tokens   map[string]string // role -> API token
+	ids      map[string]string // {name} in a path -> value
+	// markers are strings only A's data contains: no stranger may see one.
+	markers []string
+}
+
+// TestRouteRoleTenantTable calls every route the router serves as each
+// role of two organizations and Sluice's admin (OWASP API1 and API5): each
+// gets the status the table says; routes naming A's data by id answer 404
+// to everyone outside A and change nothing; no answer to an outsider shows
+// anything of A's; and every page rendered keeps to the pages' CSP.
+func TestRouteRoleTenantTable(t *testing.T) {
+	t.Run("sqlite", func(t *testing.T) {
+		db := testdb.SQLite(t)
+		checkRouteTable(t, db, newTenantFixture(t, db, ""))
+	})
+	t.Run("postgres", func(t *testing.T) {
+		url := testdb.PostgresURL(t)
+		db, err := models.Open(context.Background(), url, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { db.Close() })
+		sqlDB, _ := db.SQL()
+		if _, err := migrations.Apply(context.Background(), sqlDB, migrations.Postgres); err != nil {
+			t.Fatal(err)
+		}
+		checkRouteTable(t, db, newTenantFixture(t, db, url))
+	})
+}
+
+func checkRouteTable(t *testing.T, db *models.DB, f *tenantFixture) {
+	rows := routeTable()
+
+	// Every registered route has a row, and every row a route.
+	listed := map[string]bool{}
+	for _, r := range rows {
+		listed[r.method+" "+r.route] = true
+	}
+	var unlisted []string
+	for _, r := range f.e.h.(*gin.Engine).Routes() {
+		key := r.Method + " " + r.Path
+		if !listed[key] {
+			unlisted = append(unlisted, key)
+		}
+		delete(listed, key)
+	}
+	sort.Strings(unlisted)
+	for _, key := range unlisted {
+		t.Errorf("%s is not in the route table (handlers/security_routes_test.go): add a row saying which roles may call it and whether it names a tenant's data", key)
+	}
+	for key := range listed {
+		t.Errorf("the route table lists %s, which the router does not serve", key)
+	}
+	for _, r := range rows {
+		t.Run(r.method+" "+r.route, func(t *testing.T) {
+			// The strangers call first (see tenantRoles): the database as it
+			// was before them must be as it is after them.
+			var before string
+			if r.ownedByA {
+				before = volatile.ReplaceAllString(dumpDB(t, db), "")
+			}
+			for i, role := range tenantRoles {
+				stranger := role == "memberB" || role == "ownerB" || (role == "admin" && !strings.Contains(r.route, "/admin"))
+				w := f.call(t, r, role)
+				if w.Code != r.want[i] {
+					t.Errorf("as %s: %d, want %d; body: %.300s", role, w.Code, r.want[i], w.Body.String())
+				}
+				if stranger || role == "anonymous" {
+					body := strings.ToLower(w.Body.String() + fmt.Sprint(w.Header()))
+					for _, m := range f.markers {
+						if strings.Contains(body, strings.ToLower(m)) {
+							t.Errorf("as %s: the answer shows A's %q", role, m)
+						}
+					}
+				}
+				if strings.HasPrefix(w.Header().Get("Content-Type"), "text/html") {
+					problems, err := csptest.Violations(strings.NewReader(w.Body.String()))
+					if err != nil {
+						t.Fatal(err)
+					}
+					for _, p := range problems {
+						t.Errorf("as %s: the page breaks its Content-Security-Policy: %s", role, p)
+					}
+				}
+				if before != "" && role == "admin" { // the last stranger
+					if after := volatile.ReplaceAllString(dumpDB(t, db), ""); after != before {
+						t.Errorf("requests by B's members and the admin naming A's data changed the database:\n%s", diffLines(before, after))
+					}
+				}
+			}
+		})
+	}
+}
+
+// volatile matches what a refused call may change without touching anyone
+// else's data: the caller's own token's last use.
+var volatile = regexp.MustCompile(` last_used_at=[^ \n]*`)
+
+// call makes r's request as role.
+func (f *tenantFixture) call(t *testing.T, r routeRow, role string) *httptest.ResponseRecorder {
+	t.Helper()
+	path := r.path
+	if path == "" {
+		path = r.route
+	}
+	for k, v := range f.ids {
+		path = strings.ReplaceAll(path, "{"+k+"}", v)
+	}
+	if strings.Contains(path, "{") {
+		t.Fatalf("unfilled id in %s", path)
+	}
+	fill := func(s string) string {
+		for k, v := range f.ids {
+			s = strings.ReplaceAll(s, "{"+k+"}", v)
+		}
+		return strings.ReplaceAll(s, "{role}", role)
+	}
+	var body string
+	var req *http.Request
+	switch {
+	case r.upload != "":
+		var b bytes.Buffer
+		mw := multipart.NewWriter(&b)
+		_ = mw.WriteField("purpose", "batch")
+		fw, _ := mw.CreateFormFile("file", "requests.jsonl")
+		_, _ = fw.Write([]byte(fill(r.upload)))
+		_ = mw.Close()
+		req = httptest.NewRequest(r.method, path, &b)
+		req.Header.Set("Content-Type", mw.FormDataContentType())
+	case r.form != nil:
+		form := url.Values{}
+		for k, vs := range r.form {
+			for _, v := range vs {
+				form.Add(k, fill(v))
+			}
+		}
+		body = form.Encode()
+		req = httptest.NewRequest(r.method, path, strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	default:
+		req = httptest.NewRequest(r.method, path, strings.NewReader(fill(r.body)))
+		if r.body != "" {
+			req.Header.Set("Content-Type", "application/json")
+		}
+	}
+	if role != "anonymous" {
+		switch {
+		case strings.HasPrefix(path, "/v1/"):
+			req.Header.Set("Authorization", "Bearer "+f.tokens[role])
+		case strings.HasPrefix(path, "/api/"):
+			s := f.sessions[role]
+			if r.fresh {
+				s = f.e.login(f.creds[role][0], f.creds[role][1])
+			}
+			req.Header.Set("Authorization", "Bearer "+s)
+		default:
+			c := f.cookies[role]
+			if r.fresh {
+				c = f.e.browserLogin(t, f.creds[role][0], f.creds[role][1]).cookie
+			}
+			req.AddCookie(c)
+		}
+	}
+	return serve(f.e.h, req, "")
+}
+
+// newTenantFixture builds the cast on db; databaseURL is Postgres's, for
+// the job queue's own connections ("" on SQLite).
+func newTenantFixture(t *testing.T, db *models.DB, databaseURL string) *tenantFixture {
+	t.Helper()
+	ctx := context.Background()
+	e := newGenEnv(t, db)
+	if _, err := jobs.Migrate(ctx, db, databaseURL); err != nil {
+		t.Fatal(err)
+	}
+	q, err := jobs.New(ctx, jobs.Deps{DB: db, DatabaseURL: databaseURL, Pipeline: e.api.Pipeline, Directory: e.dir, Log: discardLog()},
+		jobs.Config{Workers: 1, MaxAttempts: 1, Retention: time.Hour, MaxWait: time.Second, RetryBase: time.Second, Now: e.clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = q.Stop(context.Background()) })
+	bs := batches.New(batches.Deps{Store: e.store, Pipeline: e.api.Pipeline, Log: discardLog()}, batches.Config{FileRetention: 24 * time.Hour, Now: e.clock.Now})
+	e.api.Jobs, e.api.Batches = q, bs // never started: jobs stay queued
+	e.pages.Jobs, e.pages.Batches = q, bs
+	e.rebuild()
+
+	f := &tenantFixture{e: e, creds: map[string][2]string{}, sessions: map[string]string{}, cookies: map[string]*http.Cookie{},
+		tokens: map[string]string{}, ids: map[string]string{}}
+	hash, _ := bcrypt.GenerateFromPassword([]byte("password123"), bcrypt.MinCost)
+	org := func(owner, member, name string) (string, string) {
+		e.signup(owner, name)
+		u, err := e.store.UserByEmail(ctx, owner)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := db.Gorm.Create(&models.User{OrgID: u.OrgID, Email: member, PasswordHash: string(hash), Role: models.RoleMember}).Error; err != nil {
+			t.Fatal(err)
+		}
+		return itoa(u.OrgID), owner
+	}
+	f.ids["orgA"], _ = org("owner@aardvark.example", "member@aardvark.example", "Aardvark Analytics")
+	org("owner@zebra.example", "member@zebra.example", "Zebra Zoology")
+	f.creds = map[string][2]string{
+		"memberA": {"member@aardvark.example", "password123"}, "ownerA": {"owner@aardvark.example", "password123"},
+		"memberB": {"member@zebra.example", "password123"}, "ownerB": {"owner@zebra.example", "password123"},
+		"admin": {"admin@example.com", "admin-password"},
+	}
+	for role, c := range f.creds {
+		f.sessions[role] = e.login(c[0], c[1])
+		f.cookies[role] = e.browserLogin(t, c[0], c[1]).cookie
+		f.tokens[role], _ = e.apiToken(f.sessions[role])
+	}
+	e.signup("login@quokka.example", "Quokka")
+
+	// A's things, which the routes with ids name.
+	ownerA := f.sessions["ownerA"]
+	newToken := func(name string) (string, int64) {
+		w := e.do(request{method: "POST", path: "/api/tokens", bearer: ownerA, body: `{"name":"aardvark ` + name + `"}`})
+		if w.Code != 201 {
+			t.Fatalf("token: %d %s", w.Code, w.Body.String())
+		}
+		m := decode(t, w)
+		return m["token"].(string), int64(m["id"].(float64))
+	}
+	_, id := newToken("to revoke by API")
+	f.ids["tokenToRevoke"] = itoa(id)
+	_, id = newToken("to revoke by page")
+	f.ids["pageTokenToRevoke"] = itoa(id)
+	w := e.do(request{method: "POST", path: "/v1/chat/completions", bearer: f.tokens["ownerA"], body: chatBody,
+		header: map[string]string{"X-Sluice-Session": "aardvark-conversation"}})
+	if w.Code != 200 {
+		t.Fatalf("conversation: %d %s", w.Code, w.Body.String())
+	}
+	f.ids["conversation"] = "aardvark-conversation"
+	w = e.do(request{method: "POST", path: "/v1/jobs", bearer: f.tokens["ownerA"], body: `{"model":"sluice-local","messages":[{"role":"user","content":"aardvark job"}]}`})
+	if w.Code != 202 {
+		t.Fatalf("job: %d %s", w.Code, w.Body.String())
+	}
+	f.ids["job"] = decode(t, w)["id"].(string)
+	upload := func() string {
+		var b bytes.Buffer
+		mw := multipart.NewWriter(&b)
+		_ = mw.WriteField("purpose", "batch")
+		fw, _ := mw.CreateFormFile("file", "aardvark.jsonl")
+		_, _ = fw.Write([]byte(`{"custom_id":"aardvark-1","method":"POST","url":"/v1/chat/completions","body":{"model":"sluice-local","messages":[{"role":"user","content":"aardvark"}]}}` + "\n"))
+		_ = mw.Close()
+		w := e.do(request{method: "POST", path: "/v1/files", bearer: f.tokens["ownerA"], contentType: mw.FormDataContentType(), body: b.String()})
+		if w.Code != 200 {
+			t.Fatalf("upload: %d %s", w.Code, w.Body.String())
+		}
+		return decode(t, w)["id"].(string)
+	}
+	f.ids["file"], f.ids["fileToDelete"] = upload(), upload()
+	w = e.do(request{method: "POST", path: "/v1/batches", bearer: f.tokens["ownerA"],
+		body: `{"input_file_id":"` + f.ids["file"] + `","endpoint":"/v1/chat/completions","completion_window":"24h"}`})
+	if w.Code != 200 {
+		t.Fatalf("batch: %d %s", w.Code, w.Body.String())
+	}
+	f.ids["batch"] = decode(t, w)["id"].(string)
+	w = e.do(request{method: "GET", path: "/api/invoices", bearer: ownerA})
+	invoices, _ := decode(t, w)["data"].([]any)
+	if len(invoices) == 0 {
+		t.Fatalf("A has no invoice: %s", w.Body.String())
+	}
+	f.ids["invoice"] = fmt.Sprint(invoices[0].(map[string]any)["id"])
+
+	// Upgrade requests for the admin to decide, one per organization.
+	upgrade := func(session string) string {
+		w := e.do(request{method: "POST", path: "/api/upgrade-requests", bearer: session, body: `{"tier":"premium"}`})
+		if w.Code != 201 {
+			t.Fatalf("upgrade request: %d %s", w.Code, w.Body.String())
+		}
+		return fmt.Sprint(decode(t, w)["id"])
+	}
+	f.ids["upgradeA"], f.ids["upgradeB"] = upgrade(ownerA), upgrade(f.sessions["ownerB"])
+	f.ids["upgradeC"] = upgrade(e.signup("owner@capybara.example", "Capybara"))
+	f.ids["upgradeD"] = upgrade(e.signup("owner@dingo.example", "Dingo"))
+
+	for _, name := range []string{"freezeAPI", "freezePage"} {
+		_, tokID := newToken(name)
+		orgID := int64(0)
+		fmt.Sscan(f.ids["orgA"], &orgID)
+		fr, err := e.store.CreateFreeze(ctx, models.Freeze{TokenID: tokID, OrgID: orgID, Reason: "test", WindowCount: 25,
+			FrozenFrom: e.clock.Now(), FrozenUntil: e.clock.Now().Add(time.Hour)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.ids[name] = itoa(fr.ID)
+	}
+	admin, err := e.store.UserByEmail(ctx, "admin@example.com")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"upstreamAPI", "upstreamPage"} {
+		k, err := e.providers.Create(ctx, admin, models.UpstreamKeyInput{Name: name, BaseURL: "https://api.example.com/v1", APIKey: "sk-upstream-" + name, Weight: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.ids[name] = itoa(k.ID)
+	}
+	for _, name := range []string{"spare-api", "spare-page"} {
+		if _, err := e.acc.CreateTier(ctx, admin, name, models.TierSettings{Capacity: 1, RefillPerSec: 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	f.markers = []string{"aardvark", f.tokens["ownerA"][:20], f.tokens["memberA"][:20]}
+	return f
+}

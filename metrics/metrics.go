@@ -1,0 +1,108 @@
+// Package metrics is what Sluice tells Prometheus. Gateway holds the
+// request path's counters and histograms; the state an operator pages on
+// (freezes, refill, limiter mode, provider keys, queues) is read when
+// Prometheus scrapes, by the collectors in state.go. Labels are bounded:
+// route templates, status classes, tier and model names, reasons — never a
+// token, an organization or a user.
+package metrics
+
+import (
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluicehq/sluice/chat"
+)
+
+// Gateway records what requests did. A nil *Gateway records nothing, so
+// tests and tools need not build one.
+type Gateway struct {
+	requests   *prometheus.CounterVec
+	duration   *prometheus.HistogramVec
+	tokens     *prometheus.CounterVec
+	rejections *prometheus.CounterVec
+	cache      *prometheus.CounterVec
+}
+
+// Buckets of the request histograms: from a cache hit to a long stream.
+var durationBuckets = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120}
+
+// NewGateway registers the request path's series with reg.
+func NewGateway(reg prometheus.Registerer) *Gateway {
+	g := &Gateway{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_requests_total",
+			Help: "Requests answered, by route template, status class (2xx, 4xx, 5xx), tier and model (empty when none served)."},
+			[]string{"route", "status", "tier", "model"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "sluice_request_duration_seconds",
+			Help:    "Request duration by route and part: total, provider (waiting for and relaying the provider), gateway (total less provider: Sluice's own overhead).",
+			Buckets: durationBuckets}, []string{"route", "part"}),
+		tokens: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_tokens_total",
+			Help: "Tokens metered, by kind (prompt, completion, cached: prompt tokens the provider served from its cache), tier and model."},
+			[]string{"kind", "tier", "model"}),
+		rejections: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_rejections_total",
+			Help: "Requests refused with 429, by reason (requests, tokens, frozen, budget) and tier."}, []string{"reason", "tier"}),
+		cache: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_cache_requests_total",
+			Help: "Cacheable requests by response-cache result (hit, miss)."}, []string{"result"}),
+	}
+	reg.MustRegister(g.requests, g.duration, g.tokens, g.rejections, g.cache)
+	return g
+}
+
+// Request records one answered request. route is the route template ("" for
+// no route), model the model that answered ("" for none), provider the part
+// of total spent on a provider.
+func (g *Gateway) Request(route string, status int, tier, model string, total, provider time.Duration) {
+	if g == nil {
+		return
+	}
+	if route == "" {
+		route = "unmatched"
+	}
+	g.requests.WithLabelValues(route, statusClass(status), tier, model).Inc()
+	g.duration.WithLabelValues(route, "total").Observe(total.Seconds())
+	if provider > 0 {
+		g.duration.WithLabelValues(route, "provider").Observe(provider.Seconds())
+	}
+	g.duration.WithLabelValues(route, "gateway").Observe(max(total-provider, 0).Seconds())
+}
+
+// Rejected counts a 429 for reason on tier.
+func (g *Gateway) Rejected(reason, tier string) {
+	if g == nil {
+		return
+	}
+	g.rejections.WithLabelValues(reason, tier).Inc()
+}
+
+// Tokens counts a served request's usage.
+func (g *Gateway) Tokens(tier, model string, u chat.Usage) {
+	if g == nil {
+		return
+	}
+	g.tokens.WithLabelValues("prompt", tier, model).Add(float64(u.PromptTokens))
+	g.tokens.WithLabelValues("completion", tier, model).Add(float64(u.CompletionTokens))
+	if u.CachedTokens > 0 {
+		g.tokens.WithLabelValues("cached", tier, model).Add(float64(u.CachedTokens))
+	}
+}
+
+// Cache counts a response-cache lookup.
+func (g *Gateway) Cache(hit bool) {
+	if g == nil {
+		return
+	}
+	result := "miss"
+	if hit {
+		result = "hit"
+	}
+	g.cache.WithLabelValues(result).Inc()
+}
+
+// statusClass is "2xx", "4xx" and so on.
+func statusClass(status int) string {
+	if status < 100 || status > 599 {
+		return "other"
+	}
+	return strconv.Itoa(status/100) + "xx"
+}

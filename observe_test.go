@@ -1,0 +1,200 @@
+package main
+
+import (
+	"bufio"
+	"io"
+	"maps"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/goccy/go-yaml"
+
+	"github.com/sluicehq/sluice/upstream"
+	"github.com/sluicehq/sluice/upstream/mock"
+)
+
+// scrape reads /metrics and returns each series name (without labels) and
+// the whole text.
+func scrape(t *testing.T, base, token string) (map[string]bool, string) {
+	t.Helper()
+	req, _ := http.NewRequest("GET", base+"/metrics", nil)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 200 {
+		t.Fatalf("/metrics: %d %s", resp.StatusCode, b)
+	}
+	names := map[string]bool{}
+	sc := bufio.NewScanner(strings.NewReader(string(b)))
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		name := line[:strings.IndexAny(line, "{ ")]
+		names[name] = true
+	}
+	return names, string(b)
+}
+
+// The series an operator pages on are all there after some traffic, with
+// bounded labels (never a token or an organization), behind the token
+// when one is set.
+func TestMetricsAnOperatorCanPageOn(t *testing.T) {
+	const metricsToken = "metrics-token-0123456789"
+	provider := httptest.NewServer(mock.New(mock.Config{Keys: map[string]float64{"sk-ops-provider": 0}}))
+	t.Cleanup(provider.Close)
+	base, _, stop := start(t, map[string]string{"SLUICE_DATA_DIR": t.TempDir(), "SLUICE_BCRYPT_COST": "4",
+		"SLUICE_ADMIN_PASSWORD": "admin-password", "SLUICE_METRICS_TOKEN": metricsToken})
+	t.Cleanup(func() { stop() })
+	c := client{t, base}
+	var admin struct{ Token string }
+	c.call("POST", "/api/auth/login", "", `{"email":"admin@localhost","password":"admin-password"}`, &admin)
+	if r := c.call("POST", "/api/admin/upstreams", admin.Token, `{"name":"openai-1","base_url":"`+provider.URL+`/v1","api_key":"sk-ops-provider","models":["gpt-4o-mini"]}`, nil); r.StatusCode != 201 {
+		t.Fatalf("add provider: %d", r.StatusCode)
+	}
+	var owner struct{ Token string }
+	c.call("POST", "/api/auth/signup", "", `{"email":"ops@example.com","password":"password123","organization":"Ops"}`, &owner)
+	var tok struct{ Token string }
+	c.call("POST", "/api/tokens", owner.Token, `{"name":"m"}`, &tok)
+	for range 3 {
+		c.call("POST", "/v1/chat/completions", tok.Token, `{"model":"sluice-local","temperature":0,"messages":[{"role":"user","content":"写春联"}]}`, nil)
+	}
+	// Past the free tier's burst of 30: some 429s.
+	for range 30 {
+		c.call("GET", "/v1/models", tok.Token, "", nil)
+	}
+	if r := c.call("GET", "/metrics", "", "", nil); r.StatusCode != 401 {
+		t.Fatalf("/metrics without the token: %d", r.StatusCode)
+	}
+	names, text := scrape(t, base, metricsToken)
+	for _, want := range []string{
+		"sluice_requests_total", "sluice_request_duration_seconds_bucket", "sluice_tokens_total", "sluice_cache_requests_total",
+		"sluice_freezes_active", "sluice_tier_refill_per_second", "sluice_limiter_mode", "sluice_inflight_requests",
+		"sluice_recorder_queue_depth", "sluice_recorder_queue_capacity", "sluice_recorder_lost_events_total",
+		"sluice_recorder_stored_events_total", "sluice_jobs_waiting", "sluice_jobs_oldest_age_seconds",
+		"sluice_upstream_retries_total", "sluice_upstream_rate_limited_total", "sluice_rejections_total",
+		"sluice_upstream_key_state", "sluice_upstream_healthy_keys", "sluice_upstream_key_requests_per_minute",
+		"sluice_upstream_key_burst", "sluice_upstream_key_requests_total", "sluice_recorder_flush_seconds_bucket",
+	} {
+		if !names[want] {
+			t.Errorf("%s is not exported", want)
+		}
+	}
+	for _, want := range []string{`sluice_requests_total{model="sluice-local",route="/v1/chat/completions",status="2xx",tier="free"} 3`,
+		`sluice_cache_requests_total{result="hit"} 2`, `sluice_limiter_mode{mode="local"} 1`, `sluice_tier_refill_per_second{kind="configured",tier="free"} 0.5`,
+		`part="gateway"`, `sluice_tokens_total{kind="completion",model="sluice-local",tier="free"}`,
+		`sluice_rejections_total{reason="requests",tier="free"} `, `sluice_upstream_healthy_keys{model="gpt-4o-mini"} 1`,
+		`sluice_upstream_key_state{key="openai-1",state="healthy"} 1`} {
+		if !strings.Contains(text, want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+	if strings.Contains(text, "sk_sluice_") || strings.Contains(text, "ops@example.com") || regexp.MustCompile(`org(anization)?_id="`).MatchString(text) {
+		t.Fatal("a token, an email or an organization id in a label")
+	}
+
+	// /healthz says alive; /readyz checks what serving needs.
+	if r := c.call("GET", "/healthz", "", "", nil); r.StatusCode != 200 {
+		t.Fatalf("healthz: %d", r.StatusCode)
+	}
+	var ready struct {
+		Status string
+		Checks map[string]string
+	}
+	if r := c.call("GET", "/readyz", "", "", &ready); r.StatusCode != 200 || ready.Status != "ready" ||
+		ready.Checks["database"] != "ok" || ready.Checks["migrations"] != "ok" || ready.Checks["recorder"] != "ok" {
+		t.Fatalf("readyz: %d %+v", r.StatusCode, ready)
+	}
+
+	// The alert rules parse, and every series they use is one Sluice exports.
+	raw, err := os.ReadFile("deploy/prometheus/alerts.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rules struct {
+		Groups []struct {
+			Name  string
+			Rules []struct {
+				Alert       string
+				Expr        string
+				For         string
+				Labels      map[string]string
+				Annotations map[string]string
+			}
+		}
+	}
+	if err := yaml.UnmarshalWithOptions(raw, &rules, yaml.Strict()); err != nil {
+		t.Fatalf("alerts.yml: %v", err)
+	}
+	series := regexp.MustCompile(`\bsluice_[a-z_]+`)
+	var alerts []string
+	for _, g := range rules.Groups {
+		for _, r := range g.Rules {
+			alerts = append(alerts, r.Alert)
+			if r.Alert == "" || r.Expr == "" || r.Labels["severity"] == "" || r.Annotations["summary"] == "" {
+				t.Errorf("rule %+v lacks alert, expr, severity or summary", r)
+			}
+			if strings.Count(r.Expr, "(") != strings.Count(r.Expr, ")") || strings.Count(r.Expr, "{") != strings.Count(r.Expr, "}") {
+				t.Errorf("%s: unbalanced expression", r.Alert)
+			}
+			for _, s := range series.FindAllString(r.Expr, -1) {
+				if !names[s] && !names[strings.TrimSuffix(s, "_bucket")+"_bucket"] && s != "sluice_limiter_degraded" {
+					t.Errorf("%s uses %s, which Sluice does not export", r.Alert, s)
+				}
+			}
+		}
+	}
+	// sluice_limiter_degraded exists only with Redis: it is checked against
+	// the source instead.
+	if src, _ := os.ReadFile("admission.go"); !strings.Contains(string(src), `"sluice_limiter_degraded"`) {
+		t.Fatal("sluice_limiter_degraded, which the rules use, is gone from the source")
+	}
+	for _, want := range []string{"SluiceHigh429Ratio", "SluiceLatencyOverTarget", "SluiceModelWithoutHealthyKey", "SluiceLimiterDegraded",
+		"SluiceRecorderBacklogGrowing", "SluiceUsageEventsLost", "SluiceJobsWaitingTooLong"} {
+		if !slices.Contains(alerts, want) {
+			t.Errorf("no %s rule", want)
+		}
+	}
+}
+
+// TestHealthyKeysPerModel: a model whose only keys are unhealthy reports 0,
+// which is what SluiceModelWithoutHealthyKey pages on; keys serving any
+// model count for every model.
+func TestHealthyKeysPerModel(t *testing.T) {
+	got := func(keys []upstream.KeyStatus) map[string]float64 {
+		out := map[string]float64{}
+		for _, s := range healthyKeys(keys) {
+			out[s.Labels[0]] = s.Value
+		}
+		return out
+	}
+	keys := []upstream.KeyStatus{
+		{Name: "a", State: upstream.Healthy, Models: []string{"gpt-4o-mini", "gpt-4o"}},
+		{Name: "b", State: upstream.Open, Models: []string{"gpt-4o"}},
+		{Name: "c", State: upstream.Disabled, Models: []string{"claude"}},
+	}
+	want := map[string]float64{"gpt-4o-mini": 1, "gpt-4o": 1, "claude": 0}
+	if g := got(keys); !maps.Equal(g, want) {
+		t.Fatalf("healthy keys %v, want %v", g, want)
+	}
+	keys = append(keys, upstream.KeyStatus{Name: "any", State: upstream.Healthy})
+	want = map[string]float64{"*": 1, "gpt-4o-mini": 2, "gpt-4o": 2, "claude": 1}
+	if g := got(keys); !maps.Equal(g, want) {
+		t.Fatalf("with a key for any model: %v, want %v", g, want)
+	}
+	if g := healthyKeys(nil); g != nil {
+		t.Fatalf("no keys: %v, want no samples", g)
+	}
+}
