@@ -15,6 +15,7 @@ import (
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/models"
 	"github.com/sluicehq/sluice/quota"
+	"github.com/sluicehq/sluice/signing"
 	"github.com/sluicehq/sluice/upstream"
 )
 
@@ -34,6 +35,18 @@ type admission struct {
 	redis        *redis.Client // the node's Redis client for all but the limiter; nil without Redis
 	limiterRedis *redis.Client // the limiter's own client (newLimiterClient); nil without Redis
 	close        func()
+}
+
+// nonces is where signed requests' nonces are remembered: Redis, so a
+// replay sent to another node is caught, falling back to this node's memory
+// while Redis is down (signed traffic goes on; a replay across nodes during
+// the outage would pass); memory alone without Redis.
+func (a *admission) nonces(cfg config.Config) signing.Nonces {
+	local := signing.NewMemoryNonces(nil)
+	if a.redis == nil {
+		return local
+	}
+	return signing.FallbackNonces{Shared: signing.NewRedisNonces(a.redis, cfg.RedisPrefix+"sign:"), Local: local, Timeout: cfg.RedisTimeout}
 }
 
 // newAdmission builds the limiter, rejection window, invalidation bus and

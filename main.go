@@ -33,6 +33,7 @@ import (
 	"github.com/sluicehq/sluice/migrations"
 	"github.com/sluicehq/sluice/models"
 	"github.com/sluicehq/sluice/quota"
+	"github.com/sluicehq/sluice/signing"
 	"github.com/sluicehq/sluice/upstream/local"
 	"github.com/sluicehq/sluice/web"
 )
@@ -80,7 +81,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		return err
 	}
 	defer adm.close()
-	dir, err := accounts.NewDirectory(ctx, store, cfg.TokenCacheTTL, nil)
+	box, err := newBox(cfg)
+	if err != nil {
+		return err
+	}
+	dir, err := accounts.NewDirectory(ctx, store, cfg.TokenCacheTTL, nil, accounts.WithSigningSecrets(box))
 	if err != nil {
 		return err
 	}
@@ -109,10 +114,6 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	recorder := metering.NewRecorder(store, log, time.Second, batch, flushObserver(metrics), metering.WithFlushers(flushers))
 	gateway := mtr.NewGateway(metrics)
 
-	box, err := newBox(cfg)
-	if err != nil {
-		return err
-	}
 	gen, err := newGeneration(ctx, cfg, store, box, adm, log, metrics)
 	if err != nil {
 		return err
@@ -157,7 +158,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	handler := handlers.New(log,
 		ops,
 		handlers.API{Directory: dir, Pipeline: pipeline, Conversations: gen.conversations, Jobs: queue, Batches: batchService, Callbacks: bill.billing, Models: gen.pool.Models,
-			Usage: recorder, MaxBodyBytes: cfg.MaxBodyBytes, InFlight: inFlight, Latency: latency, Now: time.Now},
+			Usage: recorder, Signatures: signing.NewVerifier(adm.nonces(cfg), nil), MaxBodyBytes: cfg.MaxBodyBytes, InFlight: inFlight, Latency: latency, Now: time.Now},
 		handlers.Management{Store: store, Accounts: acc, Sessions: sessions, Providers: gen.providers, Billing: bill.billing,
 			PoolStatus: gen.pool.Status, Models: gen.pool.Models, Limits: adm.status, MaxBodyBytes: cfg.MaxBodyBytes, Now: time.Now},
 		web.New(web.Deps{Log: log, Store: store, Accounts: acc, Sessions: sessions, Providers: gen.providers, Billing: bill.billing,

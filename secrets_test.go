@@ -13,14 +13,17 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/internal/testdb"
 	"github.com/sluicehq/sluice/models"
+	"github.com/sluicehq/sluice/signing"
 	"github.com/sluicehq/sluice/upstream/mock"
 )
 
@@ -201,6 +204,26 @@ func scenario(t *testing.T, env map[string]string, secrets *secretList) string {
 	chat("gpt-refused", "", nil, 0) // the tier's fallback answers, or a 503
 	chat("gpt-failing", "", nil, 0)
 	chat("sluice-local", `,"messages":7`, nil, 400)
+	// A token that requires signed requests: the secret is sealed at rest
+	// and never logged, with the signed, replayed and unsigned calls.
+	var signedTok struct {
+		ID    int64
+		Token string
+	}
+	expect(c.call("POST", "/api/tokens", login.Token, `{"name":"signed"}`, &signedTok), 201, "token")
+	secrets.add("signed API token", signedTok.Token)
+	var signingOn struct {
+		Secret string `json:"signing_secret"`
+	}
+	expect(c.call("PUT", fmt.Sprintf("/api/tokens/%d/signing", signedTok.ID), login.Token, `{"required":true}`, &signingOn), 200, "require signing")
+	signingSecret := secrets.add("request signing secret", signingOn.Secret)
+	signedBody := `{"model":"sluice-local","messages":[{"role":"user","content":"signed"}]}`
+	ts := time.Now().Unix()
+	sig := map[string]string{signing.HeaderTimestamp: strconv.FormatInt(ts, 10), signing.HeaderNonce: "once",
+		signing.HeaderSignature: signing.Sign([]byte(signingSecret), "POST", "/v1/chat/completions", ts, "once", []byte(signedBody))}
+	expect(c.callHeaders("POST", "/v1/chat/completions", signedTok.Token, signedBody, sig, nil), 200, "signed call")
+	expect(c.callHeaders("POST", "/v1/chat/completions", signedTok.Token, signedBody, sig, nil), 401, "replayed signed call")
+	expect(c.call("POST", "/v1/chat/completions", signedTok.Token, signedBody, nil), 401, "unsigned call")
 	expect(c.call("POST", "/v1/jobs", tok.Token, `{"model":"sluice-local","messages":[{"role":"user","content":"later"}]}`, nil), 202, "job")
 
 	// The browser: sign in, a page, sign out.

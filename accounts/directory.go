@@ -14,6 +14,7 @@ import (
 	"github.com/sluicehq/sluice/models"
 	"github.com/sluicehq/sluice/money"
 	"github.com/sluicehq/sluice/quota"
+	"github.com/sluicehq/sluice/secrets"
 )
 
 // Caller is who is calling the metered API: the token, its organization and
@@ -34,6 +35,9 @@ type Caller struct {
 	// TokenPrefix is the token's display prefix (sk_sluice_ and 6
 	// characters), what logs may say of it; never the token.
 	TokenPrefix string
+	// SigningSecret is the key of the HMAC the token's requests must carry;
+	// nil when it takes unsigned requests. Shared, read-only.
+	SigningSecret []byte
 }
 
 // SpendLimit is what the organization may spend in a month before its
@@ -80,23 +84,38 @@ type Directory struct {
 	tiers atomic.Pointer[map[string]*models.Tier]
 
 	freezes *quota.FreezeSet
+
+	box *secrets.Box // seals and opens signing secrets; nil: signing is off
 }
 
 type tokenEntry struct {
-	known     bool
-	owner     models.TokenOwner
-	limitKey  string
-	tokensKey string
-	fetchedAt time.Time
+	known         bool
+	owner         models.TokenOwner
+	limitKey      string
+	tokensKey     string
+	signingSecret []byte
+	fetchedAt     time.Time
+}
+
+// DirectoryOption adjusts a Directory.
+type DirectoryOption func(*Directory)
+
+// WithSigningSecrets has tokens' signing secrets sealed and opened with
+// box. Without it no token can be set to require signed requests.
+func WithSigningSecrets(box *secrets.Box) DirectoryOption {
+	return func(d *Directory) { d.box = box }
 }
 
 // NewDirectory loads the tiers and returns an empty token cache.
-func NewDirectory(ctx context.Context, store *models.Store, ttl time.Duration, now func() time.Time) (*Directory, error) {
+func NewDirectory(ctx context.Context, store *models.Store, ttl time.Duration, now func() time.Time, opts ...DirectoryOption) (*Directory, error) {
 	if now == nil {
 		now = time.Now
 	}
 	d := &Directory{store: store, ttl: ttl, now: now, maxEntries: 100_000, tokens: map[[sha256.Size]byte]tokenEntry{},
 		freezes: quota.NewFreezeSet(now)}
+	for _, o := range opts {
+		o(d)
+	}
 	if err := d.ReloadTiers(ctx); err != nil {
 		return nil, err
 	}
@@ -132,8 +151,10 @@ func (d *Directory) Authenticate(ctx context.Context, secret string) (Caller, er
 		if err != nil && apperr.CodeOf(err) != apperr.NotFound {
 			return Caller{}, err
 		}
-		key := "tok:" + strconv.FormatInt(owner.ID, 10)
-		e = tokenEntry{known: err == nil, owner: owner, limitKey: key, tokensKey: key + "|tpm", fetchedAt: now}
+		if e, err = d.entry(owner, err == nil); err != nil {
+			return Caller{}, err
+		}
+		e.fetchedAt = now
 		d.remember(sum, e, forgets)
 	}
 	switch {
@@ -154,7 +175,34 @@ func (d *Directory) caller(e tokenEntry) (Caller, error) {
 		return Caller{}, apperr.Wrap(errUnknownTier, e.owner.TierName)
 	}
 	return Caller{TokenID: e.owner.ID, OrgID: e.owner.OrgID, UserID: e.owner.UserID, Tier: tier, LimitKey: e.limitKey, TokensKey: e.tokensKey,
-		Budget: models.Budget{Limit: e.owner.BudgetLimit, HardStop: e.owner.BudgetHardStop}, TokenPrefix: e.owner.Prefix}, nil
+		Budget: models.Budget{Limit: e.owner.BudgetLimit, HardStop: e.owner.BudgetHardStop}, TokenPrefix: e.owner.Prefix,
+		SigningSecret: e.signingSecret}, nil
+}
+
+// entry is what the cache keeps of a token: its keys formatted and its
+// signing secret opened once per fill, not per request.
+func (d *Directory) entry(owner models.TokenOwner, known bool) (tokenEntry, error) {
+	key := "tok:" + strconv.FormatInt(owner.ID, 10)
+	e := tokenEntry{known: known, owner: owner, limitKey: key, tokensKey: key + "|tpm"}
+	if owner.SigningSecret != nil {
+		if d.box == nil {
+			return e, errSigningOff
+		}
+		secret, err := d.box.Open(*owner.SigningSecret, signingSealContext(owner.ID))
+		if err != nil {
+			return e, apperr.Wrap(err, "open the token's signing secret")
+		}
+		e.signingSecret = []byte(secret)
+	}
+	return e, nil
+}
+
+var errSigningOff = apperr.New(apperr.Internal, "a token requires signed requests but this node has no master key to open its secret")
+
+// signingSealContext binds a sealed signing secret to its token, so a
+// secret copied onto another token's row does not open.
+func signingSealContext(tokenID int64) string {
+	return "api_tokens.signing_secret:" + strconv.FormatInt(tokenID, 10)
 }
 
 // CallerByTokenID resolves a token by id, for work queued earlier on its
@@ -173,8 +221,11 @@ func (d *Directory) CallerByTokenID(ctx context.Context, id int64) (Caller, erro
 	case owner.ExpiresAt != nil && !d.now().Before(*owner.ExpiresAt):
 		return Caller{}, errExpiredKey
 	}
-	key := "tok:" + strconv.FormatInt(owner.ID, 10)
-	return d.caller(tokenEntry{known: true, owner: owner, limitKey: key, tokensKey: key + "|tpm"})
+	e, err := d.entry(owner, true)
+	if err != nil {
+		return Caller{}, err
+	}
+	return d.caller(e)
 }
 
 var errUnknownTier = apperr.New(apperr.Internal, "organization's tier is not loaded")

@@ -2,6 +2,7 @@ package accounts_test
 
 import (
 	"fmt"
+	"reflect"
 	"sync"
 	"testing"
 	"time"
@@ -76,7 +77,7 @@ func TestAuthenticate(t *testing.T) {
 				// Twice: the second answer may come from the cache and must agree.
 				for range 2 {
 					c, err := e.dir.Authenticate(ctx, tt.secret)
-					if c != (accounts.Caller{}) {
+					if !reflect.DeepEqual(c, accounts.Caller{}) {
 						t.Errorf("refused key returned caller %+v", c)
 					}
 					got := wantErr(t, err, apperr.Unauthorized, tt.reason)
@@ -103,7 +104,7 @@ func TestAuthenticate(t *testing.T) {
 			}
 			// From the cache, and after the cache is refilled, the same caller.
 			cached, err := e.dir.Authenticate(ctx, validSecret)
-			if err != nil || cached != first {
+			if err != nil || !reflect.DeepEqual(cached, first) {
 				t.Fatalf("cached caller %+v %v, want %+v", cached, err, first)
 			}
 			e.clock.Advance(dirTTL + time.Second)

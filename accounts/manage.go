@@ -10,6 +10,7 @@ import (
 	"github.com/sluicehq/sluice/cluster"
 	"github.com/sluicehq/sluice/models"
 	"github.com/sluicehq/sluice/quota"
+	"github.com/sluicehq/sluice/signing"
 )
 
 // MaxTokenDays bounds an API token's optional lifetime.
@@ -39,6 +40,28 @@ func (s *Service) RevokeToken(ctx context.Context, u models.User, id int64) (mod
 		s.publish(ctx, cluster.Event{Kind: cluster.TokenChanged, Hash: t.Hash})
 	}
 	return t, err
+}
+
+// SetTokenSigning makes one of u's organization's tokens require signed
+// requests, with a new signing secret it returns (shown this once; asking
+// again replaces it), or take unsigned ones again (required false, secret
+// ""). Every node's gateway sees the change with its next request.
+func (s *Service) SetTokenSigning(ctx context.Context, u models.User, id int64, required bool) (t models.APIToken, secret string, err error) {
+	var seal func(int64) string
+	if required {
+		if s.dir.box == nil {
+			return t, "", errSigningOff
+		}
+		secret = signing.NewSecret()
+		seal = func(tokenID int64) string { return s.dir.box.Seal(secret, signingSealContext(tokenID)) }
+	}
+	t, err = s.store.SetTokenSigning(ctx, u, u.OrgID, id, seal)
+	if err != nil {
+		return t, "", err
+	}
+	s.dir.ForgetToken(t.Hash)
+	s.publish(ctx, cluster.Event{Kind: cluster.TokenChanged, Hash: t.Hash})
+	return t, secret, nil
 }
 
 // UpdateTier changes a tier's settings; the next API request, on every

@@ -23,6 +23,7 @@ import (
 	"github.com/sluicehq/sluice/models"
 	"github.com/sluicehq/sluice/quota"
 	"github.com/sluicehq/sluice/secrets"
+	"github.com/sluicehq/sluice/signing"
 	"github.com/sluicehq/sluice/upstream"
 	"github.com/sluicehq/sluice/upstream/local"
 	"github.com/sluicehq/sluice/web"
@@ -134,7 +135,8 @@ func newEnv(t testing.TB, db *models.DB) *env {
 	ctx := context.Background()
 	store := models.NewStore(db)
 	clk := clocktest.New(time.Now().UTC())
-	dir, err := accounts.NewDirectory(ctx, store, time.Minute, clk.Now)
+	box, _ := secrets.NewBox(bytes.Repeat([]byte{3}, 32))
+	dir, err := accounts.NewDirectory(ctx, store, time.Minute, clk.Now, accounts.WithSigningSecrets(box))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -155,7 +157,6 @@ func newEnv(t testing.TB, db *models.DB) *env {
 	recorder := storeRecorder{store}
 	prices := metering.NewPriceBook()
 	ledger := metering.NewMemoryLedger(metering.StoreSeed(store))
-	box, _ := secrets.NewBox(bytes.Repeat([]byte{3}, 32))
 	bill := billing.New(billing.Deps{Store: store, Directory: dir, Bus: cluster.None{}, Prices: prices, Ledger: ledger, Box: box,
 		Hosts: webhook.Hosts{"127.0.0.1"}, Log: discardLog(), Now: clk.Now})
 	alerts := metering.NewBudgetAlerts(store, webhook.NewSender(webhook.Hosts{"127.0.0.1"}, clk.Now), bill.OpenSecret, discardLog(), clk.Now)
@@ -171,7 +172,8 @@ func newEnv(t testing.TB, db *models.DB) *env {
 			Prices: prices, Ledger: ledger, Alerts: alerts, Recorder: recorder,
 		},
 		api: API{Directory: dir, Models: func() []string { return nil }, Usage: recorder, MaxBodyBytes: 4 << 10,
-			InFlight: &quota.InFlight{}, Latency: quota.NewLatencyWindow(1024, time.Minute, clk.Now), Now: clk.Now},
+			Signatures: signing.NewVerifier(signing.NewMemoryNonces(clk.Now), clk.Now),
+			InFlight:   &quota.InFlight{}, Latency: quota.NewLatencyWindow(1024, time.Minute, clk.Now), Now: clk.Now},
 		mgmt: Management{Store: store, Accounts: acc, Sessions: jwt, Billing: bill, PoolStatus: noKeys, Models: noModels, Limits: inProcess,
 			MaxBodyBytes: 4 << 10, Now: clk.Now},
 		pages: web.Deps{Log: discardLog(), Store: store, Accounts: acc, Sessions: jwt, Billing: bill, PoolStatus: noKeys, Models: noModels,

@@ -184,11 +184,14 @@ type tokenOut struct {
 	LastUsedAt *time.Time `json:"last_used_at"`
 	ExpiresAt  *time.Time `json:"expires_at"`
 	RevokedAt  *time.Time `json:"revoked_at"`
+	// SigningRequired: the token takes only signed requests.
+	SigningRequired bool `json:"signing_required"`
 }
 
 func (m *manage) toTokenOut(t models.APIToken) tokenOut {
 	return tokenOut{ID: t.ID, Name: t.Name, Prefix: t.Prefix, Status: t.Status(m.Now()),
-		CreatedAt: t.CreatedAt, LastUsedAt: t.LastUsedAt, ExpiresAt: t.ExpiresAt, RevokedAt: t.RevokedAt}
+		CreatedAt: t.CreatedAt, LastUsedAt: t.LastUsedAt, ExpiresAt: t.ExpiresAt, RevokedAt: t.RevokedAt,
+		SigningRequired: t.SigningRequired()}
 }
 
 func (m *manage) createToken(c *gin.Context) {
@@ -237,6 +240,37 @@ func (m *manage) revokeToken(c *gin.Context) {
 		return
 	}
 	c.JSON(http.StatusOK, m.toTokenOut(t))
+}
+
+// setTokenSigning answers PUT /api/tokens/{id}/signing {"required": bool}.
+// Turning it on returns a new signing secret, this once.
+func (m *manage) setTokenSigning(c *gin.Context) {
+	id, err := pathID(c, "id")
+	if err != nil {
+		writeAPIError(c, m.log, err)
+		return
+	}
+	var in struct {
+		Required *bool `json:"required"`
+	}
+	if err := m.decode(c, &in); err != nil {
+		writeAPIError(c, m.log, err)
+		return
+	}
+	if in.Required == nil {
+		writeAPIError(c, m.log, apperr.New(apperr.Invalid, "required must be true or false"))
+		return
+	}
+	t, secret, err := m.Accounts.SetTokenSigning(c.Request.Context(), currentUser(c), id, *in.Required)
+	if err != nil {
+		writeAPIError(c, m.log, err)
+		return
+	}
+	out := struct {
+		tokenOut
+		SigningSecret string `json:"signing_secret,omitempty"`
+	}{m.toTokenOut(t), secret}
+	c.JSON(http.StatusOK, out)
 }
 
 // pathID reads a positive integer path parameter; anything else cannot name

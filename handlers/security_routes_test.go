@@ -106,6 +106,7 @@ func routeTable() []routeRow {
 		{method: "POST", route: "/api/tokens", body: `{"name":"{role}'s"}`, want: signedIn(201)},
 		{method: "GET", route: "/api/tokens", want: signedIn(200)},
 		{method: "DELETE", route: "/api/tokens/:id", path: "/api/tokens/{tokenToRevoke}", want: namesA(200, 200), ownedByA: true},
+		{method: "PUT", route: "/api/tokens/:id/signing", path: "/api/tokens/{tokenToSign}/signing", body: `{"required":true}`, want: namesA(200, 200), ownedByA: true},
 		{method: "GET", route: "/api/usage", want: signedIn(200)},
 		{method: "GET", route: "/api/usage/series", want: signedIn(200)},
 		{method: "GET", route: "/api/freezes", want: signedIn(200)},
@@ -153,6 +154,7 @@ func routeTable() []routeRow {
 		{method: "GET", route: "/tokens", want: signedInPage(200)},
 		{method: "POST", route: "/tokens", form: url.Values{"name": {"page token of {role}"}}, want: signedInPage(201)},
 		{method: "POST", route: "/tokens/:id/revoke", path: "/tokens/{pageTokenToRevoke}/revoke", form: url.Values{}, want: pageNamesA(303, 303), ownedByA: true},
+		{method: "POST", route: "/tokens/:id/signing", path: "/tokens/{tokenToSign}/signing", form: url.Values{"required": {"true"}}, want: pageNamesA(200, 200), ownedByA: true},
 		{method: "GET", route: "/invoices/:id/csv", path: "/invoices/{invoice}/csv", want: pageNamesA(200, 200), ownedByA: true},
 		{method: "GET", route: "/files/:id", path: "/files/{file}", want: pageNamesA(200, 200), ownedByA: true},
 		{method: "GET", route: "/jobs/:id/result", path: "/jobs/{job}/result", want: pageNamesA(404, 404), ownedByA: true}, // queued: no result yet
@@ -424,6 +426,8 @@ func newTenantFixture(t *testing.T, db *models.DB, databaseURL string) *tenantFi
 	f.ids["tokenToRevoke"] = itoa(id)
 	_, id = newToken("to revoke by page")
 	f.ids["pageTokenToRevoke"] = itoa(id)
+	_, id = newToken("to sign")
+	f.ids["tokenToSign"] = itoa(id)
 	w := e.do(request{method: "POST", path: "/v1/chat/completions", bearer: f.tokens["ownerA"], body: chatBody,
 		header: map[string]string{"X-Sluice-Session": "aardvark-conversation"}})
 	if w.Code != 200 {

@@ -1,6 +1,7 @@
 package handlers
 
 import (
+	"bytes"
 	"errors"
 	"io"
 	"log/slog"
@@ -20,6 +21,7 @@ import (
 	"github.com/sluicehq/sluice/jobs"
 	"github.com/sluicehq/sluice/quota"
 	"github.com/sluicehq/sluice/respcache"
+	"github.com/sluicehq/sluice/signing"
 	"github.com/sluicehq/sluice/upstream/local"
 )
 
@@ -33,6 +35,7 @@ type API struct {
 	Callbacks     Callbacks
 	Models        func() []string // the models provider keys serve; "*" for any
 	Usage         Toucher
+	Signatures    *signing.Verifier // checks the requests of tokens that require signing
 	MaxBodyBytes  int64
 	InFlight      *quota.InFlight      // load signal for the auto-tuner
 	Latency       *quota.LatencyWindow // load signal for the auto-tuner
@@ -59,12 +62,42 @@ func callerOf(c *gin.Context) accounts.Caller { return c.MustGet(callerKey).(acc
 // distinct codes.
 func (a *api) authenticateToken(c *gin.Context) {
 	caller, err := a.Directory.Authenticate(c.Request.Context(), bearer(c.Request))
+	if err == nil && caller.SigningSecret != nil {
+		err = a.verifySignature(c, caller)
+	}
 	if err != nil {
 		a.fail(c, err)
 		return
 	}
 	c.Set(callerKey, caller)
 	c.Next()
+}
+
+var errNoVerifier = apperr.New(apperr.Internal, "a token requires signed requests but no signature verifier is configured")
+
+// verifySignature checks a signed request of a token that requires them.
+// The signature covers the body, so the body is read here, up to the
+// largest any /v1 route accepts, and put back for the handler.
+func (a *api) verifySignature(c *gin.Context, caller accounts.Caller) error {
+	if a.Signatures == nil {
+		return errNoVerifier
+	}
+	var body []byte
+	if c.Request.Body != nil && c.Request.Body != http.NoBody {
+		limit := max(a.MaxBodyBytes, batches.FileLimit(caller)+64<<10)
+		var err error
+		body, err = io.ReadAll(http.MaxBytesReader(c.Writer, c.Request.Body, limit))
+		if err != nil {
+			var tooBig *http.MaxBytesError
+			if errors.As(err, &tooBig) {
+				return apperr.Field(apperr.TooLarge, "request_too_large", "", "request body is larger than "+strconv.FormatInt(limit, 10)+" bytes")
+			}
+			return apperr.Field(apperr.Invalid, "invalid_body", "", "the request body could not be read")
+		}
+		c.Request.Body = io.NopCloser(bytes.NewReader(body))
+	}
+	r := c.Request
+	return a.Signatures.Verify(r.Context(), caller.TokenID, caller.SigningSecret, r.Method, r.URL.EscapedPath(), r.Header, body)
 }
 
 // bearer returns the token of an "Authorization: Bearer …" header, "" when

@@ -26,7 +26,13 @@ type APIToken struct {
 	LastUsedAt *time.Time
 	ExpiresAt  *time.Time
 	RevokedAt  *time.Time
+	// SigningSecret is set when the token requires signed requests: the
+	// secret sealed with the master key (see Store.SetTokenSigning).
+	SigningSecret *string
 }
+
+// SigningRequired reports whether the token takes only signed requests.
+func (t APIToken) SigningRequired() bool { return t.SigningSecret != nil }
 
 // Status is the token's state as its owner sees it.
 func (t APIToken) Status(now time.Time) string {
@@ -99,6 +105,32 @@ func (s *Store) RevokeAPIToken(ctx context.Context, actor User, orgID, id int64)
 			return dbErr(err, "token")
 		}
 		return audit(tx, orgID, actor.ID, "token.revoke", fmt.Sprint(id), t.Name)
+	})
+	return t, dbErr(err, "token")
+}
+
+// SetTokenSigning makes one of orgID's tokens require signed requests, with
+// the secret seal returns for the token's id, or (seal nil) take unsigned
+// ones again. A revoked token cannot change.
+func (s *Store) SetTokenSigning(ctx context.Context, actor User, orgID, id int64, seal func(tokenID int64) string) (APIToken, error) {
+	var t APIToken
+	err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		if err := tx.Where("org_id = ? AND id = ?", orgID, id).Take(&t).Error; err != nil {
+			return dbErr(err, "token")
+		}
+		if t.RevokedAt != nil {
+			return apperr.New(apperr.Conflict, "the token is revoked")
+		}
+		action := "token.signing.off"
+		t.SigningSecret = nil
+		if seal != nil {
+			sealed := seal(t.ID)
+			t.SigningSecret, action = &sealed, "token.signing.on"
+		}
+		if err := tx.Model(&t).Update("signing_secret", t.SigningSecret).Error; err != nil {
+			return err
+		}
+		return audit(tx, orgID, actor.ID, action, fmt.Sprint(id), t.Name)
 	})
 	return t, dbErr(err, "token")
 }

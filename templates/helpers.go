@@ -162,6 +162,11 @@ func revokeURL(id int64) templ.SafeURL {
 	return templ.URL(fmt.Sprintf("/tokens/%d/revoke", id))
 }
 
+// signingURL is where a token's signing form posts.
+func signingURL(id int64) templ.SafeURL {
+	return templ.URL(fmt.Sprintf("/tokens/%d/signing", id))
+}
+
 // tierURL is where a tier's limits form posts.
 func tierURL(name string) templ.SafeURL {
 	return templ.URL("/admin/tiers/" + url.PathEscape(name))

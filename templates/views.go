@@ -60,7 +60,10 @@ type DashboardView struct {
 type TokensView struct {
 	Tokens   []TokenRow
 	NewToken *NewTokenView
-	Form     TokenForm
+	// SigningSecret is a token's new signing secret, right after signing
+	// was turned on: shown this once.
+	SigningSecret *NewTokenView
+	Form          TokenForm
 }
 
 // TokenRow is one API token as its owner sees it.
@@ -72,9 +75,11 @@ type TokenRow struct {
 	LastUsed string // "never" when unused
 	Expires  string // "never" when it does not expire
 	Status   string // active | revoked | expired
+	Signed   bool   // takes only signed requests
 }
 
-// NewTokenView carries a just-created token's secret.
+// NewTokenView carries a secret shown once: a just-created token, or a
+// token's new signing secret.
 type NewTokenView struct {
 	Name   string
 	Secret string

@@ -82,6 +82,66 @@ func TestTokenLifecycle(t *testing.T) {
 	})
 }
 
+// TestTokenSigningToggle turns request signing on from the tokens page,
+// sees the signing secret once, and turns it off again.
+func TestTokenSigningToggle(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, db *models.DB) {
+		t.Parallel()
+		s := newSite(t, db)
+		ada := s.signup("ada@example.com", "Analytical Engines")
+		b := s.signedIn(ada)
+		w := b.post("/tokens", url.Values{"name": {"signed"}, "expires_in_days": {"0"}})
+		token := w.text("new-token-secret")
+		toks, err := s.store.APITokens(context.Background(), ada.OrgID)
+		if err != nil || len(toks) != 1 {
+			t.Fatalf("tokens %v, %v; want 1", toks, err)
+		}
+		id := strconv.FormatInt(toks[0].ID, 10)
+		w = b.get("/tokens")
+		w.expectPage(http.StatusOK, "token-row", "signing-on")
+		if got := w.text("token-signing"); got != "off" {
+			t.Errorf("signing column = %q, want off", got)
+		}
+
+		// Another organization cannot change it.
+		bob := s.signedIn(s.signup("bob@example.com", "Babbage"))
+		bob.post("/tokens/"+id+"/signing", url.Values{"required": {"true"}}).expectError(http.StatusNotFound, "token not found")
+
+		w = b.post("/tokens/"+id+"/signing", url.Values{"required": {"true"}})
+		w.expectPage(http.StatusOK, "signing-secret", "signing-secret-value", "signing-off")
+		secret := w.text("signing-secret-value")
+		if !strings.HasPrefix(secret, "sk_sluice_sign_") {
+			t.Errorf("signing secret %q", secret)
+		}
+		if got := w.page().Find("#signing-secret-title").Text(); got != "Token “signed” now requires signed requests" {
+			t.Errorf("title = %q", got)
+		}
+		if got := w.text("token-signing"); got != "required" {
+			t.Errorf("signing column = %q, want required", got)
+		}
+		caller, err := s.directory.Authenticate(context.Background(), token)
+		if err != nil || string(caller.SigningSecret) != secret {
+			t.Errorf("the gateway's signing secret for the token = %q, %v; want the one shown", caller.SigningSecret, err)
+		}
+		// Shown that once.
+		if w = b.get("/tokens"); strings.Contains(w.Body.String(), secret) {
+			t.Error("the token list shows the signing secret again")
+		}
+
+		b.post("/tokens/"+id+"/signing", url.Values{"required": {"false"}}).expectRedirect("/tokens?done=unsigned")
+		w = b.get("/tokens?done=unsigned")
+		if got := w.text("flash"); got != "Signing turned off. The token takes unsigned requests again." {
+			t.Errorf("flash = %q", got)
+		}
+		if got := w.text("token-signing"); got != "off" {
+			t.Errorf("signing column = %q, want off", got)
+		}
+		if caller, err := s.directory.Authenticate(context.Background(), token); err != nil || caller.SigningSecret != nil {
+			t.Errorf("after turning signing off the gateway still wants a signature: %v", err)
+		}
+	})
+}
+
 // TestAdminChangesTiersOrganizationsAndFreezes saves each admin form and
 // checks the store and the page both show the change.
 func TestAdminChangesTiersOrganizationsAndFreezes(t *testing.T) {

@@ -76,7 +76,11 @@ func newSite(t *testing.T, db *models.DB) *site {
 	ctx := context.Background()
 	store := models.NewStore(db)
 	clk := clocktest.New(epoch)
-	dir, err := accounts.NewDirectory(ctx, store, time.Minute, clk.Now)
+	box, err := secrets.NewBox(bytes.Repeat([]byte{3}, 32))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir, err := accounts.NewDirectory(ctx, store, time.Minute, clk.Now, accounts.WithSigningSecrets(box))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,10 +92,6 @@ func newSite(t *testing.T, db *models.DB) *site {
 		t.Fatal(err)
 	}
 	admin, err := store.UserByEmail(ctx, adminEmail)
-	if err != nil {
-		t.Fatal(err)
-	}
-	box, err := secrets.NewBox(bytes.Repeat([]byte{3}, 32))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -135,6 +135,7 @@ func router(p *web.Pages) http.Handler {
 	member.GET("/tokens", p.Tokens)
 	member.POST("/tokens", p.CreateToken)
 	member.POST("/tokens/:id/revoke", p.RevokeToken)
+	member.POST("/tokens/:id/signing", p.SetTokenSigning)
 	member.GET("/invoices/:id/csv", p.InvoiceCSV)
 	member.GET("/files/:id", p.DownloadFile)
 	member.GET("/jobs/:id/result", p.JobResult)

@@ -14,15 +14,18 @@ import (
 // flashes are the fixed messages a redirect may ask for by name, so a query
 // string can never put arbitrary text on the page.
 var flashes = map[string]string{
-	"revoked": "Token revoked. Requests using it are refused from now on.",
+	"revoked":  "Token revoked. Requests using it are refused from now on.",
+	"unsigned": "Signing turned off. The token takes unsigned requests again.",
 }
 
 // Tokens lists the organization's API tokens.
 func (p *Pages) Tokens(c *gin.Context) {
-	p.showTokens(c, http.StatusOK, "", nil, templates.TokenForm{ExpiresInDays: "0"}, flashes[c.Query("done")])
+	p.showTokens(c, http.StatusOK, "", templates.TokensView{Form: templates.TokenForm{ExpiresInDays: "0"}}, flashes[c.Query("done")])
 }
 
-func (p *Pages) showTokens(c *gin.Context, status int, formErr string, created *templates.NewTokenView, form templates.TokenForm, flash string) {
+// showTokens renders the tokens page with v's secret and form; the token
+// list is read here.
+func (p *Pages) showTokens(c *gin.Context, status int, formErr string, v templates.TokensView, flash string) {
 	page, u, _, err := p.page(c, "API tokens")
 	if err != nil {
 		p.fail(c, err)
@@ -34,7 +37,8 @@ func (p *Pages) showTokens(c *gin.Context, status int, formErr string, created *
 		return
 	}
 	page.Error, page.Flash = formErr, flash
-	render(c, status, templates.Tokens(page, templates.TokensView{Tokens: tokenRows(toks, p.now()), NewToken: created, Form: form}))
+	v.Tokens = tokenRows(toks, p.now())
+	render(c, status, templates.Tokens(page, v))
 }
 
 // CreateToken issues a token and shows its secret, this once.
@@ -44,7 +48,7 @@ func (p *Pages) CreateToken(c *gin.Context) {
 	if form.ExpiresInDays != "" {
 		n, err := strconv.Atoi(form.ExpiresInDays)
 		if err != nil {
-			p.showTokens(c, http.StatusUnprocessableEntity, "Expiry must be a number of days.", nil, form, "")
+			p.showTokens(c, http.StatusUnprocessableEntity, "Expiry must be a number of days.", templates.TokensView{Form: form}, "")
 			return
 		}
 		days = n
@@ -53,13 +57,14 @@ func (p *Pages) CreateToken(c *gin.Context) {
 	t, secret, err := p.accounts.CreateToken(c.Request.Context(), u, form.Name, days)
 	if err != nil {
 		if status := apperr.Status(apperr.CodeOf(err)); status < 500 {
-			p.showTokens(c, status, apperr.As(err).Message, nil, form, "")
+			p.showTokens(c, status, apperr.As(err).Message, templates.TokensView{Form: form}, "")
 			return
 		}
 		p.fail(c, err)
 		return
 	}
-	p.showTokens(c, http.StatusCreated, "", &templates.NewTokenView{Name: t.Name, Secret: secret}, templates.TokenForm{ExpiresInDays: "0"}, "")
+	p.showTokens(c, http.StatusCreated, "", templates.TokensView{NewToken: &templates.NewTokenView{Name: t.Name, Secret: secret},
+		Form: templates.TokenForm{ExpiresInDays: "0"}}, "")
 }
 
 // RevokeToken revokes one of the organization's tokens; another
@@ -75,4 +80,26 @@ func (p *Pages) RevokeToken(c *gin.Context) {
 		return
 	}
 	c.Redirect(http.StatusSeeOther, "/tokens?done=revoked")
+}
+
+// SetTokenSigning makes a token require signed requests and shows the new
+// signing secret this once, or (required=false) turns signing off.
+func (p *Pages) SetTokenSigning(c *gin.Context) {
+	id, ok := p.pathID(c, "No such token.")
+	if !ok {
+		return
+	}
+	u, _ := userOf(c)
+	required := c.PostForm("required") == "true"
+	t, secret, err := p.accounts.SetTokenSigning(c.Request.Context(), u, id, required)
+	if err != nil {
+		p.fail(c, err)
+		return
+	}
+	if !required {
+		c.Redirect(http.StatusSeeOther, "/tokens?done=unsigned")
+		return
+	}
+	p.showTokens(c, http.StatusOK, "", templates.TokensView{SigningSecret: &templates.NewTokenView{Name: t.Name, Secret: secret},
+		Form: templates.TokenForm{ExpiresInDays: "0"}}, "")
 }

@@ -1,0 +1,349 @@
+package signing_test
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice/apperr"
+	"github.com/sluicehq/sluice/signing"
+)
+
+// clock is a settable time source.
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *clock) Add(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+var start = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+
+func signed(secret string, method, path string, ts int64, nonce string, body []byte) http.Header {
+	h := http.Header{}
+	h.Set(signing.HeaderTimestamp, strconv.FormatInt(ts, 10))
+	h.Set(signing.HeaderNonce, nonce)
+	h.Set(signing.HeaderSignature, signing.Sign([]byte(secret), method, path, ts, nonce, body))
+	return h
+}
+
+func reason(err error) string {
+	if err == nil {
+		return ""
+	}
+	var e *apperr.Error
+	if errors.As(err, &e) {
+		return e.Reason
+	}
+	return fmt.Sprintf("not an apperr: %v", err)
+}
+
+// TestSignMatchesTheDocumentedRecipe computes the signature the way the
+// README tells clients to, independently of Sign.
+func TestSignMatchesTheDocumentedRecipe(t *testing.T) {
+	secret := "sk_sluice_sign_" + strings.Repeat("ab", 32)
+	body := []byte(`{"model":"gpt-4o-mini","messages":[]}`)
+	sum := sha256.Sum256(body)
+	text := "POST\n/v1/chat/completions\n1764504000\nn-1\n" + hex.EncodeToString(sum[:])
+	m := hmac.New(sha256.New, []byte(secret))
+	m.Write([]byte(text))
+	want := hex.EncodeToString(m.Sum(nil))
+	if got := signing.Sign([]byte(secret), "POST", "/v1/chat/completions", 1764504000, "n-1", body); got != want {
+		t.Fatalf("Sign = %s, want %s", got, want)
+	}
+}
+
+func TestNewSecretIsFreshAndPrefixed(t *testing.T) {
+	a, b := signing.NewSecret(), signing.NewSecret()
+	if a == b || !strings.HasPrefix(a, "sk_sluice_sign_") || len(a) != len("sk_sluice_sign_")+64 {
+		t.Fatalf("secrets %q, %q: want distinct sk_sluice_sign_ + 64 hex", a, b)
+	}
+}
+
+func TestVerify(t *testing.T) {
+	ctx := context.Background()
+	secret := signing.NewSecret()
+	body := []byte(`{"hello":"world"}`)
+	c := &clock{t: start}
+	v := signing.NewVerifier(signing.NewMemoryNonces(c.Now), c.Now)
+	now := start.Unix()
+	verify := func(h http.Header, method, path string, body []byte) error {
+		return v.Verify(ctx, 7, []byte(secret), method, path, h, body)
+	}
+
+	if err := verify(signed(secret, "POST", "/v1/chat/completions", now, "n1", body), "POST", "/v1/chat/completions", body); err != nil {
+		t.Fatalf("a good signature: %v", err)
+	}
+
+	cases := []struct {
+		name   string
+		header http.Header
+		method string
+		path   string
+		body   []byte
+		reason string
+		msg    string
+	}{
+		{"unsigned", http.Header{}, "POST", "/v1/chat/completions", body, signing.ReasonRequired, "requires signed requests"},
+		{"replayed", signed(secret, "POST", "/v1/chat/completions", now, "n1", body), "POST", "/v1/chat/completions", body, signing.ReasonReplayed, "already used"},
+		{"too old", signed(secret, "POST", "/v1/chat/completions", now-301, "n2", body), "POST", "/v1/chat/completions", body, signing.ReasonExpired, "more than 300 seconds"},
+		{"too far ahead", signed(secret, "POST", "/v1/chat/completions", now+301, "n3", body), "POST", "/v1/chat/completions", body, signing.ReasonExpired, "more than 300 seconds"},
+		{"body altered", signed(secret, "POST", "/v1/chat/completions", now, "n4", body), "POST", "/v1/chat/completions", []byte(`{"hello":"there"}`), signing.ReasonInvalid, "does not match"},
+		{"path altered", signed(secret, "POST", "/v1/chat/completions", now, "n5", body), "POST", "/v1/embeddings", body, signing.ReasonInvalid, "does not match"},
+		{"method altered", signed(secret, "POST", "/v1/batches", now, "n6", body), "GET", "/v1/batches", body, signing.ReasonInvalid, "does not match"},
+		{"another secret", signed(signing.NewSecret(), "POST", "/v1/chat/completions", now, "n7", body), "POST", "/v1/chat/completions", body, signing.ReasonInvalid, "does not match"},
+		{"no nonce", func() http.Header {
+			h := signed(secret, "POST", "/p", now, "n8", body)
+			h.Del(signing.HeaderNonce)
+			return h
+		}(), "POST", "/p", body, signing.ReasonInvalid, "Missing X-Sluice-Nonce"},
+		{"no timestamp", func() http.Header {
+			h := signed(secret, "POST", "/p", now, "n8", body)
+			h.Del(signing.HeaderTimestamp)
+			return h
+		}(), "POST", "/p", body, signing.ReasonInvalid, "Missing X-Sluice-Timestamp"},
+		{"no signature", func() http.Header {
+			h := signed(secret, "POST", "/p", now, "n8", body)
+			h.Del(signing.HeaderSignature)
+			return h
+		}(), "POST", "/p", body, signing.ReasonInvalid, "Missing X-Sluice-Signature"},
+		{"timestamp in ms", signed(secret, "POST", "/p", now*1000, "n9", body), "POST", "/p", body, signing.ReasonInvalid, "unix seconds"},
+		{"negative timestamp", func() http.Header {
+			h := signed(secret, "POST", "/p", now, "n10", body)
+			h.Set(signing.HeaderTimestamp, "-1")
+			return h
+		}(), "POST", "/p", body, signing.ReasonInvalid, "unix seconds"},
+		{"nonce with a newline", func() http.Header {
+			h := signed(secret, "POST", "/p", now, "a", body)
+			h["X-Sluice-Nonce"] = []string{"a\nb"}
+			return h
+		}(), "POST", "/p", body, signing.ReasonInvalid, "visible ASCII"},
+		{"nonce too long", signed(secret, "POST", "/p", now, strings.Repeat("x", 129), body), "POST", "/p", body, signing.ReasonInvalid, "1 to 128"},
+		{"signature not hex", func() http.Header {
+			h := signed(secret, "POST", "/p", now, "n11", body)
+			h.Set(signing.HeaderSignature, "zz")
+			return h
+		}(), "POST", "/p", body, signing.ReasonInvalid, "64 hex digits"},
+		{"signature truncated", func() http.Header {
+			h := signed(secret, "POST", "/p", now, "n12", body)
+			h.Set(signing.HeaderSignature, h.Get(signing.HeaderSignature)[:62])
+			return h
+		}(), "POST", "/p", body, signing.ReasonInvalid, "64 hex digits"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			err := verify(tc.header, tc.method, tc.path, tc.body)
+			var e *apperr.Error
+			if !errors.As(err, &e) || e.Code != apperr.Unauthorized || e.Reason != tc.reason || !strings.Contains(e.Message, tc.msg) {
+				t.Fatalf("Verify = %v, want 401 %s mentioning %q", err, tc.reason, tc.msg)
+			}
+		})
+	}
+
+	// Edges of the window are inside it.
+	for i, ts := range []int64{now - 300, now + 300} {
+		nonce := fmt.Sprintf("edge-%d", i)
+		if err := verify(signed(secret, "GET", "/v1/models", ts, nonce, nil), "GET", "/v1/models", nil); err != nil {
+			t.Fatalf("timestamp %+ds from now: %v", ts-now, err)
+		}
+	}
+	// Uppercase hex is the same signature.
+	h := signed(secret, "GET", "/v1/models", now, "upper", nil)
+	h.Set(signing.HeaderSignature, strings.ToUpper(h.Get(signing.HeaderSignature)))
+	if err := verify(h, "GET", "/v1/models", nil); err != nil {
+		t.Fatalf("uppercase hex: %v", err)
+	}
+}
+
+// TestBadSignatureDoesNotUseTheNonce: a forger who saw a nonce go by cannot
+// burn it, and a client whose request failed to verify can send it again.
+func TestBadSignatureDoesNotUseTheNonce(t *testing.T) {
+	ctx := context.Background()
+	secret := signing.NewSecret()
+	c := &clock{t: start}
+	v := signing.NewVerifier(signing.NewMemoryNonces(c.Now), c.Now)
+	forged := signed("sk_sluice_sign_wrong", "POST", "/p", start.Unix(), "n", nil)
+	if r := reason(v.Verify(ctx, 1, []byte(secret), "POST", "/p", forged, nil)); r != signing.ReasonInvalid {
+		t.Fatalf("forged: %s", r)
+	}
+	if err := v.Verify(ctx, 1, []byte(secret), "POST", "/p", signed(secret, "POST", "/p", start.Unix(), "n", nil), nil); err != nil {
+		t.Fatalf("the real request after a forgery with its nonce: %v", err)
+	}
+}
+
+// TestNoncesArePerToken: two tokens may pick the same nonce.
+func TestNoncesArePerToken(t *testing.T) {
+	ctx := context.Background()
+	secret := signing.NewSecret()
+	c := &clock{t: start}
+	v := signing.NewVerifier(signing.NewMemoryNonces(c.Now), c.Now)
+	for _, token := range []int64{1, 2} {
+		if err := v.Verify(ctx, token, []byte(secret), "GET", "/p", signed(secret, "GET", "/p", start.Unix(), "same", nil), nil); err != nil {
+			t.Fatalf("token %d: %v", token, err)
+		}
+	}
+}
+
+// TestMemoryNoncesForgetAfterTheWindow: a nonce is refused while its
+// timestamp is acceptable and then forgotten, so memory stays bounded; by
+// then its timestamp is stale, so forgetting it lets no replay through.
+func TestMemoryNoncesForgetAfterTheWindow(t *testing.T) {
+	ctx := context.Background()
+	secret := signing.NewSecret()
+	c := &clock{t: start}
+	nonces := signing.NewMemoryNonces(c.Now)
+	v := signing.NewVerifier(nonces, c.Now)
+	req := signed(secret, "GET", "/p", start.Unix()+300, "late", nil) // newest acceptable
+	if err := v.Verify(ctx, 1, []byte(secret), "GET", "/p", req, nil); err != nil {
+		t.Fatal(err)
+	}
+	c.Add(599 * time.Second) // timestamp still within the window
+	if r := reason(v.Verify(ctx, 1, []byte(secret), "GET", "/p", req, nil)); r != signing.ReasonReplayed {
+		t.Fatalf("replay 599s later: %s, want %s", r, signing.ReasonReplayed)
+	}
+	c.Add(2 * time.Second)
+	if r := reason(v.Verify(ctx, 1, []byte(secret), "GET", "/p", req, nil)); r != signing.ReasonExpired {
+		t.Fatalf("replay 601s later: %s, want %s", r, signing.ReasonExpired)
+	}
+	c.Add(signing.Window) // the next claim sweeps
+	if _, err := nonces.Claim(ctx, 2, "other", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if n := nonces.Len(); n != 1 {
+		t.Fatalf("%d nonces remembered after the window, want only the new one", n)
+	}
+}
+
+// TestConcurrentReplaysAdmitOne sends the same signed request from many
+// goroutines: exactly one is accepted.
+func TestConcurrentReplaysAdmitOne(t *testing.T) {
+	stores := map[string]func(t *testing.T, now func() time.Time) signing.Nonces{
+		"memory": func(_ *testing.T, now func() time.Time) signing.Nonces { return signing.NewMemoryNonces(now) },
+		"redis": func(t *testing.T, _ func() time.Time) signing.Nonces {
+			client, prefix := testRedis(t)
+			return signing.NewRedisNonces(client, prefix)
+		},
+	}
+	for name, store := range stores {
+		t.Run(name, func(t *testing.T) {
+			secret := signing.NewSecret()
+			now := time.Now() // Redis keeps its own time for the TTL
+			v := signing.NewVerifier(store(t, func() time.Time { return now }), func() time.Time { return now })
+			req := signed(secret, "POST", "/v1/chat/completions", now.Unix(), "race", []byte("{}"))
+			var ok, replayed atomic.Int32
+			var wg sync.WaitGroup
+			for range 64 {
+				wg.Go(func() {
+					err := v.Verify(context.Background(), 42, []byte(secret), "POST", "/v1/chat/completions", req, []byte("{}"))
+					switch reason(err) {
+					case "":
+						ok.Add(1)
+					case signing.ReasonReplayed:
+						replayed.Add(1)
+					default:
+						t.Errorf("Verify: %v", err)
+					}
+				})
+			}
+			wg.Wait()
+			if ok.Load() != 1 || replayed.Load() != 63 {
+				t.Fatalf("%d accepted, %d replayed; want 1 and 63", ok.Load(), replayed.Load())
+			}
+		})
+	}
+}
+
+func TestRedisNoncesExpire(t *testing.T) {
+	ctx := context.Background()
+	client, prefix := testRedis(t)
+	nonces := signing.NewRedisNonces(client, prefix)
+	if fresh, err := nonces.Claim(ctx, 9, "n", 150*time.Second); err != nil || !fresh {
+		t.Fatalf("first claim: %v %v", fresh, err)
+	}
+	if fresh, err := nonces.Claim(ctx, 9, "n", 150*time.Second); err != nil || fresh {
+		t.Fatalf("second claim: fresh=%v err=%v, want a replay", fresh, err)
+	}
+	ttl, err := client.PTTL(ctx, prefix+"{9}:nonce:n").Result()
+	if err != nil || ttl <= 140*time.Second || ttl > 150*time.Second {
+		t.Fatalf("key TTL %v (%v), want about 150s", ttl, err)
+	}
+}
+
+// failing is a nonce store that is down.
+type failing struct{}
+
+func (failing) Claim(context.Context, int64, string, time.Duration) (bool, error) {
+	return false, errors.New("connection refused")
+}
+
+// TestFallbackNoncesUseLocalWhenSharedFails: during a Redis outage nonces are
+// still checked, per node.
+func TestFallbackNoncesUseLocalWhenSharedFails(t *testing.T) {
+	ctx := context.Background()
+	local := signing.NewMemoryNonces(nil)
+	f := signing.FallbackNonces{Shared: failing{}, Local: local, Timeout: time.Second}
+	if fresh, err := f.Claim(ctx, 1, "n", time.Minute); err != nil || !fresh {
+		t.Fatalf("first: %v %v", fresh, err)
+	}
+	if fresh, err := f.Claim(ctx, 1, "n", time.Minute); err != nil || fresh {
+		t.Fatalf("replay during the outage: fresh=%v err=%v", fresh, err)
+	}
+}
+
+// TestStoreFailureIsUnavailable: a store error is a 503 to retry, never a
+// pass.
+func TestStoreFailureIsUnavailable(t *testing.T) {
+	secret := signing.NewSecret()
+	v := signing.NewVerifier(failing{}, nil)
+	err := v.Verify(context.Background(), 1, []byte(secret), "GET", "/p", signed(secret, "GET", "/p", time.Now().Unix(), "n", nil), nil)
+	var e *apperr.Error
+	if !errors.As(err, &e) || e.Code != apperr.Unavailable || e.RetryAfter <= 0 {
+		t.Fatalf("Verify with a failing store = %v, want unavailable with Retry-After", err)
+	}
+}
+
+// testRedis connects to TEST_REDIS_URL and returns a key prefix unique to
+// this test.
+func testRedis(t *testing.T) (*redis.Client, string) {
+	t.Helper()
+	url := os.Getenv("TEST_REDIS_URL")
+	if url == "" {
+		t.Skip("TEST_REDIS_URL not set; skipping Redis test (e.g. TEST_REDIS_URL=redis://127.0.0.1:6379/0)")
+	}
+	opts, err := redis.ParseURL(url)
+	if err != nil {
+		t.Fatalf("parse TEST_REDIS_URL: %v", err)
+	}
+	client := redis.NewClient(opts)
+	t.Cleanup(func() { _ = client.Close() })
+	if err := client.Ping(context.Background()).Err(); err != nil {
+		t.Fatalf("ping redis at %s: %v", url, err)
+	}
+	prefix := fmt.Sprintf("test:signing:%s:%d:", t.Name(), time.Now().UnixNano())
+	t.Cleanup(func() {
+		ctx := context.Background()
+		iter := client.Scan(ctx, 0, prefix+"*", 100).Iterator()
+		for iter.Next(ctx) {
+			client.Del(ctx, iter.Val())
+		}
+	})
+	return client, prefix
+}
