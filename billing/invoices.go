@@ -14,8 +14,9 @@ import (
 const FinalizeAfter = 10 * time.Minute
 
 // Invoices lists orgID's invoices, newest first: the current month's live
-// draft, then past months. A draft's total is computed now; a final one's
-// was fixed when the month closed.
+// draft, then past months. A draft's total is computed now, and it comes
+// with the lines it was computed from; a final one's total was fixed when
+// the month closed, and its lines are read with Invoice.
 func (s *Service) Invoices(ctx context.Context, orgID int64) ([]Invoice, error) {
 	if _, err := s.store.EnsureInvoice(ctx, orgID, s.now()); err != nil {
 		return nil, err
@@ -30,7 +31,6 @@ func (s *Service) Invoices(ctx context.Context, orgID int64) ([]Invoice, error) 
 		if err != nil {
 			return nil, err
 		}
-		inv.Lines = nil
 		out = append(out, inv)
 	}
 	return out, nil

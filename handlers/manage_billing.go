@@ -309,6 +309,7 @@ func (m *manage) listInvoices(c *gin.Context) {
 	}
 	out := make([]invoiceOut, len(invs))
 	for i, inv := range invs {
+		inv.Lines = nil // the list is totals; GET /api/invoices/{id} has the lines
 		out[i] = toInvoiceOut(inv)
 	}
 	c.JSON(http.StatusOK, gin.H{"data": out})

@@ -5,10 +5,12 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sluicehq/sluice/internal/testdb"
 	"github.com/sluicehq/sluice/migrations"
 	"github.com/sluicehq/sluice/models"
+	"github.com/sluicehq/sluice/money"
 )
 
 func TestDialectsHaveTheSameVersions(t *testing.T) {
@@ -51,6 +53,67 @@ func TestApplyIsRecordedIdempotentAndGated(t *testing.T) {
 		err = migrations.Check(ctx, sqlDB, d)
 		if err == nil || !strings.Contains(err.Error(), "sluice migrate") {
 			t.Fatalf("check on an old schema: got %v, want an error naming `sluice migrate`", err)
+		}
+	})
+}
+
+// TestMonthlyModelsBackfill runs 0009's backfill over usage stored before
+// it: the per-price months it makes are what the recorder keeps since.
+func TestMonthlyModelsBackfill(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, db *models.DB) {
+		ctx := context.Background()
+		s := models.NewStore(db)
+		o, u, _ := s.CreateOrganizationWithOwner(ctx, "A", "free", "a@example.com", "h", models.RoleOwner)
+		tok, _, _ := s.CreateAPIToken(ctx, o.ID, u.ID, "t", nil)
+		nov := time.Date(2026, 11, 30, 23, 30, 0, 0, time.UTC)
+		var evs []models.UsageEvent
+		for i, at := range []time.Time{nov, nov.Add(-48 * time.Hour), nov.Add(time.Hour)} { // two in November, one in December
+			evs = append(evs, models.UsageEvent{RequestID: "r" + strconv.Itoa(i), OrgID: o.ID, TokenID: tok.ID, Model: "m", PromptTokens: 10 + i,
+				CompletionTokens: 5, CachedTokens: 2, Cost: money.Amount(100 * (i + 1)), PriceID: 7, Status: 200, CreatedAt: at})
+		}
+		if err := s.InsertUsageEvents(ctx, evs); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.AddRejections(ctx, []models.Rejections{{OrgID: o.ID, TokenID: tok.ID, Model: "m", Hour: nov, Requests: 4}}); err != nil {
+			t.Fatal(err)
+		}
+		want := map[time.Time]models.PricedUsage{}
+		for _, month := range []time.Time{nov, nov.Add(time.Hour)} {
+			lines, err := s.UsageByPrice(ctx, o.ID, month)
+			if err != nil || len(lines) != 1 {
+				t.Fatalf("%v by price as recorded: %+v %v", month, lines, err)
+			}
+			want[month] = lines[0]
+		}
+		if want[nov].Requests != 2 || want[nov].Cost != 300 || want[nov.Add(time.Hour)].Requests != 1 {
+			t.Fatalf("as recorded: %+v", want)
+		}
+
+		// Forget the rows and run the migration's backfill.
+		if err := db.Gorm.Exec("DELETE FROM usage_monthly_models").Error; err != nil {
+			t.Fatal(err)
+		}
+		all, err := migrations.List(migrations.Dialect(db.Dialect))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var backfill string
+		for _, m := range all {
+			if strings.HasSuffix(m.Name, "_monthly_models.sql") {
+				_, backfill, _ = strings.Cut(m.SQL, ");\n") // what follows CREATE TABLE
+			}
+		}
+		if !strings.Contains(backfill, "INSERT INTO usage_monthly_models") {
+			t.Fatalf("no backfill found in the migration: %q", backfill)
+		}
+		if err := db.Gorm.Exec(backfill).Error; err != nil {
+			t.Fatal(err)
+		}
+		for month, w := range want {
+			lines, err := s.UsageByPrice(ctx, o.ID, month)
+			if err != nil || len(lines) != 1 || lines[0] != w {
+				t.Errorf("%v after the backfill: %+v %v, want %+v", month, lines, err, w)
+			}
 		}
 	})
 }

@@ -63,6 +63,17 @@ func TestRollupsCountEachEventOnce(t *testing.T) {
 		if nov != (models.MonthlyUsage{Requests: 3, Rejected: 6, Tokens: 46, Cost: 350}) || dec != (models.MonthlyUsage{Requests: 1, Tokens: 2, Cost: 7}) {
 			t.Fatalf("months: %+v %+v", nov, dec)
 		}
+		// The invoice's lines: per model and price, rejections not counted.
+		novLines, err := s.UsageByPrice(ctx, o.ID, h)
+		if err != nil || len(novLines) != 1 || novLines[0] != (models.PricedUsage{Model: "m", PriceID: 1, Requests: 3, PromptTokens: 34,
+			CompletionTokens: 12, CachedTokens: 17, Cost: 350}) {
+			t.Fatalf("November by price: %+v %v", novLines, err)
+		}
+		decLines, err := s.UsageByPrice(ctx, o.ID, h.Add(2*time.Hour))
+		if err != nil || len(decLines) != 1 || decLines[0] != (models.PricedUsage{Model: "other", PriceID: 1, Requests: 1, PromptTokens: 1,
+			CompletionTokens: 1, Cost: 7}) {
+			t.Fatalf("December by price: %+v %v", decLines, err)
+		}
 	})
 }
 

@@ -86,6 +86,17 @@ const monthlyUpdate = `requests = usage_monthly.requests + EXCLUDED.requests,
 	tokens = usage_monthly.tokens + EXCLUDED.tokens,
 	cost = usage_monthly.cost + EXCLUDED.cost`
 
+// pricedColumns and pricedUpdate upsert usage_monthly_models rows.
+const pricedColumns = `usage_monthly_models (org_id, period, model, price_id, requests, prompt_tokens,
+	completion_tokens, cached_tokens, cost)`
+
+const pricedUpdate = `ON CONFLICT (org_id, period, model, price_id) DO UPDATE SET
+	requests = usage_monthly_models.requests + EXCLUDED.requests,
+	prompt_tokens = usage_monthly_models.prompt_tokens + EXCLUDED.prompt_tokens,
+	completion_tokens = usage_monthly_models.completion_tokens + EXCLUDED.completion_tokens,
+	cached_tokens = usage_monthly_models.cached_tokens + EXCLUDED.cached_tokens,
+	cost = usage_monthly_models.cost + EXCLUDED.cost`
+
 // copyUsageRows stores a batch in Postgres. The usual batch holds only new
 // request ids: it is copied straight into usage_events (COPY, the cheapest
 // way in) and the rollups, summed here first, are upserted in one
@@ -133,6 +144,11 @@ func copyNewUsage(ctx context.Context, pg *pgx.Conn, evs []UsageEvent) error {
 			ON CONFLICT (org_id, hour, token_id, model, price_id) DO UPDATE SET `+rollupUpdate+`
 		), seen AS (
 			INSERT INTO metered_models (model) SELECT unnest($12::text[]) ON CONFLICT (model) DO NOTHING
+		), priced AS (
+			INSERT INTO `+pricedColumns+`
+			SELECT * FROM unnest($18::bigint[], $19::timestamptz[], $20::text[], $21::bigint[], $22::bigint[],
+				$23::bigint[], $24::bigint[], $25::bigint[], $26::bigint[])
+			`+pricedUpdate+`
 		)
 		INSERT INTO usage_monthly (period, org_id, requests, tokens, cost)
 		SELECT * FROM unnest($13::timestamptz[], $14::bigint[], $15::bigint[], $16::bigint[], $17::bigint[])
@@ -170,11 +186,17 @@ type rollups struct {
 	models                                                 []string
 	mPeriod                                                []time.Time
 	mOrg, mRequests, mTokens, mCost                        []int64
+	// Per organization, month, model and price (usage_monthly_models).
+	pOrg, pPrice                                    []int64
+	pPeriod                                         []time.Time
+	pModel                                          []string
+	pRequests, pPrompt, pCompletion, pCached, pCost []int64
 }
 
 func (r *rollups) args() []any {
 	return []any{r.hOrg, r.hHour, r.hToken, r.hModel, r.hPrice, r.hRequests, r.hPrompt, r.hCompletion, r.hCached, r.hHits, r.hCost,
-		r.models, r.mPeriod, r.mOrg, r.mRequests, r.mTokens, r.mCost}
+		r.models, r.mPeriod, r.mOrg, r.mRequests, r.mTokens, r.mCost,
+		r.pOrg, r.pPeriod, r.pModel, r.pPrice, r.pRequests, r.pPrompt, r.pCompletion, r.pCached, r.pCost}
 }
 
 type hourlyKey struct {
@@ -188,10 +210,16 @@ type monthlyKey struct{ period, org int64 }
 
 type monthlySums struct{ requests, tokens, cost int64 }
 
+type pricedKey struct {
+	org, period, price int64
+	model              string
+}
+
 // rollUp sums evs into the hourly and monthly rollup rows they add to.
 func rollUp(evs []UsageEvent) *rollups {
 	hourly := make(map[hourlyKey]*hourlySums)
 	monthly := make(map[monthlyKey]*monthlySums)
+	priced := make(map[pricedKey]*hourlySums) // hits unused
 	seen := make(map[string]struct{})
 	for i := range evs {
 		e := &evs[i]
@@ -219,6 +247,17 @@ func rollUp(evs []UsageEvent) *rollups {
 		m.requests++
 		m.tokens += int64(e.PromptTokens + e.CompletionTokens)
 		m.cost += int64(e.Cost)
+		pk := pricedKey{e.OrgID, mk.period, e.PriceID, e.Model}
+		p := priced[pk]
+		if p == nil {
+			p = new(hourlySums)
+			priced[pk] = p
+		}
+		p.requests++
+		p.prompt += int64(e.PromptTokens)
+		p.completion += int64(e.CompletionTokens)
+		p.cached += int64(e.CachedTokens)
+		p.cost += int64(e.Cost)
 		seen[e.Model] = struct{}{}
 	}
 	r := &rollups{}
@@ -241,6 +280,15 @@ func rollUp(evs []UsageEvent) *rollups {
 		m := monthly[k]
 		r.mPeriod, r.mOrg = append(r.mPeriod, time.Unix(k.period, 0).UTC()), append(r.mOrg, k.org)
 		r.mRequests, r.mTokens, r.mCost = append(r.mRequests, m.requests), append(r.mTokens, m.tokens), append(r.mCost, m.cost)
+	}
+	pks := slices.SortedFunc(maps.Keys(priced), func(a, b pricedKey) int {
+		return cmp.Or(cmp.Compare(a.org, b.org), cmp.Compare(a.period, b.period), strings.Compare(a.model, b.model), cmp.Compare(a.price, b.price))
+	})
+	for _, k := range pks {
+		p := priced[k]
+		r.pOrg, r.pPeriod, r.pModel, r.pPrice = append(r.pOrg, k.org), append(r.pPeriod, time.Unix(k.period, 0).UTC()), append(r.pModel, k.model), append(r.pPrice, k.price)
+		r.pRequests, r.pPrompt, r.pCompletion = append(r.pRequests, p.requests), append(r.pPrompt, p.prompt), append(r.pCompletion, p.completion)
+		r.pCached, r.pCost = append(r.pCached, p.cached), append(r.pCost, p.cost)
 	}
 	return r
 }
@@ -280,6 +328,12 @@ func copyUsageSkippingStored(ctx context.Context, pg *pgx.Conn, evs []UsageEvent
 			ON CONFLICT (org_id, hour, token_id, model, price_id) DO UPDATE SET `+rollupUpdate+`
 		), seen AS (
 			INSERT INTO metered_models (model) SELECT DISTINCT model FROM stored ON CONFLICT (model) DO NOTHING
+		), priced AS (
+			INSERT INTO `+pricedColumns+`
+			SELECT org_id, date_trunc('month', created_at, 'UTC'), model, price_id, count(*), sum(prompt_tokens),
+				sum(completion_tokens), sum(cached_tokens), sum(cost)
+			FROM stored GROUP BY 1, 2, 3, 4
+			`+pricedUpdate+`
 		)
 		INSERT INTO usage_monthly (period, org_id, requests, tokens, cost)
 		SELECT date_trunc('month', created_at, 'UTC'), org_id, count(*), sum(prompt_tokens + completion_tokens), sum(cost)
@@ -339,6 +393,11 @@ func (s *Store) insertUsageRows(ctx context.Context, evs []UsageEvent) error {
 		if err := tx.Exec(`INSERT INTO usage_monthly (period, org_id, requests, tokens, cost)
 			SELECT period, org_id, count(*), sum(prompt_tokens + completion_tokens), sum(cost) ` + fresh + ` GROUP BY 1, 2
 			ON CONFLICT (period, org_id) DO UPDATE SET ` + monthlyUpdate).Error; err != nil {
+			return err
+		}
+		if err := tx.Exec(`INSERT INTO ` + pricedColumns + `
+			SELECT org_id, period, model, price_id, count(*), sum(prompt_tokens), sum(completion_tokens),
+				sum(cached_tokens), sum(cost) ` + fresh + ` GROUP BY 1, 2, 3, 4 ` + pricedUpdate).Error; err != nil {
 			return err
 		}
 		if err := tx.Exec(`INSERT INTO metered_models (model) SELECT DISTINCT model FROM usage_incoming WHERE true
@@ -509,16 +568,12 @@ type PricedUsage struct {
 	Cost             money.Amount
 }
 
-// UsageByPrice sums orgID's hourly rollups over the month starting at
-// period, per model and price version: an invoice's usage lines.
+// UsageByPrice is orgID's usage in the month starting at period, per model
+// and price version: an invoice's usage lines.
 func (s *Store) UsageByPrice(ctx context.Context, orgID int64, period time.Time) ([]PricedUsage, error) {
-	from := MonthOf(period)
 	var out []PricedUsage
-	err := s.db.WithContext(ctx).Raw(`SELECT model, price_id, SUM(requests) AS requests,
-			SUM(prompt_tokens) AS prompt_tokens, SUM(completion_tokens) AS completion_tokens,
-			SUM(cached_tokens) AS cached_tokens, SUM(cost) AS cost
-		FROM usage_hourly WHERE org_id = ? AND hour >= ? AND hour < ? AND requests > 0
-		GROUP BY model, price_id ORDER BY model, price_id`, orgID, from, from.AddDate(0, 1, 0)).Scan(&out).Error
+	err := s.db.WithContext(ctx).Raw(`SELECT model, price_id, requests, prompt_tokens, completion_tokens, cached_tokens, cost
+		FROM usage_monthly_models WHERE org_id = ? AND period = ? ORDER BY model, price_id`, orgID, MonthOf(period)).Scan(&out).Error
 	return out, dbErr(err, "usage by price")
 }
 
