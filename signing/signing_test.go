@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -19,6 +18,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/apperr"
+	"github.com/sluicehq/sluice/internal/testredis"
 	"github.com/sluicehq/sluice/signing"
 )
 
@@ -320,30 +320,9 @@ func TestStoreFailureIsUnavailable(t *testing.T) {
 	}
 }
 
-// testRedis connects to TEST_REDIS_URL and returns a key prefix unique to
-// this test.
+// testRedis is a client for TEST_REDIS_URL and a key prefix of this test's
+// own.
 func testRedis(t *testing.T) (*redis.Client, string) {
 	t.Helper()
-	url := os.Getenv("TEST_REDIS_URL")
-	if url == "" {
-		t.Skip("TEST_REDIS_URL not set; skipping Redis test (e.g. TEST_REDIS_URL=redis://127.0.0.1:6379/0)")
-	}
-	opts, err := redis.ParseURL(url)
-	if err != nil {
-		t.Fatalf("parse TEST_REDIS_URL: %v", err)
-	}
-	client := redis.NewClient(opts)
-	t.Cleanup(func() { _ = client.Close() })
-	if err := client.Ping(context.Background()).Err(); err != nil {
-		t.Fatalf("ping redis at %s: %v", url, err)
-	}
-	prefix := fmt.Sprintf("test:signing:%s:%d:", t.Name(), time.Now().UnixNano())
-	t.Cleanup(func() {
-		ctx := context.Background()
-		iter := client.Scan(ctx, 0, prefix+"*", 100).Iterator()
-		for iter.Next(ctx) {
-			client.Del(ctx, iter.Val())
-		}
-	})
-	return client, prefix
+	return testredis.Client(t), testredis.Prefix()
 }
