@@ -46,7 +46,7 @@ func readLines(content []byte, p *completion.Pipeline) []inputLine {
 		l.customID, l.body, l.failure = checkLine(raw, p)
 		if l.customID != "" {
 			if first, dup := seen[l.customID]; dup && l.failure == nil {
-				l.failure = &jobs.Failure{Code: "duplicate_custom_id",
+				l.body, l.failure = nil, &jobs.Failure{Code: "duplicate_custom_id",
 					Message: fmt.Sprintf("custom_id %q is already used by line %d; each request needs its own", l.customID, first)}
 			} else if !dup {
 				seen[l.customID] = l.line
