@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -15,6 +16,7 @@ import (
 	cdplog "github.com/chromedp/cdproto/log"
 	"github.com/chromedp/chromedp"
 
+	"github.com/sluicehq/sluice/signing"
 	"github.com/sluicehq/sluice/upstream/mock"
 )
 
@@ -170,6 +172,38 @@ func TestBrowserJourney(t *testing.T) {
 		resp := client{t, base}.call("POST", "/v1/chat/completions", secret, `{"model":"sluice-local","messages":[{"role":"user","content":"春联"}]}`, nil)
 		if resp.StatusCode != 200 {
 			t.Fatalf("%s: the token from the page: %d", size.name, resp.StatusCode)
+		}
+
+		// Require signed requests, confirming in the second step: the
+		// signing secret is shown once, a signed call passes, an unsigned
+		// one is refused.
+		err = chromedp.Do(ctx,
+			chromedp.Navigate(base+"/tokens"),
+			chromedp.Click(chromedp.CSS(`[data-testid=signing-open]`)),
+			chromedp.Click(chromedp.CSS(`[data-testid=signing-on] button[type=submit]`)),
+			chromedp.WaitVisible(chromedp.CSS(`[data-testid=signing-secret-value]`)),
+		)
+		if err != nil {
+			t.Fatalf("%s: require signing: %v", size.name, err)
+		}
+		signingSecret := strings.TrimSpace(text(t, ctx, `[data-testid=signing-secret-value]`))
+		if !strings.HasPrefix(signingSecret, "sk_sluice_sign_") {
+			t.Fatalf("%s: signing secret %q", size.name, signingSecret)
+		}
+		if got := strings.TrimSpace(text(t, ctx, `[data-testid=token-row] [data-testid=token-signing]`)); got != "required" {
+			t.Fatalf("%s: signing column %q, want required", size.name, got)
+		}
+		screenshot(t, ctx, size.name+"-token-signing")
+		fitsWidth(t, ctx, size.width, "the token page with a signing secret")
+		body := `{"model":"sluice-local","messages":[{"role":"user","content":"签名"}]}`
+		now := time.Now().Unix()
+		sig := map[string]string{signing.HeaderTimestamp: strconv.FormatInt(now, 10), signing.HeaderNonce: size.name,
+			signing.HeaderSignature: signing.Sign([]byte(signingSecret), "POST", "/v1/chat/completions", now, size.name, []byte(body))}
+		if r := (client{t, base}).callHeaders("POST", "/v1/chat/completions", secret, body, sig, nil); r.StatusCode != 200 {
+			t.Fatalf("%s: a call signed with the page's secret: %d", size.name, r.StatusCode)
+		}
+		if r := (client{t, base}).call("POST", "/v1/chat/completions", secret, body, nil); r.StatusCode != 401 {
+			t.Fatalf("%s: an unsigned call with signing required: %d", size.name, r.StatusCode)
 		}
 
 		// Revoke, confirming in the second step (no script: the CSP allows none).
