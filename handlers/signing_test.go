@@ -93,6 +93,11 @@ func TestSignedRequests(t *testing.T) {
 		missing := signed(chat, secret, now, "n-7")
 		delete(missing.header, signing.HeaderNonce)
 		wantRefusal(t, e.do(missing), http.StatusUnauthorized, "invalid_signature", "Missing X-Sluice-Nonce")
+		// The body is read for the signature up to the largest any route
+		// takes (the tier's batch file limit and room for the form).
+		huge := signed(request{method: "POST", path: "/v1/chat/completions", bearer: key,
+			body: `{"pad":"` + strings.Repeat("x", 1<<20+64<<10) + `"}`}, secret, now, "n-big")
+		wantRefusal(t, e.do(huge), http.StatusRequestEntityTooLarge, "request_too_large", "request body is larger than 1114112 bytes")
 		// A refused nonce was not used up: a forger cannot burn the client's nonces.
 		if w := e.do(signed(chat, secret, now, "n-5")); w.Code != http.StatusOK {
 			t.Errorf("a nonce refused with a bad signature must stay usable: %d %s", w.Code, w.Body.String())

@@ -84,15 +84,9 @@ func (a *api) verifySignature(c *gin.Context, caller accounts.Caller) error {
 	}
 	var body []byte
 	if c.Request.Body != nil && c.Request.Body != http.NoBody {
-		limit := max(a.MaxBodyBytes, batches.FileLimit(caller)+64<<10)
 		var err error
-		body, err = io.ReadAll(http.MaxBytesReader(c.Writer, c.Request.Body, limit))
-		if err != nil {
-			var tooBig *http.MaxBytesError
-			if errors.As(err, &tooBig) {
-				return apperr.Field(apperr.TooLarge, "request_too_large", "", "request body is larger than "+strconv.FormatInt(limit, 10)+" bytes")
-			}
-			return apperr.Field(apperr.Invalid, "invalid_body", "", "the request body could not be read")
+		if body, err = readAtMost(c, max(a.MaxBodyBytes, batches.FileLimit(caller)+64<<10)); err != nil {
+			return err
 		}
 		c.Request.Body = io.NopCloser(bytes.NewReader(body))
 	}
@@ -176,11 +170,16 @@ func (a *api) readBody(c *gin.Context) ([]byte, error) {
 	if err != nil || mt != "application/json" {
 		return nil, apperr.Field(apperr.Invalid, "invalid_content_type", "", "Content-Type must be application/json")
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(c.Writer, c.Request.Body, a.MaxBodyBytes))
+	return readAtMost(c, a.MaxBodyBytes)
+}
+
+// readAtMost reads the request body, refusing one over limit bytes.
+func readAtMost(c *gin.Context, limit int64) ([]byte, error) {
+	body, err := io.ReadAll(http.MaxBytesReader(c.Writer, c.Request.Body, limit))
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
-			return nil, apperr.Field(apperr.TooLarge, "request_too_large", "", "request body is larger than "+strconv.FormatInt(a.MaxBodyBytes, 10)+" bytes")
+			return nil, apperr.Field(apperr.TooLarge, "request_too_large", "", "request body is larger than "+strconv.FormatInt(limit, 10)+" bytes")
 		}
 		return nil, apperr.Field(apperr.Invalid, "invalid_body", "", "the request body could not be read")
 	}
