@@ -3,6 +3,7 @@ package jobs
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -405,6 +406,61 @@ func (s *stopAfter) LineDone(_ context.Context, batchID int64, customID, jobID s
 	}
 	s.done[customID] = out
 	return nil
+}
+
+// flakyLines is a batch whose first failures answers to LineDone fail, as a
+// database blip would.
+type flakyLines struct {
+	stopAfter
+	failures int
+}
+
+func (f *flakyLines) LineDone(ctx context.Context, batchID int64, customID, jobID string, out Output) error {
+	f.mu.Lock()
+	if f.failures > 0 {
+		f.failures--
+		f.mu.Unlock()
+		return errors.New("database unavailable")
+	}
+	f.mu.Unlock()
+	return f.stopAfter.LineDone(ctx, batchID, customID, jobID, out)
+}
+
+// A line whose outcome cannot be told to its batch at first is told again,
+// not run again: the provider is asked once.
+func TestALineIsNotRunAgainWhenItsOutcomeIsLate(t *testing.T) {
+	each(t, func(t *testing.T, db *models.DB, url string) {
+		f := newFixture(t, db, url)
+		ctx := context.Background()
+		batch := &flakyLines{stopAfter: stopAfter{n: 1, done: map[string]Output{}}, failures: 3}
+		q := f.queue(Config{Workers: 1}, batch)
+		if err := q.EnqueueBatch(ctx, f.caller, 7, []Line{{CustomID: "only", Body: json.RawMessage(jobBody)}}); err != nil {
+			t.Fatal(err)
+		}
+		if err := q.WakeBatch(ctx, 7); err != nil {
+			t.Fatal(err)
+		}
+		f.start(q)
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			batch.mu.Lock()
+			out, done := batch.done["only"]
+			batch.mu.Unlock()
+			if done {
+				if out.Error != nil || out.Status != 200 {
+					t.Fatalf("outcome %+v", out)
+				}
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("the line's outcome never reached its batch")
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		if n := f.calls.Load(); n != 1 {
+			t.Fatalf("the provider was asked %d times for one line, want 1", n)
+		}
+	})
 }
 
 // A batch's lines are jobs of their own kind: not in the job list, counted

@@ -140,7 +140,7 @@ func (w *worker) finish(ctx context.Context, job *river.Job[Args], out Output, r
 	}
 	a := job.Args
 	if a.BatchID != 0 && w.batches != nil {
-		if err := w.batches.LineDone(ctx, a.BatchID, a.CustomID, out.RequestID, out); err != nil {
+		if err := w.lineDone(ctx, a, out); err != nil {
 			return err // retried: the line's outcome must reach its batch
 		}
 	}
@@ -160,6 +160,25 @@ func (w *worker) finish(ctx context.Context, job *river.Job[Args], out Output, r
 		}
 	}
 	return result
+}
+
+// lineDone tells a line's batch its outcome, trying again for a few
+// seconds before giving up: giving up retries the whole job, which asks the
+// provider again (metered once, by the job's id, but paid to the provider
+// twice), so a database blip must not get that far.
+func (w *worker) lineDone(ctx context.Context, a Args, out Output) error {
+	wait := max(w.retryBase/100, time.Millisecond) // 100 ms by default, doubling: ~6 s in all
+	for attempt := 1; ; attempt++ {
+		err := w.batches.LineDone(ctx, a.BatchID, a.CustomID, out.RequestID, out)
+		if err == nil || attempt == 6 {
+			return err
+		}
+		w.log.Warn("telling a batch a line's outcome failed; trying again", "job_id", out.RequestID, "attempt", attempt, "err", err)
+		if sleep(ctx, wait) != nil {
+			return err
+		}
+		wait *= 2
+	}
 }
 
 // NextRetry backs off longer than a live request's retries do: the job can
