@@ -188,7 +188,7 @@ func TestBrowserBillingJourney(t *testing.T) {
 		t.Errorf("budget after the priced calls: %+v", b)
 	}
 	inv := draftInvoice(t, c, session.Token)
-	wantLines := fmt.Sprintf("[{usage sluice-local %d requests, in 0.00 out 0.00: 0.00} {usage sluice-local %d requests, in 400.00 out 1000.00: %s} {credit  0 requests, in  out : -%[3]s}]",
+	wantLines := fmt.Sprintf("[{usage sluice-local %d requests, in  out : 0.00} {usage sluice-local %d requests, in 400.00 out 1000.00: %s} {credit  0 requests, in  out : -%[3]s}]",
 		unpricedCalls, pricedCalls, want.StringCents())
 	if got := fmt.Sprint(inv.Lines); got != wantLines || inv.Total != "0.00" || inv.Status != "draft" {
 		t.Fatalf("the draft invoice: total %s (%s), lines\n%s\nwant\n%s", inv.Total, inv.Status, got, wantLines)
