@@ -67,8 +67,6 @@ type Queue interface {
 	WakeBatch(ctx context.Context, batchID int64) error
 }
 
-var errNoBatch = apperr.WithReason(apperr.NotFound, "batch_not_found", "no such batch (or it expired)")
-
 // Create is a new batch as POST /v1/batches asks for it.
 type Create struct {
 	InputFileID      string
@@ -180,7 +178,7 @@ func (in Create) check() error {
 func (s *Service) Get(ctx context.Context, orgID int64, id string) (models.Batch, error) {
 	n, ok := parseID(id, "batch_")
 	if !ok {
-		return models.Batch{}, errNoBatch
+		return models.Batch{}, models.ErrNoBatch
 	}
 	return s.store.Batch(ctx, orgID, n)
 }
@@ -219,7 +217,7 @@ func (s *Service) List(ctx context.Context, orgID int64, after string, limit int
 func (s *Service) Cancel(ctx context.Context, q Queue, orgID int64, id string) (models.Batch, error) {
 	n, ok := parseID(id, "batch_")
 	if !ok {
-		return models.Batch{}, errNoBatch
+		return models.Batch{}, models.ErrNoBatch
 	}
 	b, err := s.store.CancelBatch(ctx, orgID, n, s.now())
 	if err != nil {
@@ -244,13 +242,23 @@ func (s *Service) Stopped(ctx context.Context, batchID int64) (*jobs.Failure, er
 	case err != nil:
 		return nil, err
 	case status == models.BatchCancelling || status == models.BatchCancelled:
-		return &jobs.Failure{Code: "batch_cancelled", Message: "the batch was cancelled before this request ran"}, nil
+		return lineCancelled(), nil
 	case status == models.BatchFailed:
 		return &jobs.Failure{Code: "batch_failed", Message: "the batch failed before this request ran"}, nil
 	case !models.BatchOpen(status) || !s.now().Before(expiresAt):
-		return &jobs.Failure{Code: models.ExpiredLine, Message: "this request could not be run within the batch's 24h completion window"}, nil
+		return lineExpired(), nil
 	}
 	return nil, nil
+}
+
+// lineCancelled and lineExpired are the outcomes of lines that never ran,
+// the same whether a worker or the sweep finds them so.
+func lineCancelled() *jobs.Failure {
+	return &jobs.Failure{Code: "batch_cancelled", Message: "the batch was cancelled before this request ran"}
+}
+
+func lineExpired() *jobs.Failure {
+	return &jobs.Failure{Code: models.ExpiredLine, Message: "this request could not be run within the batch's 24h completion window"}
 }
 
 // LineDone records a line's final outcome; the batch's last line makes its

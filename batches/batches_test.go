@@ -504,13 +504,19 @@ func TestFileLimitsAndPages(t *testing.T) {
 		if _, err := f.svc.Create(ctx, &heldQueue{}, f.caller, batches.Create{InputFileID: empty, Endpoint: "/v1/chat/completions", CompletionWindow: "24h"}); apperr.As(err).Reason != "empty_input_file" {
 			t.Fatalf("empty: %v", err)
 		}
-		for _, bad := range []batches.Create{
-			{InputFileID: empty, Endpoint: "/v1/embeddings", CompletionWindow: "24h"},
-			{InputFileID: empty, Endpoint: "/v1/chat/completions", CompletionWindow: "1h"},
-			{Endpoint: "/v1/chat/completions", CompletionWindow: "24h"},
+		// Each bad parameter is refused for itself, on a file that is fine.
+		good := f.upload(f.caller, line("a", "x")+"\n")
+		for _, bad := range []struct {
+			in            batches.Create
+			reason, param string
+		}{
+			{batches.Create{InputFileID: good, Endpoint: "/v1/embeddings", CompletionWindow: "24h"}, "invalid_endpoint", "endpoint"},
+			{batches.Create{InputFileID: good, Endpoint: "/v1/chat/completions", CompletionWindow: "1h"}, "invalid_completion_window", "completion_window"},
+			{batches.Create{Endpoint: "/v1/chat/completions", CompletionWindow: "24h"}, "missing_input_file_id", "input_file_id"},
 		} {
-			if apperr.CodeOf(second(f.svc.Create(ctx, &heldQueue{}, f.caller, bad))) != apperr.Invalid {
-				t.Errorf("%+v accepted", bad)
+			e := apperr.As(second(f.svc.Create(ctx, &heldQueue{}, f.caller, bad.in)))
+			if e.Code != apperr.Invalid || e.Reason != bad.reason || e.Param != bad.param {
+				t.Errorf("%+v: %+v, want %s on %s", bad.in, e, bad.reason, bad.param)
 			}
 		}
 		// Pages of batches, newest first.

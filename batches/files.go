@@ -29,8 +29,6 @@ func parseID(s, prefix string) (int64, bool) {
 	return n, err == nil && n > 0 && strconv.FormatInt(n, 10) == rest
 }
 
-var errNoFile = apperr.WithReason(apperr.NotFound, "file_not_found", "no such file (or it expired)")
-
 // FileLimit is the largest batch file caller's tier accepts; 0 accepts none.
 func FileLimit(caller accounts.Caller) int64 { return caller.Tier.BatchFileBytes }
 
@@ -113,7 +111,7 @@ func cleanName(name string) string {
 func (s *Service) File(ctx context.Context, orgID int64, id string) (models.BatchFile, error) {
 	n, ok := parseID(id, "file-")
 	if !ok {
-		return models.BatchFile{}, errNoFile
+		return models.BatchFile{}, models.ErrNoBatchFile
 	}
 	return s.store.BatchFile(ctx, orgID, n, s.now())
 }
@@ -122,7 +120,7 @@ func (s *Service) File(ctx context.Context, orgID int64, id string) (models.Batc
 func (s *Service) FileContent(ctx context.Context, orgID int64, id string) (models.BatchFile, error) {
 	n, ok := parseID(id, "file-")
 	if !ok {
-		return models.BatchFile{}, errNoFile
+		return models.BatchFile{}, models.ErrNoBatchFile
 	}
 	return s.store.BatchFileContent(ctx, orgID, n, s.now())
 }
@@ -131,7 +129,7 @@ func (s *Service) FileContent(ctx context.Context, orgID int64, id string) (mode
 func (s *Service) DeleteFile(ctx context.Context, orgID int64, id string) error {
 	n, ok := parseID(id, "file-")
 	if !ok {
-		return errNoFile
+		return models.ErrNoBatchFile
 	}
 	return s.store.DeleteBatchFile(ctx, orgID, n, s.now())
 }

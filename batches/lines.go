@@ -89,16 +89,9 @@ func checkLine(raw []byte, p *completion.Pipeline) (string, json.RawMessage, *jo
 		return customID, nil, &jobs.Failure{Code: "invalid_body", Message: "body must be a chat completion request (a JSON object)"}
 	}
 	if err := jobs.Check(p, l.Body); err != nil {
-		e := apperr.As(err)
-		code := e.Reason
-		if code == "" {
-			code = string(e.Code)
-		}
-		msg := e.Message
-		if e.Code == apperr.Internal {
-			msg = "internal error"
-		}
-		return customID, nil, &jobs.Failure{Code: code, Message: "body: " + msg}
+		f := jobs.FailureOf(apperr.As(err))
+		f.Message = "body: " + f.Message
+		return customID, nil, f
 	}
 	return customID, l.Body, nil
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"time"
 
-	"github.com/sluicehq/sluice/jobs"
 	"github.com/sluicehq/sluice/models"
 )
 
@@ -27,9 +26,9 @@ func (s *Service) Sweep(ctx context.Context) error {
 		return err
 	}
 	for _, b := range overdue {
-		f := &jobs.Failure{Code: models.ExpiredLine, Message: "this request could not be run within the batch's 24h completion window"}
+		f := lineExpired()
 		if b.Status == models.BatchCancelling {
-			f = &jobs.Failure{Code: "batch_cancelled", Message: "the batch was cancelled before this request ran"}
+			f = lineCancelled()
 		}
 		render := func(line int, customID string) []byte { return failedLine(lineID("", b.ID, line), customID, f) }
 		if err := s.store.FailPendingLines(ctx, b.ID, f.Code, render, now, s.cfg.FileRetention); err != nil {

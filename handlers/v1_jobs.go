@@ -125,7 +125,7 @@ func withoutCallback(body []byte, header string) ([]byte, string, error) {
 // getJob answers GET /v1/jobs/{id}.
 func (a *api) getJob(c *gin.Context) {
 	if a.Jobs == nil {
-		a.fail(c, apperr.WithReason(apperr.NotFound, "job_not_found", "no such job (or it expired)"))
+		a.fail(c, jobs.ErrNoJob)
 		return
 	}
 	j, err := a.Jobs.Get(c.Request.Context(), callerOf(c).OrgID, c.Param("id"))
@@ -139,7 +139,7 @@ func (a *api) getJob(c *gin.Context) {
 // cancelJob answers DELETE /v1/jobs/{id}: a queued job is cancelled.
 func (a *api) cancelJob(c *gin.Context) {
 	if a.Jobs == nil {
-		a.fail(c, apperr.WithReason(apperr.NotFound, "job_not_found", "no such job (or it expired)"))
+		a.fail(c, jobs.ErrNoJob)
 		return
 	}
 	j, err := a.Jobs.Cancel(c.Request.Context(), callerOf(c).OrgID, c.Param("id"))

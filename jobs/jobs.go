@@ -87,7 +87,6 @@ type Job struct {
 	StartedAt   *time.Time // of the latest attempt
 	FinishedAt  *time.Time
 	Output      *Output // once finished (and while retrying: the last error)
-	Args        Args
 }
 
 // JobID is the public id of River's job id.
@@ -131,7 +130,6 @@ type Queue struct {
 	stats     *sql.DB
 	sqlite    bool // River's SQLite driver lists by metadata its own way
 	cfg       Config
-	log       *slog.Logger
 	close     func()
 }
 
@@ -181,7 +179,7 @@ func New(ctx context.Context, d Deps, cfg Config) (*Queue, error) {
 		JobTimeout:                  -1, // the pipeline bounds provider calls; a job waiting for a bucket must not time out
 		Logger:                      d.Log,
 	}
-	q := &Queue{cfg: cfg, log: d.Log, close: func() {}}
+	q := &Queue{cfg: cfg, close: func() {}}
 	sqlDB, err := d.DB.SQL()
 	if err != nil {
 		return nil, err
@@ -317,7 +315,7 @@ func (q *Queue) Stop(ctx context.Context) error {
 
 // Errors of the job API.
 var (
-	errNoJob     = apperr.WithReason(apperr.NotFound, "job_not_found", "no such job (or it expired)")
+	ErrNoJob     = apperr.WithReason(apperr.NotFound, "job_not_found", "no such job (or it expired)")
 	errNoStreams = apperr.Field(apperr.Invalid, "unsupported_stream", "stream", "a job cannot stream: its answer is kept for GET /v1/jobs/{id}; send stream false")
 )
 
@@ -437,21 +435,21 @@ func (q *Queue) Cancel(ctx context.Context, orgID int64, id string) (Job, error)
 func (q *Queue) row(ctx context.Context, orgID int64, id string) (*rivertype.JobRow, error) {
 	n, ok := parseJobID(id)
 	if !ok {
-		return nil, errNoJob
+		return nil, ErrNoJob
 	}
 	row, err := q.client.JobGet(ctx, n)
 	if errors.Is(err, river.ErrNotFound) {
-		return nil, errNoJob
+		return nil, ErrNoJob
 	}
 	if err != nil {
 		return nil, apperr.Wrap(err, "reading a job")
 	}
 	var a Args
 	if json.Unmarshal(row.EncodedArgs, &a) != nil || a.OrgID != orgID || row.Kind != (Args{}).Kind() {
-		return nil, errNoJob
+		return nil, ErrNoJob
 	}
 	if row.FinalizedAt != nil && q.cfg.Now().Sub(*row.FinalizedAt) > q.cfg.Retention {
-		return nil, errNoJob // expired: River's cleaner deletes it soon
+		return nil, ErrNoJob // expired: River's cleaner deletes it soon
 	}
 	return row, nil
 }
@@ -486,7 +484,6 @@ func (q *Queue) withMetadata(p *river.JobListParams, key string, value int64) *r
 func (q *Queue) view(r *rivertype.JobRow) Job {
 	j := Job{ID: JobID(r.ID), Attempts: r.Attempt, MaxAttempts: r.MaxAttempts, CreatedAt: r.CreatedAt.UTC(),
 		StartedAt: r.AttemptedAt, FinishedAt: r.FinalizedAt}
-	_ = json.Unmarshal(r.EncodedArgs, &j.Args)
 	var meta struct {
 		Output *Output `json:"output"`
 	}

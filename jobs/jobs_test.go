@@ -489,6 +489,15 @@ func TestBatchLinesAndTheJobList(t *testing.T) {
 		if s, err := q.Stats(ctx); err != nil || s.Waiting != 5 {
 			t.Fatalf("stats: %+v %v", s, err)
 		}
+		// The oldest waiting job's age, as the database writes its time
+		// (text in SQLite, timestamptz in Postgres), on the queue's clock.
+		before := *f.now.Load()
+		later := before.Add(time.Minute)
+		f.now.Store(&later)
+		if s, err := q.Stats(ctx); err != nil || s.Oldest < 50*time.Second || s.Oldest > 2*time.Minute {
+			t.Fatalf("the oldest job's age a minute on: %+v %v", s, err)
+		}
+		f.now.Store(&before)
 		list, err := q.List(ctx, f.caller.OrgID, 10)
 		if err != nil || len(list) != 1 || list[0].ID != j.ID {
 			t.Fatalf("list: %+v %v", list, err)

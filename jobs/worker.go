@@ -96,7 +96,7 @@ func (w *worker) Work(ctx context.Context, job *river.Job[Args]) error {
 			}
 		case retryable(e.Code):
 			w.log.Warn("a job's attempt failed", "job_id", out.RequestID, "attempt", job.Attempt, "of", job.MaxAttempts, "err", err)
-			out.Status, out.Error = apperr.Status(e.Code), failure(e)
+			out.Status, out.Error = apperr.Status(e.Code), FailureOf(e)
 			if job.Attempt >= job.MaxAttempts {
 				return w.finish(ctx, job, out, err)
 			}
@@ -116,11 +116,13 @@ func retryable(c apperr.Code) bool {
 // fail ends a job with an error no retry can fix.
 func (w *worker) fail(ctx context.Context, job *river.Job[Args], out Output, err error) error {
 	e := apperr.As(err)
-	out.Status, out.Error = apperr.Status(e.Code), failure(e)
+	out.Status, out.Error = apperr.Status(e.Code), FailureOf(e)
 	return w.finish(ctx, job, out, river.JobCancel(err))
 }
 
-func failure(e *apperr.Error) *Failure {
+// FailureOf is how e reads in a job's or a batch line's outcome: its reason
+// (or code) and message, an internal error's message hidden.
+func FailureOf(e *apperr.Error) *Failure {
 	code := string(e.Code)
 	if e.Reason != "" {
 		code = e.Reason

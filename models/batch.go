@@ -79,7 +79,8 @@ type BatchResult struct {
 // batch's completion window; a batch with one ends expired.
 const ExpiredLine = "batch_expired"
 
-var errNoBatch = apperr.WithReason(apperr.NotFound, "batch_not_found", "no such batch (or it expired)")
+// ErrNoBatch is the answer for a batch that is not the caller's or has expired.
+var ErrNoBatch = apperr.WithReason(apperr.NotFound, "batch_not_found", "no such batch (or it expired)")
 
 // CreateBatch stores b (in progress) with its lines, which lines makes
 // once b has its id: pending for those that will run as jobs, already
@@ -136,7 +137,7 @@ func (s *Store) Batch(ctx context.Context, orgID, id int64) (Batch, error) {
 		return b, dbErr(res.Error, "batch")
 	}
 	if res.RowsAffected == 0 {
-		return b, errNoBatch
+		return b, ErrNoBatch
 	}
 	return b, nil
 }
@@ -151,7 +152,7 @@ func (s *Store) BatchState(ctx context.Context, id int64) (status string, expire
 		return "", time.Time{}, dbErr(res.Error, "batch")
 	}
 	if res.RowsAffected == 0 {
-		return "", time.Time{}, errNoBatch
+		return "", time.Time{}, ErrNoBatch
 	}
 	return b.Status, b.ExpiresAt, nil
 }

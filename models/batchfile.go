@@ -29,7 +29,8 @@ type BatchFile struct {
 // batchFileColumns are a file's columns but its content.
 const batchFileColumns = "id, org_id, purpose, filename, bytes, created_at, expires_at"
 
-var errNoBatchFile = apperr.WithReason(apperr.NotFound, "file_not_found", "no such file (or it expired)")
+// ErrNoBatchFile is the answer for a file that is not the caller's or has expired.
+var ErrNoBatchFile = apperr.WithReason(apperr.NotFound, "file_not_found", "no such file (or it expired)")
 
 // CreateBatchFile stores f and sets its id.
 func (s *Store) CreateBatchFile(ctx context.Context, f *BatchFile) error {
@@ -46,7 +47,7 @@ func (s *Store) BatchFile(ctx context.Context, orgID, id int64, now time.Time) (
 		return f, dbErr(res.Error, "batch file")
 	}
 	if res.RowsAffected == 0 {
-		return f, errNoBatchFile
+		return f, ErrNoBatchFile
 	}
 	return f, nil
 }
@@ -59,7 +60,7 @@ func (s *Store) BatchFileContent(ctx context.Context, orgID, id int64, now time.
 		return f, dbErr(res.Error, "batch file")
 	}
 	if res.RowsAffected == 0 {
-		return f, errNoBatchFile
+		return f, ErrNoBatchFile
 	}
 	return f, nil
 }
@@ -72,7 +73,7 @@ func (s *Store) DeleteBatchFile(ctx context.Context, orgID, id int64, now time.T
 		return dbErr(res.Error, "batch file")
 	}
 	if res.RowsAffected == 0 {
-		return errNoBatchFile
+		return ErrNoBatchFile
 	}
 	return nil
 }
