@@ -52,6 +52,13 @@ type Line struct {
 	Amount           money.Amount // rounded half-up to the cent
 }
 
+// Billed reports whether a usage line was billed at a price: a line of
+// an unpriced model ("… (not billed)") has none to show. (A model priced
+// at zero reads the same, and costs the same.)
+func (l Line) Billed() bool {
+	return l.Kind == LineUsage && (l.InputPrice != 0 || l.OutputPrice != 0 || l.CachedInputPrice != 0)
+}
+
 // Plan is what a tier charges, as it stood when the invoice was made.
 type Plan struct {
 	Tier           string
@@ -131,6 +138,8 @@ func (inv Invoice) CSV() []byte {
 		row := []string{period, l.Kind, l.Description, l.Model, "", "", "", "", "", "", "", l.Amount.StringCents(), inv.Currency}
 		if l.Kind == LineUsage {
 			row[4], row[5], row[6], row[7] = itoa(l.Requests), itoa(l.PromptTokens), itoa(l.CompletionTokens), itoa(l.CachedTokens)
+		}
+		if l.Billed() {
 			row[8], row[9], row[10] = l.InputPrice.String(), l.OutputPrice.String(), l.CachedInputPrice.String()
 		}
 		_ = w.Write(row)

@@ -291,10 +291,7 @@ func toInvoiceOut(inv billing.Invoice) invoiceOut {
 	for _, l := range inv.Lines {
 		lo := invoiceLineOut{Kind: l.Kind, Description: l.Description, Model: l.Model, Requests: l.Requests,
 			PromptTokens: l.PromptTokens, CompletionTokens: l.CompletionTokens, CachedTokens: l.CachedTokens, Amount: l.Amount.StringCents()}
-		// Unit prices only for usage billed at a price, as the invoice page
-		// shows them: a line without one ("… (not billed)") has none,
-		// rather than prices of 0.00 that read like a free model.
-		if l.Kind == billing.LineUsage && (l.InputPrice != 0 || l.OutputPrice != 0 || l.CachedInputPrice != 0) {
+		if l.Billed() {
 			lo.InputPerMTok, lo.OutputPerMTok, lo.CachedInputPerMTok = l.InputPrice.String(), l.OutputPrice.String(), l.CachedInputPrice.String()
 		}
 		out.Lines = append(out.Lines, lo)

@@ -224,6 +224,12 @@ func TestAdminOrganizationPage(t *testing.T) {
 		if got := inv.text("invoice-status"); got != "draft" {
 			t.Errorf("invoice status = %q", got)
 		}
+		var lines []string
+		inv.testid("invoice-line").Each(func(_ int, row *goquery.Selection) { lines = append(lines, adminCells(row)) })
+		// A line with no price says so, not "$0.00 / $0.00 / $0.00".
+		if len(lines) != 2 || lines[0] != "sluice-local (not billed) | 5 | 50 in · 25 out | not billed | $1.00" {
+			t.Errorf("invoice lines = %q", lines)
+		}
 		csv := admin.get(href + "/csv")
 		if csv.Code != http.StatusOK || !strings.HasPrefix(csv.Header().Get("Content-Type"), "text/csv") ||
 			!strings.Contains(csv.Header().Get("Content-Disposition"), "attachment") {

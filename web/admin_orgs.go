@@ -353,7 +353,10 @@ func (p *Pages) AdminInvoice(c *gin.Context) {
 				line.Tokens += " (" + adminCount(l.CachedTokens) + " cached)"
 			}
 			line.Tokens += " · " + adminCount(l.CompletionTokens) + " out"
-			line.Prices = "$" + l.InputPrice.String() + " / $" + l.OutputPrice.String() + " / $" + l.CachedInputPrice.String()
+			line.Prices = "not billed"
+			if l.Billed() {
+				line.Prices = "$" + l.InputPrice.String() + " / $" + l.OutputPrice.String() + " / $" + l.CachedInputPrice.String()
+			}
 		}
 		view.Lines = append(view.Lines, line)
 	}

@@ -270,7 +270,7 @@ func invoiceView(inv billing.Invoice) *templates.InvoiceView {
 	for _, l := range inv.Lines {
 		row := templates.InvoiceLineRow{Kind: l.Kind, Description: l.Description, Model: l.Model, Requests: l.Requests,
 			Input: l.PromptTokens, Output: l.CompletionTokens, Cached: l.CachedTokens, Amount: cents(l.Amount)}
-		if l.Kind == billing.LineUsage && (l.InputPrice != 0 || l.OutputPrice != 0 || l.CachedInputPrice != 0) {
+		if l.Billed() {
 			row.InputPrice, row.OutputPrice, row.CachedPrice = "$"+l.InputPrice.String(), "$"+l.OutputPrice.String(), "$"+l.CachedInputPrice.String()
 		}
 		v.Lines = append(v.Lines, row)
