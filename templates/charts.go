@@ -315,8 +315,13 @@ func exactTable(c Chart) dataTable {
 		}
 		grand += sum
 		r.Total = formatExact(sum, c.Kind)
-		if b < len(c.Totals) {
+		switch {
+		case b < len(c.Totals):
 			r.Total = c.Totals[b]
+		case len(c.Series) == 1:
+			// One series: its exact label is the bucket's total, not the
+			// float drawn (a sub-cent day would read $0.00).
+			r.Total = r.Cells[0]
 		}
 		t.Rows = append(t.Rows, r)
 	}

@@ -768,3 +768,23 @@ func attrsOf(s *goquery.Selection) string {
 	})
 	return b.String()
 }
+
+// A money chart of one series reads its days exactly, from the series'
+// labels: a day under a cent is not "$0.00" in the tooltip, the summary
+// or the table, though its bar is drawn from a float.
+func TestOneSeriesMoneyChartIsExact(t *testing.T) {
+	c := Chart{ID: "cost", Title: "Cost per day", Kind: ValueMoney, BucketName: "Day",
+		Buckets: []string{"Nov 1", "Nov 2"},
+		Series:  []Series{{Name: "Cost", Values: []float64{0.000761, 0.0002}, Labels: []string{"$0.000761", "$0.0002"}, Total: "$0.000961"}},
+		Total:   "$0.000961"}
+	doc, html := render(t, BarChart(c))
+	if strings.Contains(html, "$0.00<") || strings.Contains(html, "$0.00 ") || strings.Contains(html, "$0.00.") {
+		t.Errorf("a sub-cent day reads $0.00 somewhere:\n%s", html)
+	}
+	if got := doc.Find("desc").Text(); !strings.Contains(got, "Highest: Nov 1, $0.000761.") {
+		t.Errorf("summary = %q", got)
+	}
+	if got := doc.Find("svg title").Last().Text(); !strings.Contains(got, "$0.0002") {
+		t.Errorf("the last bar's tooltip = %q", got)
+	}
+}
