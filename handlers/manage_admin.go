@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/gin-gonic/gin"
 
@@ -53,8 +54,8 @@ func (m *manage) adminOrganizations(c *gin.Context) {
 		writeAPIError(c, m.log, err)
 		return
 	}
-	if len(q.Search) > 200 {
-		writeAPIError(c, m.log, apperr.Field(apperr.Invalid, "invalid_search", "q", "q must be at most 200 characters"))
+	if len(q.Search) > models.MaxOverviewSearch || !utf8.ValidString(q.Search) {
+		writeAPIError(c, m.log, apperr.Field(apperr.Invalid, "invalid_search", "q", "q must be UTF-8 text of at most 200 bytes"))
 		return
 	}
 	q.Page = page

@@ -57,6 +57,9 @@ func ValidOverviewSort(key string) bool {
 // OverviewPageSize is how many organizations a page of the overview shows.
 const OverviewPageSize = 50
 
+// MaxOverviewSearch bounds the overview's search text, in bytes.
+const MaxOverviewSearch = 200
+
 // OverviewQuery selects and orders a page of the organization overview.
 type OverviewQuery struct {
 	// Search matches organizations whose name, or an email of one of

@@ -115,6 +115,17 @@ func TestAdminOverviewShowsSortsSearchesAndPages(t *testing.T) {
 		}
 		w = admin.get("/admin/organizations?q=nobody")
 		w.expectPage(http.StatusOK, "overview-empty")
+		// A search too long is cut at a character, and bytes that are not
+		// UTF-8 are dropped: an empty result, never an error page.
+		for _, q := range []string{strings.Repeat("灯", 100), "\xff\xfeAnalytical"} {
+			w = admin.get("/admin/organizations?q=" + url.QueryEscape(q))
+			if w.Code != http.StatusOK {
+				t.Errorf("search %q: %d", q, w.Code)
+			}
+		}
+		if got := admin.get("/admin/organizations?q=" + url.QueryEscape("\xffAnalytical")).texts("overview-name"); len(got) != 1 || got[0] != "Analytical Engines" {
+			t.Errorf("search with a stray byte: %v", got)
+		}
 
 		// Fifty a page.
 		for i := range 55 {

@@ -43,9 +43,6 @@ var adminOverviewColumns = []struct {
 	{models.SortCreated, "Created", false, true},
 }
 
-// adminMaxSearch bounds the overview's search text.
-const adminMaxSearch = 200
-
 // AdminHome sends admins to the organization overview.
 func (p *Pages) AdminHome(c *gin.Context) {
 	c.Redirect(http.StatusSeeOther, "/admin/organizations")
@@ -64,9 +61,13 @@ func (p *Pages) AdminOverview(c *gin.Context) {
 	ctx := c.Request.Context()
 	q := models.OverviewQuery{Search: strings.TrimSpace(c.Query("q")), Sort: c.Query("sort"), Desc: c.Query("dir") == "desc",
 		Now: p.now(), Period: p.now()}
-	if len(q.Search) > adminMaxSearch {
-		q.Search = q.Search[:adminMaxSearch]
+	// A page forgives what the API refuses: a search too long is cut, at
+	// a character, and bytes that are not UTF-8 (the database would
+	// refuse them) are dropped.
+	if len(q.Search) > models.MaxOverviewSearch {
+		q.Search = q.Search[:models.MaxOverviewSearch]
 	}
+	q.Search = strings.ToValidUTF8(q.Search, "")
 	switch {
 	case q.Sort == "":
 		q.Sort = models.SortName
