@@ -2,9 +2,9 @@ package completion
 
 import (
 	"bytes"
-	"encoding/json"
 	"strconv"
-	"strings"
+
+	"github.com/go-json-experiment/json/jsontext"
 
 	"github.com/sluicehq/sluice/apperr"
 )
@@ -13,8 +13,9 @@ import (
 // matches names without regard to case (and folds "ſ" to "s" and the
 // Kelvin sign to "k"); providers do not. {"max_tokens":100000,"MAX_TOKENS":1}
 // would be 1 token to the gateway's reservation and 100000 to the
-// provider, so a name that only folds to one of these is refused, as is a
-// name given twice (parsers disagree on which one wins).
+// provider, so a name that only folds to one of these is refused, as is one
+// of these names given twice (parsers disagree on which one wins). Names
+// Sluice does not read are the provider's business.
 var (
 	requestFields = []string{"model", "messages", "max_tokens", "max_completion_tokens", "n", "temperature", "stream", "stream_options"}
 	messageFields = []string{"role", "content"}
@@ -24,123 +25,130 @@ var (
 
 // checkKeys refuses a body whose names Sluice and a provider could read
 // differently. body has been decoded already, so it is valid JSON.
+//
+// It reads the body as tokens once more, so it is written not to allocate
+// per value: names are compared as the bytes in the body (unquoted only
+// when escaped), values Sluice does not look into are skipped whole, and a
+// field's path is built only for an error.
 func checkKeys(body []byte) error {
-	err := checkNames(json.NewDecoder(bytes.NewReader(body)))
+	c := keyChecker{dec: jsontext.NewDecoder(bytes.NewReader(body),
+		jsontext.AllowDuplicateNames(true), jsontext.AllowInvalidUTF8(true))}
+	err := c.object(requestFields, func(f int) error {
+		switch requestFields[f] {
+		case "messages":
+			return c.array(func(i int) error {
+				return c.object(messageFields, func(f int) error {
+					if messageFields[f] != "content" {
+						return c.dec.SkipValue()
+					}
+					return c.array(func(j int) error {
+						return c.object(partFields, nil, func() string { return "messages[" + itoa(i) + "].content[" + itoa(j) + "]" })
+					})
+				}, func() string { return "messages[" + itoa(i) + "]" })
+			})
+		case "stream_options":
+			return c.object(optionFields, nil, func() string { return "stream_options" })
+		}
+		return c.dec.SkipValue()
+	}, func() string { return "" })
 	if _, ours := err.(*apperr.Error); err != nil && !ours {
 		return apperr.Field(apperr.Invalid, "invalid_json", "", "request body is not valid JSON")
 	}
 	return err
 }
 
-func checkNames(dec *json.Decoder) error {
-	return keysOf(dec, "", requestFields, func(name, param string) error {
-		switch name {
-		case "messages":
-			return eachElement(dec, param, func(param string) error {
-				return keysOf(dec, param, messageFields, func(name, param string) error {
-					if name == "content" {
-						return eachElement(dec, param, func(param string) error {
-							return keysOf(dec, param, partFields, nil)
-						})
-					}
-					return skip(dec)
-				})
-			})
-		case "stream_options":
-			return keysOf(dec, param, optionFields, nil)
-		}
-		return skip(dec)
-	})
+func itoa(i int) string { return strconv.Itoa(i) }
+
+// keyChecker walks a body's objects; name is a buffer for escaped names.
+type keyChecker struct {
+	dec  *jsontext.Decoder
+	name []byte
 }
 
-// keysOf reads an object (or skips any other value), checking each name
-// against fields and handing each field's value to value (nil: skip it).
-func keysOf(dec *json.Decoder, at string, fields []string, value func(name, param string) error) error {
-	tok, err := dec.Token()
-	if err != nil {
+// object reads an object (or skips any other value), checking each name
+// against fields and handing the value of each one of them to value (nil:
+// skip it). at is the object's path, for errors only.
+func (c *keyChecker) object(fields []string, value func(field int) error, at func() string) error {
+	if c.dec.PeekKind() != '{' {
+		return c.dec.SkipValue()
+	}
+	if _, err := c.dec.ReadToken(); err != nil {
 		return err
 	}
-	if tok != json.Delim('{') {
-		return skipRest(dec, tok)
-	}
-	seen := map[string]bool{}
-	for dec.More() {
-		tok, err := dec.Token()
+	var seen uint64 // bit f: fields[f] was given
+	for c.dec.PeekKind() != '}' {
+		raw, err := c.dec.ReadValue()
 		if err != nil {
 			return err
 		}
-		name := tok.(string)
-		param := name
-		if at != "" {
-			param = at + "." + name
-		}
-		if seen[name] {
-			return apperr.Field(apperr.Invalid, "duplicate_field", param, "field '"+param+"' is given twice; send it once")
-		}
-		seen[name] = true
-		for _, f := range fields {
-			if name != f && strings.EqualFold(name, f) {
-				return apperr.Field(apperr.Invalid, "invalid_field_name", param,
-					"field names are case-sensitive: send '"+f+"', not '"+name+"'")
+		name := raw[1 : len(raw)-1]
+		if bytes.IndexByte(name, '\\') >= 0 {
+			if c.name, err = jsontext.AppendUnquote(c.name[:0], raw); err != nil {
+				return err
 			}
+			name = c.name
 		}
-		if value == nil {
-			err = skip(dec)
-		} else {
-			err = value(name, param)
+		f, exact := fieldOf(fields, name)
+		switch {
+		case f < 0:
+			err = c.dec.SkipValue()
+		case !exact:
+			param := path(at(), string(name))
+			return apperr.Field(apperr.Invalid, "invalid_field_name", param,
+				"field names are case-sensitive: send '"+fields[f]+"', not '"+string(name)+"'")
+		case seen&(1<<f) != 0:
+			param := path(at(), fields[f])
+			return apperr.Field(apperr.Invalid, "duplicate_field", param, "field '"+param+"' is given twice; send it once")
+		case value == nil:
+			seen |= 1 << f
+			err = c.dec.SkipValue()
+		default:
+			seen |= 1 << f
+			err = value(f)
 		}
 		if err != nil {
 			return err
 		}
 	}
-	_, err = dec.Token() // '}'
+	_, err := c.dec.ReadToken() // '}'
 	return err
 }
 
-// eachElement calls fn for each element of an array (or skips any other value).
-func eachElement(dec *json.Decoder, at string, fn func(param string) error) error {
-	tok, err := dec.Token()
-	if err != nil {
+// array calls each for every element of an array (or skips any other value).
+func (c *keyChecker) array(each func(i int) error) error {
+	if c.dec.PeekKind() != '[' {
+		return c.dec.SkipValue()
+	}
+	if _, err := c.dec.ReadToken(); err != nil {
 		return err
 	}
-	if tok != json.Delim('[') {
-		return skipRest(dec, tok)
-	}
-	for i := 0; dec.More(); i++ {
-		if err := fn(at + "[" + strconv.Itoa(i) + "]"); err != nil {
+	for i := 0; c.dec.PeekKind() != ']'; i++ {
+		if err := each(i); err != nil {
 			return err
 		}
 	}
-	_, err = dec.Token() // ']'
+	_, err := c.dec.ReadToken() // ']'
 	return err
 }
 
-// skip reads one value, whatever it is.
-func skip(dec *json.Decoder) error {
-	tok, err := dec.Token()
-	if err != nil {
-		return err
+// fieldOf finds name among fields: its index and whether it matched
+// exactly, or -1 when it is none of them even folded.
+func fieldOf(fields []string, name []byte) (int, bool) {
+	folded := -1
+	for f, field := range fields {
+		if string(name) == field {
+			return f, true
+		}
+		if folded < 0 && bytes.EqualFold(name, []byte(field)) {
+			folded = f
+		}
 	}
-	return skipRest(dec, tok)
+	return folded, false
 }
 
-// skipRest reads the rest of a value whose first token was tok.
-func skipRest(dec *json.Decoder, tok json.Token) error {
-	d, ok := tok.(json.Delim)
-	if !ok || (d != '{' && d != '[') {
-		return nil
+func path(at, name string) string {
+	if at == "" {
+		return name
 	}
-	for depth := 1; depth > 0; {
-		tok, err := dec.Token()
-		if err != nil {
-			return err
-		}
-		switch tok {
-		case json.Delim('{'), json.Delim('['):
-			depth++
-		case json.Delim('}'), json.Delim(']'):
-			depth--
-		}
-	}
-	return nil
+	return at + "." + name
 }

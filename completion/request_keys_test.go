@@ -1,6 +1,8 @@
 package completion_test
 
 import (
+	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/sluicehq/sluice/apperr"
@@ -41,5 +43,29 @@ func TestParseRefusesNamesAProviderReadsDifferently(t *testing.T) {
 		if _, err := p.Parse([]byte(body)); err != nil {
 			t.Errorf("%s: %v", body, err)
 		}
+	}
+}
+
+// BenchmarkParse is the request's decoding and the check of its names, for
+// one message and for a conversation of twenty.
+func BenchmarkParse(b *testing.B) {
+	p := completion.New(completion.Deps{Providers: servesGPT{}})
+	for _, n := range []int{1, 20} {
+		body := `{"model":"gpt-test","temperature":0.2,"max_tokens":256,"messages":[`
+		for i := range n {
+			if i > 0 {
+				body += ","
+			}
+			body += `{"role":"user","content":"` + strings.Repeat("a couplet about rivers ", 10) + `"}`
+		}
+		body += `],"stream":false,"user":"u-42"}`
+		b.Run(fmt.Sprintf("messages=%d", n), func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := p.Parse([]byte(body)); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }
