@@ -212,15 +212,7 @@ func schemaCurrent(ctx context.Context, cfg config.Config, db *models.DB) error 
 // serveMetrics serves /metrics on its own address (SLUICE_METRICS_ADDR)
 // until ctx ends, behind the bearer token when one is set.
 func serveMetrics(ctx context.Context, addr, token string, h http.Handler, log *slog.Logger) {
-	mux := http.NewServeMux()
-	mux.Handle("/metrics", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if token != "" && r.Header.Get("Authorization") != "Bearer "+token {
-			http.Error(w, "send the metrics bearer token", http.StatusUnauthorized)
-			return
-		}
-		h.ServeHTTP(w, r)
-	}))
-	srv := &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Addr: addr, Handler: handlers.MetricsOnly(token, h), ReadHeaderTimeout: 10 * time.Second}
 	go func() {
 		<-ctx.Done()
 		srv.Close()

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"io"
 	"maps"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -11,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/goccy/go-yaml"
 
@@ -196,5 +198,49 @@ func TestHealthyKeysPerModel(t *testing.T) {
 	}
 	if g := healthyKeys(nil); g != nil {
 		t.Fatalf("no keys: %v, want no samples", g)
+	}
+}
+
+// With SLUICE_METRICS_ADDR, /metrics moves to its own address, behind the
+// token, and the main address has none.
+func TestMetricsOnTheirOwnAddress(t *testing.T) {
+	const metricsToken = "metrics-token-0123456789"
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	base, _, stop := start(t, map[string]string{"SLUICE_DATA_DIR": t.TempDir(), "SLUICE_BCRYPT_COST": "4",
+		"SLUICE_METRICS_ADDR": addr, "SLUICE_METRICS_TOKEN": metricsToken})
+	t.Cleanup(func() { stop() })
+	if r := (client{t, base}).call("GET", "/metrics", "", "", nil); r.StatusCode != http.StatusNotFound {
+		t.Errorf("/metrics on the main address: %d, want 404", r.StatusCode)
+	}
+	metricsURL := "http://" + addr + "/metrics"
+	var resp *http.Response
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		if resp, err = http.Get(metricsURL); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the metrics address never answered: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized || !strings.Contains(string(body), "metrics_token_required") {
+		t.Errorf("without the token: %d %s", resp.StatusCode, body)
+	}
+	req, _ := http.NewRequest("GET", metricsURL, nil)
+	req.Header.Set("Authorization", "Bearer "+metricsToken)
+	if resp, err = http.DefaultClient.Do(req); err != nil {
+		t.Fatal(err)
+	}
+	body, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), "sluice_inflight_requests") {
+		t.Errorf("with the token: %d %.200s", resp.StatusCode, body)
 	}
 }

@@ -61,11 +61,27 @@ func readiness(log *slog.Logger, ready func(context.Context) []Check) gin.Handle
 // token" (compared in constant time); an empty token lets everyone through.
 func requireBearer(token string) gin.HandlerFunc {
 	return func(c *gin.Context) {
-		if token != "" && subtle.ConstantTimeCompare([]byte(bearer(c.Request)), []byte(token)) != 1 {
-			writeAPIError(c, slog.New(slog.DiscardHandler), apperr.WithReason(apperr.Unauthorized, "metrics_token_required",
-				"send the metrics bearer token (SLUICE_METRICS_TOKEN) as 'Authorization: Bearer …'"))
+		if !bearerIs(c.Request, token) {
+			writeAPIError(c, slog.New(slog.DiscardHandler), errMetricsToken)
 			return
 		}
 		c.Next()
 	}
+}
+
+var errMetricsToken = apperr.WithReason(apperr.Unauthorized, "metrics_token_required",
+	"send the metrics bearer token (SLUICE_METRICS_TOKEN) as 'Authorization: Bearer …'")
+
+// bearerIs says whether r bears token (always, when token is empty),
+// compared in constant time.
+func bearerIs(r *http.Request, token string) bool {
+	return token == "" || subtle.ConstantTimeCompare([]byte(bearer(r)), []byte(token)) == 1
+}
+
+// MetricsOnly serves h at /metrics, behind the metrics bearer token when
+// one is set: what a node serves on its own metrics address.
+func MetricsOnly(token string, h http.Handler) http.Handler {
+	r := gin.New()
+	r.GET("/metrics", requireBearer(token), gin.WrapH(h))
+	return r
 }

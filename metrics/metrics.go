@@ -7,7 +7,6 @@
 package metrics
 
 import (
-	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -104,5 +103,8 @@ func statusClass(status int) string {
 	if status < 100 || status > 599 {
 		return "other"
 	}
-	return strconv.Itoa(status/100) + "xx"
+	return statusClasses[status/100-1]
 }
+
+// statusClasses are the label values, made once rather than per request.
+var statusClasses = [...]string{"1xx", "2xx", "3xx", "4xx", "5xx"}
