@@ -65,13 +65,34 @@ func Crossed(limit, before, after money.Amount) []int {
 	}
 	var out []int
 	for _, pct := range AlertPercents {
-		// limit*pct/100 without overflow: limit is at most MaxAmount.
-		mark := limit/100*money.Amount(pct) + limit%100*money.Amount(pct)/100
-		if before < mark && after >= mark {
+		if m := mark(limit, pct); before < m && after >= m {
 			out = append(out, pct)
 		}
 	}
 	return out
+}
+
+// Reached is the highest threshold spent has reached, 0 for none: what the
+// dashboard's banner says. It reads the numbers as they stand rather than
+// the alerts already sent, so a raised budget clears the banner at once. A
+// zero budget is reached from the start.
+func Reached(limit, spent money.Amount) int {
+	if limit <= 0 {
+		return 100
+	}
+	reached := 0
+	for _, pct := range AlertPercents {
+		if spent >= mark(limit, pct) {
+			reached = pct
+		}
+	}
+	return reached
+}
+
+// mark is pct percent of limit, without overflow: limit is at most
+// MaxAmount.
+func mark(limit money.Amount, pct int) money.Amount {
+	return limit/100*money.Amount(pct) + limit%100*money.Amount(pct)/100
 }
 
 // Run records and sends queued alerts until ctx ends.

@@ -1283,7 +1283,7 @@ func invoiceTokens(label string, n int64, price, testID string) templ.Component 
 			return templ_7745c5c3_Err
 		}
 		var templ_7745c5c3_Var66 string
-		templ_7745c5c3_Var66, templ_7745c5c3_Err = templ.JoinStringErrs(formatCount(n))
+		templ_7745c5c3_Var66, templ_7745c5c3_Err = templ.JoinStringErrs(FormatCount(n))
 		if templ_7745c5c3_Err != nil {
 			return templ.Error{Err: templ_7745c5c3_Err, FileName: `templates/billing.templ`, Line: 224, Col: 46}
 		}

@@ -33,8 +33,8 @@ var expiryOptions = []expiryOption{
 	{Value: "365", Label: "1 year"},
 }
 
-// formatCount writes n with thousands separators, e.g. 12,345.
-func formatCount(n int64) string {
+// FormatCount writes n with thousands separators, e.g. 12,345.
+func FormatCount(n int64) string {
 	s := strconv.FormatInt(n, 10)
 	neg := false
 	if n < 0 {
@@ -56,9 +56,9 @@ func formatCount(n int64) string {
 // countOf writes "1 request" or "1,000 requests".
 func countOf(n int64, one, many string) string {
 	if n == 1 {
-		return formatCount(n) + " " + one
+		return FormatCount(n) + " " + one
 	}
-	return formatCount(n) + " " + many
+	return FormatCount(n) + " " + many
 }
 
 // statusClass picks a badge style for a token status; an unknown status
@@ -185,7 +185,7 @@ func rateLabel(n int64) string {
 	if n <= 0 {
 		return ""
 	}
-	return formatCount(n)
+	return FormatCount(n)
 }
 
 // orValue is v, or def when v is empty.

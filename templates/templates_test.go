@@ -992,8 +992,8 @@ func TestFormatCount(t *testing.T) {
 		{1234567, "1,234,567"}, {-1234, "-1,234"},
 	}
 	for _, tt := range tests {
-		if got := formatCount(tt.n); got != tt.want {
-			t.Errorf("formatCount(%d) = %q, want %q", tt.n, got, tt.want)
+		if got := FormatCount(tt.n); got != tt.want {
+			t.Errorf("FormatCount(%d) = %q, want %q", tt.n, got, tt.want)
 		}
 	}
 }

@@ -460,7 +460,7 @@ func upstreamLimits(what string, l UpstreamLimits) templ.Component {
 					return templ_7745c5c3_Err
 				}
 				var templ_7745c5c3_Var25 string
-				templ_7745c5c3_Var25, templ_7745c5c3_Err = templ.JoinStringErrs(formatCount(l.Limit))
+				templ_7745c5c3_Var25, templ_7745c5c3_Err = templ.JoinStringErrs(FormatCount(l.Limit))
 				if templ_7745c5c3_Err != nil {
 					return templ.Error{Err: templ_7745c5c3_Err, FileName: `templates/upstreams.templ`, Line: 108, Col: 36}
 				}
@@ -474,7 +474,7 @@ func upstreamLimits(what string, l UpstreamLimits) templ.Component {
 				}
 				if l.Reset != "" {
 					var templ_7745c5c3_Var26 string
-					templ_7745c5c3_Var26, templ_7745c5c3_Err = templ.JoinStringErrs(formatCount(l.Remaining))
+					templ_7745c5c3_Var26, templ_7745c5c3_Err = templ.JoinStringErrs(FormatCount(l.Remaining))
 					if templ_7745c5c3_Err != nil {
 						return templ.Error{Err: templ_7745c5c3_Err, FileName: `templates/upstreams.templ`, Line: 110, Col: 31}
 					}
@@ -510,7 +510,7 @@ func upstreamLimits(what string, l UpstreamLimits) templ.Component {
 					return templ_7745c5c3_Err
 				}
 				var templ_7745c5c3_Var28 string
-				templ_7745c5c3_Var28, templ_7745c5c3_Err = templ.JoinStringErrs(formatCount(l.ProviderBurst))
+				templ_7745c5c3_Var28, templ_7745c5c3_Err = templ.JoinStringErrs(FormatCount(l.ProviderBurst))
 				if templ_7745c5c3_Err != nil {
 					return templ.Error{Err: templ_7745c5c3_Err, FileName: `templates/upstreams.templ`, Line: 114, Col: 40}
 				}
@@ -528,7 +528,7 @@ func upstreamLimits(what string, l UpstreamLimits) templ.Component {
 				return templ_7745c5c3_Err
 			}
 			var templ_7745c5c3_Var29 string
-			templ_7745c5c3_Var29, templ_7745c5c3_Err = templ.JoinStringErrs(formatCount(l.PerMinute))
+			templ_7745c5c3_Var29, templ_7745c5c3_Err = templ.JoinStringErrs(FormatCount(l.PerMinute))
 			if templ_7745c5c3_Err != nil {
 				return templ.Error{Err: templ_7745c5c3_Err, FileName: `templates/upstreams.templ`, Line: 116, Col: 38}
 			}
@@ -541,7 +541,7 @@ func upstreamLimits(what string, l UpstreamLimits) templ.Component {
 				return templ_7745c5c3_Err
 			}
 			var templ_7745c5c3_Var30 string
-			templ_7745c5c3_Var30, templ_7745c5c3_Err = templ.JoinStringErrs(formatCount(l.Burst))
+			templ_7745c5c3_Var30, templ_7745c5c3_Err = templ.JoinStringErrs(FormatCount(l.Burst))
 			if templ_7745c5c3_Err != nil {
 				return templ.Error{Err: templ_7745c5c3_Err, FileName: `templates/upstreams.templ`, Line: 116, Col: 74}
 			}

@@ -1,6 +1,7 @@
 package web
 
 import (
+	"cmp"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -71,7 +72,7 @@ func (p *Pages) AdminAudit(c *gin.Context) {
 		view.NextURL = link(q.Page + 1)
 	}
 	for _, r := range rows {
-		row := templates.AdminAuditRow{At: formatTime(r.CreatedAt), OrgName: r.OrgName, Actor: adminOr(r.ActorEmail, "system"),
+		row := templates.AdminAuditRow{At: formatTime(r.CreatedAt), OrgName: r.OrgName, Actor: cmp.Or(r.ActorEmail, "system"),
 			Action: r.Action, Target: r.Target, Detail: r.Detail}
 		if r.OrgID != nil {
 			row.OrgURL = adminOrgURL(*r.OrgID)

@@ -1,6 +1,7 @@
 package web
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -127,7 +128,7 @@ func (p *Pages) AdminOverview(c *gin.Context) {
 	}
 	for _, o := range res.Rows {
 		view.Rows = append(view.Rows, templates.AdminOrgRow{ID: o.ID, URL: adminOrgURL(o.ID), Name: o.Name, OwnerEmail: o.OwnerEmail,
-			Tier: o.Tier, Spend: adminDollars(o.Spend), Requests: adminCount(o.Requests), RejectionRate: adminRate(o.Requests, o.Rejected),
+			Tier: o.Tier, Spend: dollars(o.Spend), Requests: templates.FormatCount(o.Requests), RejectionRate: adminRate(o.Requests, o.Rejected),
 			Freezes: o.ActiveFreezes, Created: formatTime(o.CreatedAt)})
 	}
 	for _, u := range upgrades {
@@ -152,7 +153,7 @@ func (p *Pages) AdminOrganization(c *gin.Context) {
 	ctx := c.Request.Context()
 	now := p.now()
 	view := templates.AdminOrgView{ID: o.ID, Name: o.Name, Tier: o.Tier.Name, TierURL: fmt.Sprintf("/admin/organizations/%d/tier", o.ID),
-		Created: formatTime(o.CreatedAt), TimeZone: adminOr(o.TimeZone, "UTC"), Period: models.MonthOf(now).Format("January 2006"),
+		Created: formatTime(o.CreatedAt), TimeZone: cmp.Or(o.TimeZone, "UTC"), Period: models.MonthOf(now).Format("January 2006"),
 		AuditURL: "/admin/audit?org=" + strconv.FormatInt(o.ID, 10)}
 
 	month, err := p.store.UsageInMonth(ctx, o.ID, now)
@@ -160,7 +161,7 @@ func (p *Pages) AdminOrganization(c *gin.Context) {
 		p.fail(c, err)
 		return
 	}
-	view.Spend, view.Requests, view.Rejected = adminDollars(month.Cost), adminCount(month.Requests), adminCount(month.Rejected)
+	view.Spend, view.Requests, view.Rejected = dollars(month.Cost), templates.FormatCount(month.Requests), templates.FormatCount(month.Rejected)
 	view.RejectionRate = adminRate(month.Requests, month.Rejected)
 	freezes, err := p.store.OrganizationFreezes(ctx, o.ID, 50)
 	if err != nil {
@@ -236,7 +237,7 @@ func (p *Pages) AdminOrganization(c *gin.Context) {
 	for _, inv := range invoices {
 		u := fmt.Sprintf("/admin/organizations/%d/invoices/%d", o.ID, inv.ID)
 		view.Invoices = append(view.Invoices, templates.AdminInvoiceRow{ID: inv.ID, Period: inv.PeriodStart.Format("January 2006"),
-			Status: inv.Status, Total: adminCents(inv.Total), URL: u, CSVURL: u + "/csv"})
+			Status: inv.Status, Total: cents(inv.Total), URL: u, CSVURL: u + "/csv"})
 	}
 	page.Flash = adminOrgFlashes[c.Query("done")]
 	render(c, http.StatusOK, templates.AdminOrganization(page, view))
@@ -280,13 +281,13 @@ func (p *Pages) adminUsageCharts(ctx context.Context, o models.Organization) (re
 		cost.Buckets = append(cost.Buckets, label)
 		admitted.Values = append(admitted.Values, float64(pt.Requests))
 		rejected.Values = append(rejected.Values, float64(pt.Rejected))
-		spent.Values = append(spent.Values, float64(pt.Cost)/float64(money.Dollar))
-		spent.Labels = append(spent.Labels, adminDollars(pt.Cost))
+		spent.Values = append(spent.Values, drawDollars(pt.Cost))
+		spent.Labels = append(spent.Labels, dollars(pt.Cost))
 		total += pt.Cost
 	}
-	spent.Total = adminDollars(total)
+	spent.Total = dollars(total)
 	requests.Series = []templates.Series{admitted, rejected}
-	cost.Series, cost.Total = []templates.Series{spent}, adminDollars(total)
+	cost.Series, cost.Total = []templates.Series{spent}, dollars(total)
 	return requests, cost, nil
 }
 
@@ -296,19 +297,16 @@ func (p *Pages) adminBudget(ctx context.Context, orgID int64) (templates.AdminBu
 	if err != nil {
 		return templates.AdminBudget{}, err
 	}
-	b := templates.AdminBudget{Limit: "none", HardStop: st.HardStop, Reserved: adminDollars(st.Reserved), Credit: adminDollars(st.Credit),
+	b := templates.AdminBudget{Limit: "none", HardStop: st.HardStop, Reserved: dollars(st.Reserved), Credit: dollars(st.Credit),
 		Overage: st.Overage}
-	g := templates.Gauge{ID: "org-budget", Title: "Spend this month", Spent: float64(st.Spent) / float64(money.Dollar),
-		Credit: float64(st.Credit) / float64(money.Dollar), SpentLabel: adminDollars(st.Spent), CreditLabel: adminDollars(st.Credit)}
 	if st.Limit != nil {
-		b.Limit = adminDollars(*st.Limit)
-		g.Budget, g.BudgetLabel = float64(*st.Limit)/float64(money.Dollar), adminDollars(*st.Limit)
+		b.Limit = dollars(*st.Limit)
 	}
 	var alerts []string
 	for _, a := range st.Alerts {
 		alerts = append(alerts, strconv.Itoa(a)+"%")
 	}
-	b.Alerts, b.Gauge = strings.Join(alerts, ", "), g
+	b.Alerts, b.Gauge = strings.Join(alerts, ", "), spendGauge("org-budget", st)
 	return b, nil
 }
 
@@ -344,16 +342,16 @@ func (p *Pages) AdminInvoice(c *gin.Context) {
 	}
 	u := fmt.Sprintf("/admin/organizations/%d/invoices/%d", o.ID, inv.ID)
 	view := templates.AdminInvoiceView{OrgName: o.Name, OrgURL: adminOrgURL(o.ID), Period: inv.PeriodStart.Format("January 2006"),
-		Status: inv.Status, Currency: inv.Currency, Total: adminCents(inv.Total), CSVURL: u + "/csv"}
+		Status: inv.Status, Currency: inv.Currency, Total: cents(inv.Total), CSVURL: u + "/csv"}
 	for _, l := range inv.Lines {
-		line := templates.AdminInvoiceLine{Kind: l.Kind, Description: l.Description, Amount: adminCents(l.Amount)}
+		line := templates.AdminInvoiceLine{Kind: l.Kind, Description: l.Description, Amount: cents(l.Amount)}
 		if l.Kind == billing.LineUsage {
-			line.Requests = adminCount(l.Requests)
-			line.Tokens = adminCount(l.PromptTokens) + " in"
+			line.Requests = templates.FormatCount(l.Requests)
+			line.Tokens = templates.FormatCount(l.PromptTokens) + " in"
 			if l.CachedTokens > 0 {
-				line.Tokens += " (" + adminCount(l.CachedTokens) + " cached)"
+				line.Tokens += " (" + templates.FormatCount(l.CachedTokens) + " cached)"
 			}
-			line.Tokens += " · " + adminCount(l.CompletionTokens) + " out"
+			line.Tokens += " · " + templates.FormatCount(l.CompletionTokens) + " out"
 			line.Prices = "not billed"
 			if l.Billed() {
 				line.Prices = "$" + l.InputPrice.String() + " / $" + l.OutputPrice.String() + " / $" + l.CachedInputPrice.String()
@@ -446,39 +444,6 @@ func adminUpgradeRow(id, orgID int64, orgName, requester, from, to, note string,
 
 func adminOrgURL(id int64) string { return "/admin/organizations/" + strconv.FormatInt(id, 10) }
 
-// adminDollars writes an exact amount, e.g. "$0.000125" or "-$3.00".
-func adminDollars(a money.Amount) string {
-	if a < 0 {
-		return "-$" + (-a).String()
-	}
-	return "$" + a.String()
-}
-
-// adminCents writes an amount rounded to the cent, as invoices do.
-func adminCents(a money.Amount) string {
-	if a < 0 {
-		return "-$" + (-a).StringCents()
-	}
-	return "$" + a.StringCents()
-}
-
-// adminCount writes n with thousands separators, e.g. 12,345.
-func adminCount(n int64) string {
-	s := strconv.FormatInt(n, 10)
-	sign := ""
-	if n < 0 {
-		sign, s = "-", s[1:]
-	}
-	var b strings.Builder
-	for i := range len(s) {
-		if i > 0 && (len(s)-i)%3 == 0 {
-			b.WriteByte(',')
-		}
-		b.WriteByte(s[i])
-	}
-	return sign + b.String()
-}
-
 // adminRate is the share of requests refused, "—" when there were none.
 func adminRate(requests, rejected int64) string {
 	if requests+rejected <= 0 {
@@ -489,12 +454,4 @@ func adminRate(requests, rejected int64) string {
 		return "<0.1%"
 	}
 	return strconv.FormatFloat(math.Round(pct*10)/10, 'f', -1, 64) + "%"
-}
-
-// adminOr is v, or def when v is empty.
-func adminOr(v, def string) string {
-	if v == "" {
-		return def
-	}
-	return v
 }

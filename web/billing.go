@@ -211,38 +211,31 @@ func spendView(st billing.BudgetState, tier string, loc *time.Location) template
 	if st.Reserved != 0 {
 		v.Reserved = dollars(st.Reserved)
 	}
-	v.Gauge = templates.Gauge{ID: "spend-gauge", Title: "Spend this month", Spent: drawDollars(st.Spent), SpentLabel: v.Spent}
+	v.Gauge = spendGauge("spend-gauge", st)
 	if st.Credit > 0 {
 		v.Credit = dollars(st.Credit)
-		v.Gauge.Credit, v.Gauge.CreditLabel = drawDollars(st.Credit), v.Credit
 		v.CreditUsedUp = st.Overage == models.OverageBlock && st.Spent >= st.Credit
 	}
 	if st.Limit != nil {
 		v.Budget = dollars(*st.Limit)
-		v.Gauge.Budget, v.Gauge.BudgetLabel = drawDollars(*st.Limit), v.Budget
-		if pct := budgetReached(*st.Limit, st.Spent); pct > 0 {
+		if pct := metering.Reached(*st.Limit, st.Spent); pct > 0 {
 			v.Banner = &templates.BudgetBanner{Percent: pct, Spent: v.Spent, Budget: v.Budget, HardStop: st.HardStop, Resets: v.Resets}
 		}
 	}
 	return v
 }
 
-// budgetReached is the highest alert threshold (50, 80 or 100 percent of
-// limit) that spent has reached, 0 for none. It reads the numbers as they
-// stand rather than the alerts already sent, so a raised budget clears the
-// banner at once. A zero budget is reached from the start.
-func budgetReached(limit, spent money.Amount) int {
-	if limit <= 0 {
-		return 100
+// spendGauge draws this month's spending against the included credit and
+// the budget, where there are any: the dashboard's and the admin's gauge.
+func spendGauge(id string, st billing.BudgetState) templates.Gauge {
+	g := templates.Gauge{ID: id, Title: "Spend this month", Spent: drawDollars(st.Spent), SpentLabel: dollars(st.Spent)}
+	if st.Credit > 0 {
+		g.Credit, g.CreditLabel = drawDollars(st.Credit), dollars(st.Credit)
 	}
-	reached := 0
-	for _, pct := range metering.AlertPercents {
-		// limit*pct/100 without overflow, as the alerts compute it.
-		if mark := limit/100*money.Amount(pct) + limit%100*money.Amount(pct)/100; spent >= mark {
-			reached = pct
-		}
+	if st.Limit != nil {
+		g.Budget, g.BudgetLabel = drawDollars(*st.Limit), dollars(*st.Limit)
 	}
-	return reached
+	return g
 }
 
 // invoicesView is the current month's draft with its lines, and the rest.
