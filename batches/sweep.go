@@ -21,7 +21,7 @@ const overdueGrace = 15 * time.Minute
 // sweep.
 func (s *Service) Sweep(ctx context.Context) error {
 	now := s.now()
-	overdue, err := s.store.OverdueBatches(ctx, now.Add(-overdueGrace), now.Add(-overdueGrace), 100)
+	overdue, err := s.store.OverdueBatches(ctx, now.Add(-overdueGrace), 100)
 	if err != nil {
 		return err
 	}

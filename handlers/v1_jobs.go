@@ -1,10 +1,10 @@
 package handlers
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -101,7 +101,7 @@ func (a *api) createJob(c *gin.Context) {
 // withoutCallback takes "callback_url" out of a job's body (a provider
 // would not know it); the header, if any, wins.
 func withoutCallback(body []byte, header string) ([]byte, string, error) {
-	if !strings.Contains(string(body), `"callback_url"`) {
+	if !bytes.Contains(body, []byte(`"callback_url"`)) {
 		return body, header, nil
 	}
 	var m map[string]json.RawMessage

@@ -255,7 +255,7 @@ func (r *Recorder) flushRejections() {
 	if len(rs) == 0 {
 		return
 	}
-	_ = r.retry("rejection counts", len(rs), func(ctx context.Context) error { return r.sink.AddRejections(ctx, rs) })
+	_ = r.retry("rejection counts", len(rs), 0, func(ctx context.Context) error { return r.sink.AddRejections(ctx, rs) })
 }
 
 // flush stores a batch, retrying with backoff until it lands: inserts are
@@ -276,7 +276,7 @@ func (r *Recorder) flush(batch []models.UsageEvent) {
 	}
 	batch = billed
 	began := time.Now()
-	if r.retry("usage events", len(batch), func(ctx context.Context) error {
+	if r.retry("usage events", len(batch), len(batch), func(ctx context.Context) error {
 		if err := r.sink.InsertUsageEvents(ctx, batch); err != nil {
 			return err
 		}
@@ -290,9 +290,10 @@ func (r *Recorder) flush(batch []models.UsageEvent) {
 }
 
 // retry runs store until it succeeds, with backoff, or until Close's
-// deadline passes: then what is queued is given up, counted and logged. It
-// reports whether store succeeded.
-func (r *Recorder) retry(what string, n int, store func(context.Context) error) bool {
+// deadline passes: then what is queued is given up, counted and logged. n
+// is how many things store stores, events the usage events among them
+// (what counts as lost). It reports whether store succeeded.
+func (r *Recorder) retry(what string, n, events int, store func(context.Context) error) bool {
 	backoff := 100 * time.Millisecond
 	for attempt := 1; ; attempt++ {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -309,12 +310,8 @@ func (r *Recorder) retry(what string, n int, store func(context.Context) error) 
 			for range r.events { // drain what is queued
 				queued++
 			}
-			if what == "usage events" {
-				r.lost.Add(int64(n + queued))
-			} else {
-				r.lost.Add(int64(queued))
-			}
-			r.log.Error(what+" lost: the database stayed unavailable past the shutdown deadline", "count", n+queued)
+			r.lost.Add(int64(events + queued))
+			r.log.Error(what+" lost: the database stayed unavailable past the shutdown deadline", "count", n, "queued_events", queued)
 			return false
 		}
 		backoff = min(2*backoff, 5*time.Second)

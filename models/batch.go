@@ -345,12 +345,12 @@ func finalizeBatch(tx *gorm.DB, id int64, now time.Time, fileTTL time.Duration) 
 }
 
 // OverdueBatches lists batches still open whose window ended before
-// windowEnd, or that began cancelling before cancelEnd: their remaining
-// lines are not coming back.
-func (s *Store) OverdueBatches(ctx context.Context, windowEnd, cancelEnd time.Time, limit int) ([]Batch, error) {
+// before, or that began cancelling before it: their remaining lines are
+// not coming back.
+func (s *Store) OverdueBatches(ctx context.Context, before time.Time, limit int) ([]Batch, error) {
 	var bs []Batch
 	err := s.db.WithContext(ctx).Where("status IN ? AND (expires_at < ? OR (status = ? AND cancelling_at < ?))",
-		[]string{BatchValidating, BatchInProgress, BatchCancelling}, windowEnd.UTC(), BatchCancelling, cancelEnd.UTC()).
+		[]string{BatchValidating, BatchInProgress, BatchCancelling}, before.UTC(), BatchCancelling, before.UTC()).
 		Order("id").Limit(limit).Find(&bs).Error
 	return bs, dbErr(err, "overdue batches")
 }

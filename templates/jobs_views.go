@@ -1,6 +1,9 @@
 package templates
 
-import "strconv"
+import (
+	"strconv"
+	"strings"
+)
 
 // JobsView is the dashboard's queued work: how the latest jobs stand, how
 // far each batch got and what failed, with the downloads of results,
@@ -45,11 +48,6 @@ type BatchRow struct {
 // Done is how many lines have finished.
 func (b BatchRow) Done() int { return b.Completed + b.Failed }
 
-// Open says whether its lines are still running.
-func (b BatchRow) Open() bool {
-	return b.Status == "in_progress" || b.Status == "validating" || b.Status == "cancelling" || b.Status == "finalizing"
-}
-
 // meterWidth is the share of total that n is, as an SVG width out of 100.
 func meterWidth(n, total int) string {
 	if total <= 0 {
@@ -83,15 +81,7 @@ func jobStatusClass(status string) string {
 }
 
 // statusWords writes an API status for people: "in_progress" → "in progress".
-func statusWords(s string) string {
-	b := []byte(s)
-	for i := range b {
-		if b[i] == '_' {
-			b[i] = ' '
-		}
-	}
-	return string(b)
-}
+func statusWords(s string) string { return strings.ReplaceAll(s, "_", " ") }
 
 // AdminQueueView is the job queue as the admin console shows it: jobs
 // (and batch lines) of every organization waiting to run, and how long
