@@ -2,7 +2,10 @@ package main
 
 import (
 	"bufio"
+	"context"
+	"fmt"
 	"io"
+	"log/slog"
 	"maps"
 	"net"
 	"net/http"
@@ -15,7 +18,15 @@ import (
 	"time"
 
 	"github.com/goccy/go-yaml"
+	"github.com/redis/go-redis/v9"
 
+	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/handlers"
+	"github.com/sluicehq/sluice/internal/testdb"
+	"github.com/sluicehq/sluice/jobs"
+	"github.com/sluicehq/sluice/metering"
+	"github.com/sluicehq/sluice/migrations"
+	"github.com/sluicehq/sluice/models"
 	"github.com/sluicehq/sluice/upstream"
 	"github.com/sluicehq/sluice/upstream/mock"
 )
@@ -242,5 +253,75 @@ func TestMetricsOnTheirOwnAddress(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), "sluice_inflight_requests") {
 		t.Errorf("with the token: %d %.200s", resp.StatusCode, body)
+	}
+}
+
+// stuckSink never finishes storing, as a database that hangs would.
+type stuckSink struct{ release chan struct{} }
+
+func (s stuckSink) InsertUsageEvents(ctx context.Context, _ []models.UsageEvent) error {
+	<-s.release
+	return nil
+}
+func (stuckSink) AddRejections(context.Context, []models.Rejections) error  { return nil }
+func (stuckSink) TouchAPITokens(context.Context, map[int64]time.Time) error { return nil }
+
+// /readyz names each thing a node cannot serve without: a schema behind
+// the code, Redis gone, the recorder backed up (the database being down
+// is the handlers' test of the same function's first check).
+func TestReadinessNamesWhatFails(t *testing.T) {
+	ctx := context.Background()
+	db := testdb.SQLite(t)
+	if _, err := jobs.Migrate(ctx, db, ""); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Load(nil, func(string) string { return "" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	sink := stuckSink{release: make(chan struct{})}
+	rec := metering.NewRecorder(sink, slog.New(slog.DiscardHandler), time.Hour, 1)
+	t.Cleanup(func() {
+		close(sink.release)
+		rec.Close(ctx)
+	})
+	down := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", DialTimeout: 100 * time.Millisecond, MaxRetries: -1})
+	t.Cleanup(func() { down.Close() })
+	failing := func(checks []handlers.Check) []string {
+		var out []string
+		for _, c := range checks {
+			if c.Err != nil {
+				out = append(out, c.Name)
+			}
+		}
+		return out
+	}
+
+	ready := readiness(cfg, db, &admission{}, rec)
+	if got := failing(ready(ctx)); len(got) != 0 {
+		t.Fatalf("a fresh node fails %v", got)
+	}
+	// The recorder: one event with the sink, one waiting to be handed
+	// over, one in the loop, then the buffer of 8 fills.
+	for i := range 11 {
+		if err := rec.Record(models.UsageEvent{RequestID: fmt.Sprint("r", i), CreatedAt: time.Now()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for deadline := time.Now().Add(5 * time.Second); rec.Depth() < 8; {
+		if time.Now().After(deadline) {
+			t.Fatalf("the buffer holds %d of %d", rec.Depth(), rec.Capacity())
+		}
+		time.Sleep(time.Millisecond)
+	}
+	sqlDB, _ := db.SQL()
+	latest, _ := migrations.Latest(migrations.SQLite)
+	if _, err := sqlDB.ExecContext(ctx, "DELETE FROM schema_migrations WHERE version = ?", latest); err != nil {
+		t.Fatal(err)
+	}
+	// A new readiness: the schema is checked at most every 30 s.
+	got := failing(readiness(cfg, db, &admission{redis: down}, rec)(ctx))
+	if !slices.Equal(got, []string{"migrations", "redis", "recorder"}) {
+		t.Fatalf("failing %v, want migrations, redis and recorder", got)
 	}
 }
