@@ -209,6 +209,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	}
 	go reloadEvery(ctx, dir, bill.billing, cfg.TokenCacheTTL, log)
 	go gen.providers.PersistRefusals(ctx, gen.pool.Refusals())
+	go gen.pool.Run(ctx)
 	go bill.alerts.Run(ctx)
 	go bill.billing.RunFinalizer(ctx, cfg.FinalizeInterval)
 	if err := queue.Start(ctx); err != nil {
@@ -243,6 +244,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	drainCtx, cancelDrain := context.WithTimeout(context.WithoutCancel(ctx), cfg.ShutdownTimeout)
 	defer cancelDrain()
 	errRecorder := recorder.Close(drainCtx)
+	gen.pool.Flush(drainCtx) // what the last requests owe their keys' buckets
 	if err := <-served; err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return err
 	}

@@ -130,6 +130,10 @@ type keyHealth struct {
 	// limiterFailing is set while the limiter fails for this key's
 	// buckets, so the change is logged once, not every request.
 	limiterFailing bool
+
+	// unsettled is the key's tokens-bucket correction (in the bucket's
+	// units, > 0 a debt, < 0 a refund) queued for Pool.Flush (settle.go).
+	unsettled atomic.Int64
 }
 
 func newKeyHealth(o BreakerOptions) *keyHealth {

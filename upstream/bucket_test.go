@@ -100,6 +100,7 @@ func TestLimiterFailureLogsOnce(t *testing.T) {
 		if err := p.Settle(context.Background(), 1, 20, 5); err != nil {
 			t.Fatalf("Settle returned %v; the pool reports failures itself", err)
 		}
+		p.Flush(context.Background())
 	}
 	if h.total() != n {
 		t.Fatalf("provider saw %d requests, want %d sent unpaced", h.total(), n)

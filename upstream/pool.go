@@ -206,6 +206,7 @@ type Pool struct {
 	rateLimited  atomic.Int64
 	pacingErrors atomic.Int64
 	refusals     chan Refusal
+	settlements  settlements
 }
 
 // Refusal is a key a provider refused (401/403). The pool has stopped
@@ -238,6 +239,7 @@ type keyEntry struct {
 // NewPool returns a pool with no keys; call SetKeys before Do.
 func NewPool(opts PoolOptions) *Pool {
 	p := &Pool{opts: opts.withDefaults(), refusals: make(chan Refusal, refusalBuffer)}
+	p.settlements.wake = make(chan struct{}, 1)
 	p.keys.Store(&keySet{})
 	p.models.init(p.opts.SlowFailures, p.opts.SlowFailure, p.opts.Breaker.CoolDown)
 	return p
@@ -413,43 +415,4 @@ func (p *Pool) limiterWorks(e *keyEntry) {
 		p.opts.Log.Info("upstream key pacing works again", "key", e.key.Name, "key_id", e.key.ID,
 			"pacing_errors_total", p.pacingErrors.Load())
 	}
-}
-
-// Settle corrects a key's tokens bucket once the real usage of a request is
-// known: the bucket was charged estimate tokens at admission, and is charged
-// or refunded the difference now, so pacing follows real usage. It does
-// nothing for an unknown key or a key whose tokens are not paced.
-//
-// A limiter failure is the pool's to report: it is counted in PacingErrors
-// and logged when it starts, and Settle returns nil, so callers need not log
-// (the error result remains for the callers' interface).
-func (p *Pool) Settle(ctx context.Context, keyID, estimate, actual int64) error {
-	for _, e := range p.keys.Load().entries {
-		if e.key.ID == keyID {
-			p.settle(ctx, e, estimate, actual)
-			return nil
-		}
-	}
-	return nil
-}
-
-// settle is Settle for a known key.
-func (p *Pool) settle(ctx context.Context, e *keyEntry, estimate, actual int64) {
-	e.h.mu.Lock()
-	b, ok := e.tokenBucket(estimate)
-	e.h.mu.Unlock()
-	if !ok {
-		return
-	}
-	delta := b.units(actual) - b.weight
-	if delta == 0 {
-		return
-	}
-	if err := p.opts.Limiter.Adjust(ctx, b.key, b.params, delta); err != nil {
-		if ctx.Err() == nil {
-			p.limiterFailed(e, "settling tokens", err)
-		}
-		return
-	}
-	p.limiterWorks(e)
 }

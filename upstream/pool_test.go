@@ -336,6 +336,7 @@ func TestSettleRefundsTheEstimate(t *testing.T) {
 	if err := p.Settle(context.Background(), 1, 10, 1); err != nil {
 		t.Fatal(err)
 	}
+	p.Flush(context.Background())
 	req.Estimate = 9
 	if _, err := p.Do(context.Background(), req); err != nil {
 		t.Fatal(err)

@@ -1,0 +1,115 @@
+package upstream
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// A request's tokens are charged to its key's tokens bucket at an estimate
+// when it is sent (pace) and corrected once its real usage is known. The
+// correction is not on the request's path: it is queued here and sent to
+// the limiter by Run, one Adjust per key for whatever accumulated meanwhile.
+// With the shared (Redis) limiter that is one round trip fewer per request,
+// and under load one per key per round trip instead of one per request.
+//
+// The price is that other nodes see a correction a round trip later, which
+// only matters to a key paced at its limit, and there it errs by one
+// request's estimate at most while the correction is on its way.
+
+// settlements are the corrections waiting for Run.
+type settlements struct {
+	mu      sync.Mutex
+	pending []*keyEntry // keys whose keyHealth.unsettled may be non-zero
+	wake    chan struct{}
+}
+
+// Settle corrects a key's tokens bucket once the real usage of a request is
+// known: the bucket was charged estimate tokens at admission, and is charged
+// or refunded the difference, so pacing follows real usage. It does nothing
+// for an unknown key or a key whose tokens are not paced.
+//
+// The correction reaches the limiter from Run, soon after (Flush sends it
+// now). A limiter failure is the pool's to report: it is counted in
+// PacingErrors and logged when it starts, so Settle returns nil (the error
+// result remains for the callers' interface).
+func (p *Pool) Settle(_ context.Context, keyID, estimate, actual int64) error {
+	for _, e := range p.keys.Load().entries {
+		if e.key.ID == keyID {
+			p.settle(e, estimate, actual)
+			return nil
+		}
+	}
+	return nil
+}
+
+// settle is Settle for a known key.
+func (p *Pool) settle(e *keyEntry, estimate, actual int64) {
+	e.h.mu.Lock()
+	b, ok := e.tokenBucket(estimate)
+	e.h.mu.Unlock()
+	if !ok {
+		return
+	}
+	delta := b.units(actual) - b.weight
+	if delta == 0 {
+		return
+	}
+	// Queued only when the key had nothing pending: otherwise it is in the
+	// queue already (or being flushed, and Flush sends what it finds).
+	if e.h.unsettled.Add(delta) != delta {
+		return
+	}
+	p.settlements.mu.Lock()
+	p.settlements.pending = append(p.settlements.pending, e)
+	p.settlements.mu.Unlock()
+	select {
+	case p.settlements.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Run sends queued settlements to the limiter until ctx ends, then sends
+// what is left (bounded by a few seconds). Every process that serves
+// requests through the pool runs it once.
+func (p *Pool) Run(ctx context.Context) {
+	for {
+		select {
+		case <-p.settlements.wake:
+			p.Flush(ctx)
+		case <-ctx.Done():
+			last, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			p.Flush(last)
+			cancel()
+			return
+		}
+	}
+}
+
+// Flush sends every queued settlement to the limiter now: one Adjust per
+// key, for the sum of its corrections.
+func (p *Pool) Flush(ctx context.Context) {
+	p.settlements.mu.Lock()
+	keys := p.settlements.pending
+	p.settlements.pending = nil
+	p.settlements.mu.Unlock()
+	for _, e := range keys {
+		delta := e.h.unsettled.Swap(0)
+		if delta == 0 {
+			continue
+		}
+		e.h.mu.Lock()
+		b, ok := e.tokenBucket(1)
+		e.h.mu.Unlock()
+		if !ok {
+			continue // the key's tokens are no longer paced
+		}
+		if err := p.opts.Limiter.Adjust(ctx, b.key, b.params, delta); err != nil {
+			if ctx.Err() == nil {
+				p.limiterFailed(e, "settling tokens", err)
+			}
+			continue
+		}
+		p.limiterWorks(e)
+	}
+}
