@@ -109,7 +109,9 @@ func newAdmission(cfg config.Config, db *models.DB, log *slog.Logger, metrics *p
 	}
 	lease := quota.NewRedisLease(client, cfg.RedisPrefix+"tuner-leader", nodeID, 3*cfg.TuneInterval)
 	return &admission{
-		limiter:      limiter,
+		// Buckets far from empty are charged for many requests per round
+		// trip; near empty, one each (quota.Prefetch).
+		limiter:      quota.NewPrefetch(limiter, nil),
 		window:       quota.FallbackWindow{Shared: quota.NewRedisWindow(client, cfg.RedisPrefix), Local: quota.NewMemoryWindow(nil), Timeout: cfg.RedisTimeout},
 		bus:          bus,
 		leader:       lease,

@@ -1,0 +1,230 @@
+package quota
+
+import (
+	"context"
+	"hash/maphash"
+	"sync"
+	"time"
+)
+
+// Prefetch wraps a shared limiter (one Redis round trip per call) so that a
+// bucket far from empty is charged for up to prefetchMax requests at once and
+// the node spends them locally: at high rates, one round trip per many
+// requests instead of one each. Near empty — fewer than prefetchFloor units
+// left, which is every default tier — each request is charged on its own, as
+// without it, so what is admitted there is exact.
+//
+// What is prefetched was charged to the shared bucket before it is spent, so
+// no node admits more than the bucket allows. The cost is allowance charged
+// and not used: a prefetch not spent within prefetchFor is dropped, and it
+// is never more than 1/prefetchShare of what the bucket had left. So all the
+// nodes of a cluster together hold back at most nodes × prefetchMax
+// requests' worth of a bucket that has prefetchFloor or more left.
+//
+// A prefetch holds for the Params it was charged under: a tier change, a
+// learned limit or the auto-tuner's new refill charges the next request on
+// its own. An Adjust that charges a bucket (a debt; a provider key's drain
+// after a 429) drops the prefetch, so the node stops at once.
+type Prefetch struct {
+	next   Limiter
+	now    func() time.Time
+	seed   maphash.Seed
+	shards [numShards]prefetchShard
+}
+
+// Prefetch sizing; see Prefetch.
+const (
+	prefetchMax   = 32
+	prefetchShare = 16
+	prefetchFloor = prefetchShare * prefetchMax
+	prefetchFor   = 250 * time.Millisecond
+	prefetchSweep = 256
+)
+
+var _ Limiter = (*Prefetch)(nil)
+
+type prefetchShard struct {
+	mu sync.Mutex
+	// Only buckets with prefetchFloor or more left at their last charge
+	// have an entry; it goes when its bucket is charged below that, or in
+	// the sweep of expired entries once the shard holds prefetchSweep.
+	m map[string]*prefetched
+}
+
+// prefetched is what a node holds of one bucket (Allow), or of a pair of
+// buckets charged together (AllowBoth; entered under the first key).
+type prefetched struct {
+	pair   string // AllowBoth's second key; "" for Allow
+	pa, pb Params
+	a, b   int64     // units held, not yet spent
+	until  time.Time // dropped after this
+	// What the shared buckets had left after the last charge, net of what
+	// is held: sizes the next charge and the decisions' Remaining.
+	leftA, leftB int64
+}
+
+// NewPrefetch wraps next; now is the clock (nil: time.Now).
+func NewPrefetch(next Limiter, now func() time.Time) *Prefetch {
+	if now == nil {
+		now = time.Now
+	}
+	return &Prefetch{next: next, now: now, seed: maphash.MakeSeed()}
+}
+
+func (f *Prefetch) shard(key string) *prefetchShard {
+	return &f.shards[maphash.String(f.seed, key)>>(64-shardBits)]
+}
+
+// Allow admits from what the node holds of key's bucket, or charges the
+// shared bucket for this request and, when the bucket is far from empty,
+// for the next ones too.
+func (f *Prefetch) Allow(ctx context.Context, key string, p Params, weight int64) (Decision, error) {
+	d, _, err := f.allow(ctx, Charge{Key: key, Params: p, Weight: weight}, Charge{})
+	return d, err
+}
+
+// AllowBoth is Allow for two buckets charged together: a prefetch holds
+// both, for as long as both have enough left.
+func (f *Prefetch) AllowBoth(ctx context.Context, a, b Charge) (Decision, Decision, error) {
+	return f.allow(ctx, a, b)
+}
+
+// Adjust passes through; a debt (delta > 0) also drops what the node holds
+// of the bucket, so that after a drain it stops at once.
+func (f *Prefetch) Adjust(ctx context.Context, key string, p Params, delta int64) error {
+	if delta > 0 {
+		sh := f.shard(key)
+		sh.mu.Lock()
+		delete(sh.m, key)
+		sh.mu.Unlock()
+	}
+	return f.next.Adjust(ctx, key, p, delta)
+}
+
+// allow is Allow (b.Key == "") and AllowBoth.
+func (f *Prefetch) allow(ctx context.Context, a, b Charge) (Decision, Decision, error) {
+	now := f.now()
+	sh := f.shard(a.Key)
+	sh.mu.Lock()
+	h := sh.m[a.Key]
+	if h != nil && h.pair != b.Key {
+		h = nil // another pairing
+	}
+	if h != nil && h.usable(a, b, now) && h.a >= a.Weight && h.b >= b.Weight {
+		h.a -= a.Weight
+		h.b -= b.Weight
+		da, db := held(a, h.leftA+h.a), held(b, h.leftB+h.b)
+		sh.mu.Unlock()
+		return da, db, nil
+	}
+	n := int64(1)
+	if h != nil { // what the bucket had left still sizes the charge
+		n = prefetchSize(h.leftA, a.Weight)
+		if b.Key != "" {
+			n = min(n, prefetchSize(h.leftB, b.Weight))
+		}
+	}
+	sh.mu.Unlock()
+
+	for {
+		da, db, err := f.charge(ctx, a, b, n)
+		if err != nil {
+			return da, db, err
+		}
+		if !da.Allowed || (b.Key != "" && !db.Allowed) {
+			if n > 1 {
+				n = 1 // emptied since the last charge: this request alone
+				continue
+			}
+			return da, db, nil
+		}
+		f.keep(a, b, n, da.Remaining, db.Remaining, now)
+		return withHeld(da, a, n), withHeld(db, b, n), nil
+	}
+}
+
+// prefetchSize is how many requests of weight the next charge takes when
+// the bucket had left units: one below prefetchFloor, else up to
+// prefetchMax and 1/prefetchShare of left.
+func prefetchSize(left, weight int64) int64 {
+	if left < prefetchFloor {
+		return 1
+	}
+	return max(1, min(prefetchMax, left/(prefetchShare*weight)))
+}
+
+// charge takes n requests' weights from the shared buckets.
+func (f *Prefetch) charge(ctx context.Context, a, b Charge, n int64) (Decision, Decision, error) {
+	a.Weight *= n
+	if b.Key == "" {
+		d, err := f.next.Allow(ctx, a.Key, a.Params, a.Weight)
+		return d, Decision{Allowed: true}, err
+	}
+	b.Weight *= n
+	return f.next.AllowBoth(ctx, a, b)
+}
+
+// keep records a charge of n requests, one of them being admitted now, and
+// what the buckets had left after it. A bucket near empty keeps no entry
+// once nothing is held of it.
+func (f *Prefetch) keep(a, b Charge, n, leftA, leftB int64, now time.Time) {
+	sh := f.shard(a.Key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	heldA, heldB := (n-1)*a.Weight, (n-1)*b.Weight
+	if h := sh.m[a.Key]; h != nil && h.pair == b.Key && h.usable(a, b, now) {
+		// Another request charged at the same time: keep both.
+		heldA += h.a
+		heldB += h.b
+	}
+	if heldA == 0 && heldB == 0 && (leftA < prefetchFloor || b.Key != "" && leftB < prefetchFloor) {
+		delete(sh.m, a.Key)
+		return
+	}
+	if sh.m == nil {
+		sh.m = make(map[string]*prefetched)
+	}
+	if len(sh.m) >= prefetchSweep {
+		for k, h := range sh.m {
+			if !now.Before(h.until) {
+				delete(sh.m, k)
+			}
+		}
+	}
+	sh.m[a.Key] = &prefetched{
+		pair: b.Key, pa: a.Params, pb: b.Params,
+		a: heldA, b: heldB,
+		until: now.Add(prefetchFor),
+		leftA: leftA, leftB: leftB,
+	}
+}
+
+// usable says whether what is held may be spent by a request of a and b
+// now: charged under the same Params, and not expired.
+func (h *prefetched) usable(a, b Charge, now time.Time) bool {
+	return h.pa == a.Params && h.pb == b.Params && now.Before(h.until)
+}
+
+// held is the decision for a request admitted from a prefetch: the bucket
+// as it would be had each request been charged on its own, left units in
+// it (refill since the charge not counted).
+func held(c Charge, left int64) Decision {
+	if c.Key == "" {
+		return Decision{Allowed: true}
+	}
+	return Decision{Allowed: true, Limit: c.Params.Capacity, Remaining: left,
+		ResetAfter: time.Duration(float64(c.Params.Capacity-left) / c.Params.RefillPerSec * 1e9)}
+}
+
+// withHeld turns the shared bucket's decision for n requests into the
+// decision for the one admitted now: the other n-1 are still in the bucket
+// as far as this request is concerned.
+func withHeld(d Decision, c Charge, n int64) Decision {
+	if c.Key == "" || n == 1 {
+		return d
+	}
+	held := (n - 1) * c.Weight
+	d.Remaining += held
+	d.ResetAfter -= time.Duration(float64(held) / c.Params.RefillPerSec * 1e9)
+	return d
+}

@@ -1,0 +1,228 @@
+package quota
+
+import (
+	"context"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// chargeCounter counts the calls that reach the limiter behind a Prefetch.
+type chargeCounter struct {
+	Limiter
+	charges atomic.Int64
+}
+
+func (c *chargeCounter) Allow(ctx context.Context, key string, p Params, weight int64) (Decision, error) {
+	c.charges.Add(1)
+	return c.Limiter.Allow(ctx, key, p, weight)
+}
+
+func (c *chargeCounter) AllowBoth(ctx context.Context, a, b Charge) (Decision, Decision, error) {
+	c.charges.Add(1)
+	return c.Limiter.AllowBoth(ctx, a, b)
+}
+
+func prefetchAllow(t testing.TB, l Limiter, key string, p Params, weight int64) Decision {
+	t.Helper()
+	d, err := l.Allow(context.Background(), key, p, weight)
+	if err != nil {
+		t.Fatalf("Allow(%q): %v", key, err)
+	}
+	return d
+}
+
+// TestPrefetchFarFromEmpty: a big bucket is charged once per prefetchMax
+// requests, and each decision reports the bucket as if every request had
+// been charged on its own.
+func TestPrefetchFarFromEmpty(t *testing.T) {
+	clk := newFakeClock()
+	shared := &chargeCounter{Limiter: NewMemory(clk.Now)}
+	f := NewPrefetch(shared, clk.Now)
+	p := Params{Capacity: 1_000_000, RefillPerSec: 1}
+	for i := int64(1); i <= 100; i++ {
+		d := prefetchAllow(t, f, "big", p, 1)
+		if !d.Allowed || d.Remaining != p.Capacity-i {
+			t.Fatalf("request %d: %+v, want allowed with %d left", i, d, p.Capacity-i)
+		}
+	}
+	// Requests 1 (sizes the next), 2 (32), 34, 66 and 98 charge.
+	if got := shared.charges.Load(); got != 5 {
+		t.Fatalf("%d charges for 100 requests, want 5", got)
+	}
+}
+
+// TestPrefetchNearEmpty: a bucket below prefetchFloor — every default tier
+// — is charged once per request, and admits exactly its capacity.
+func TestPrefetchNearEmpty(t *testing.T) {
+	clk := newFakeClock()
+	shared := &chargeCounter{Limiter: NewMemory(clk.Now)}
+	f := NewPrefetch(shared, clk.Now)
+	p := Params{Capacity: 200, RefillPerSec: 5} // premium
+	admitted := 0
+	for range 250 {
+		if prefetchAllow(t, f, "premium", p, 1).Allowed {
+			admitted++
+		}
+	}
+	if admitted != 200 || shared.charges.Load() != 250 {
+		t.Fatalf("admitted %d with %d charges, want 200 with one charge per request (250)", admitted, shared.charges.Load())
+	}
+}
+
+// TestPrefetchEnds: what a node holds is dropped after prefetchFor, when
+// the bucket's Params change, and when the bucket is charged a debt.
+func TestPrefetchEnds(t *testing.T) {
+	clk := newFakeClock()
+	shared := &chargeCounter{Limiter: NewMemory(clk.Now)}
+	f := NewPrefetch(shared, clk.Now)
+	p := Params{Capacity: 1_000_000, RefillPerSec: 1000}
+	prefetchAllow(t, f, "k", p, 1)
+	prefetchAllow(t, f, "k", p, 1) // charges 32
+	step := func(what string, want int64) {
+		t.Helper()
+		before := shared.charges.Load()
+		prefetchAllow(t, f, "k", p, 1)
+		if got := shared.charges.Load() - before; got != want {
+			t.Fatalf("%s: %d charges, want %d", what, got, want)
+		}
+	}
+	step("held", 0)
+	clk.Advance(prefetchFor)
+	step("expired", 1)
+	step("held again", 0)
+	p.RefillPerSec = 500 // the auto-tuner's new refill
+	step("new params", 1)
+	step("held under the new params", 0)
+	if err := f.Adjust(context.Background(), "k", p, 10); err != nil {
+		t.Fatal(err)
+	}
+	step("after a debt", 1)
+}
+
+// TestPrefetchBoth: AllowBoth holds both buckets; a request heavier than
+// what is held of either is charged.
+func TestPrefetchBoth(t *testing.T) {
+	clk := newFakeClock()
+	shared := &chargeCounter{Limiter: NewMemory(clk.Now)}
+	f := NewPrefetch(shared, clk.Now)
+	req := Charge{Key: "r", Params: Params{Capacity: 100_000, RefillPerSec: 1000}, Weight: 1}
+	tok := Charge{Key: "t", Params: Params{Capacity: 10_000_000, RefillPerSec: 100_000}, Weight: 100}
+	both := func() (Decision, Decision) {
+		t.Helper()
+		da, db, err := f.AllowBoth(context.Background(), req, tok)
+		if err != nil || !da.Allowed || !db.Allowed {
+			t.Fatalf("AllowBoth: %+v %+v %v", da, db, err)
+		}
+		return da, db
+	}
+	both()
+	both() // charges 32 of each
+	before := shared.charges.Load()
+	_, db := both()
+	if shared.charges.Load() != before || db.Remaining != tok.Params.Capacity-3*100 {
+		t.Fatalf("third request: %d charges, tokens left %d; want held, %d left",
+			shared.charges.Load()-before, db.Remaining, tok.Params.Capacity-300)
+	}
+	tok.Weight = 100 * 40 // more than the 29 requests of 100 still held
+	both()
+	if shared.charges.Load() != before+1 {
+		t.Fatal("a request heavier than what is held was not charged")
+	}
+}
+
+// TestPrefetchNeverOverAdmits: three nodes, each with its own Prefetch on
+// one shared bucket, 16 goroutines each, until the bucket is empty: never
+// more admitted than the bucket holds, and at most what the nodes still
+// hold fewer.
+func TestPrefetchNeverOverAdmits(t *testing.T) {
+	clk := newFakeClock()
+	shared := NewMemory(clk.Now)
+	testPrefetchNeverOverAdmits(t, shared, clk)
+}
+
+func TestPrefetchNeverOverAdmitsRedis(t *testing.T) {
+	clk := newFakeClock()
+	shared, _ := rlSetup(t, clk)
+	testPrefetchNeverOverAdmits(t, shared, clk)
+}
+
+func testPrefetchNeverOverAdmits(t *testing.T, shared Limiter, clk *fakeClock) {
+	const capacity = 5000
+	p := Params{Capacity: capacity, RefillPerSec: 0.001}
+	var admitted atomic.Int64
+	var wg sync.WaitGroup
+	for range 3 {
+		node := NewPrefetch(shared, clk.Now)
+		for range 16 {
+			wg.Go(func() {
+				for {
+					d, err := node.Allow(context.Background(), "k", p, 1)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					if !d.Allowed {
+						return
+					}
+					admitted.Add(1)
+				}
+			})
+		}
+	}
+	wg.Wait()
+	got := admitted.Load()
+	if got > capacity || got < capacity-3*prefetchMax {
+		t.Fatalf("admitted %d of a bucket of %d, want between %d and %d", got, capacity, capacity-3*prefetchMax, capacity)
+	}
+}
+
+// TestPrefetchRoundTrips: on the Redis limiter, 1,000 requests on a big
+// bucket cost a few dozen round trips, not 1,000.
+func TestPrefetchRoundTrips(t *testing.T) {
+	counter := newRLCounter()
+	clk := newFakeClock()
+	shared, _ := rlSetup(t, clk, counter)
+	f := NewPrefetch(shared, clk.Now)
+	p := Params{Capacity: 1_000_000, RefillPerSec: 1_000_000}
+	for range 1000 {
+		if !prefetchAllow(t, f, "k", p, 1).Allowed {
+			t.Fatal("refused")
+		}
+		clk.Advance(time.Millisecond)
+	}
+	if n := rlTotal(counter.counts()); n > 1000/prefetchMax+5 {
+		t.Fatalf("%d round trips for 1,000 requests (%v), want about %d", n, counter.counts(), 1000/prefetchMax)
+	}
+}
+
+// TestPrefetchForgetsIdleBuckets: entries of buckets no longer used are
+// swept once expired, so the node holds the busy buckets, not every big
+// bucket it ever served.
+func TestPrefetchForgetsIdleBuckets(t *testing.T) {
+	clk := newFakeClock()
+	f := NewPrefetch(NewMemory(clk.Now), clk.Now)
+	p := Params{Capacity: 1_000_000, RefillPerSec: 1}
+	entries := func() (n int) {
+		for i := range f.shards {
+			n += len(f.shards[i].m)
+		}
+		return n
+	}
+	const keys = 20_000
+	for i := range keys {
+		prefetchAllow(t, f, "old:"+strconv.Itoa(i), p, 1)
+	}
+	if got := entries(); got != keys {
+		t.Fatalf("%d entries after %d big buckets, want one each", got, keys)
+	}
+	clk.Advance(prefetchFor)
+	for i := range keys {
+		prefetchAllow(t, f, "new:"+strconv.Itoa(i), p, 1)
+	}
+	if got := entries(); got >= keys+numShards*prefetchSweep {
+		t.Fatalf("%d entries: the expired ones were not swept", got)
+	}
+}
