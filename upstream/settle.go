@@ -69,10 +69,17 @@ func (p *Pool) settle(e *keyEntry, estimate, actual int64) {
 	}
 }
 
+// settleEvery is the least time between two flushes of Run: at 1,000
+// requests a second, one Adjust per key for about ten requests, and other
+// nodes see a correction at most this much later.
+const settleEvery = 10 * time.Millisecond
+
 // Run sends queued settlements to the limiter until ctx ends, then sends
 // what is left (bounded by a few seconds). Every process that serves
 // requests through the pool runs it once.
 func (p *Pool) Run(ctx context.Context) {
+	pause := time.NewTimer(0)
+	defer pause.Stop()
 	for {
 		select {
 		case <-p.settlements.wake:
@@ -82,6 +89,12 @@ func (p *Pool) Run(ctx context.Context) {
 			p.Flush(last)
 			cancel()
 			return
+		}
+		// Let corrections gather before the next flush.
+		pause.Reset(settleEvery)
+		select {
+		case <-pause.C:
+		case <-ctx.Done():
 		}
 	}
 }
