@@ -539,3 +539,101 @@ func TestBatchLinesAndTheJobList(t *testing.T) {
 		}
 	})
 }
+
+// A frozen token's job is not failed: it waits for the thaw, in place when
+// the freeze ends within MaxWait, else snoozed (the worker is freed), and
+// then runs once.
+func TestAFrozenTokensJobWaitsForTheThaw(t *testing.T) {
+	each(t, func(t *testing.T, db *models.DB, url string) {
+		f := newFixture(t, db, url)
+		ctx := context.Background()
+		acc, err := accounts.NewService(f.store, f.dir, cluster.None{}, accounts.NewLoginThrottle(nil), 4)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// freeze freezes the token until d from now (the tier's freeze is
+		// a whole minute: it is dated back to end at the right time).
+		freeze := func(d time.Duration) time.Time {
+			t.Helper()
+			minute := time.Duration(f.caller.Tier.FreezeMinutes) * time.Minute
+			fr, err := acc.Freeze(ctx, f.caller, 99, time.Now().Add(d-minute))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return fr.FrozenUntil
+		}
+		q := f.queue(Config{MaxWait: 2 * time.Second}, nil)
+		f.start(q)
+		for _, c := range []struct {
+			name   string
+			frozen time.Duration
+		}{{"waits in place", 600 * time.Millisecond}, {"snoozed", 3 * time.Second}} {
+			before := f.calls.Load()
+			until := freeze(c.frozen)
+			j, err := q.Enqueue(ctx, f.pipe, f.caller, []byte(jobBody), "", "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(c.frozen / 3)
+			if got, _ := q.Get(ctx, f.caller.OrgID, j.ID); got.Status != Queued && got.Status != Running || f.calls.Load() != before {
+				t.Fatalf("%s: while frozen the job is %s with %d provider calls; want it waiting, unsent", c.name, got.Status, f.calls.Load()-before)
+			}
+			done := f.wait(q, j.ID, 15*time.Second)
+			if done.Status != Succeeded || f.calls.Load() != before+1 || done.FinishedAt.Before(until) {
+				t.Fatalf("%s: %+v %+v, %d provider calls; want one success after the thaw at %v", c.name, done, done.Output, f.calls.Load()-before, until)
+			}
+		}
+	})
+}
+
+// A job whose token was revoked after it was queued fails at once with the
+// reason, and reaches no provider.
+func TestARevokedTokensJobFails(t *testing.T) {
+	each(t, func(t *testing.T, db *models.DB, url string) {
+		f := newFixture(t, db, url)
+		ctx := context.Background()
+		q := f.queue(Config{}, nil)
+		j, err := q.Enqueue(ctx, f.pipe, f.caller, []byte(jobBody), "", "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		owner := models.User{ID: f.caller.UserID, OrgID: f.caller.OrgID}
+		if _, err := f.store.RevokeAPIToken(ctx, owner, f.caller.OrgID, f.tokenID); err != nil {
+			t.Fatal(err)
+		}
+		f.start(q)
+		done := f.wait(q, j.ID, 10*time.Second)
+		if done.Status != Failed || done.Attempts != 1 || done.Output == nil || done.Output.Status != 401 || done.Output.Error == nil ||
+			done.Output.Error.Code != "revoked_api_key" || done.Output.Error.Message != "the API key has been revoked" || f.calls.Load() != 0 {
+			t.Fatalf("%+v %+v, %d provider calls", done, done.Output, f.calls.Load())
+		}
+	})
+}
+
+// With every provider down, a job of a tier that falls back to the local
+// model succeeds on it, metered as a fallback.
+func TestAJobFallsBackToTheLocalModel(t *testing.T) {
+	each(t, func(t *testing.T, db *models.DB, url string) {
+		f := newFixture(t, db, url)
+		ctx := context.Background()
+		db.Gorm.Exec("UPDATE tiers SET upstream_fallback = 'local'")
+		f.dir.ReloadTiers(ctx)
+		f.caller, _ = f.dir.CallerByTokenID(ctx, f.tokenID)
+		f.provider.Close()
+		q := f.queue(Config{}, nil)
+		f.start(q)
+		j, err := q.Enqueue(ctx, f.pipe, f.caller, []byte(jobBody), "", "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := f.wait(q, j.ID, 15*time.Second)
+		if done.Status != Succeeded || done.Output == nil || done.Output.Status != 200 || !strings.Contains(string(done.Output.Body), `"choices"`) {
+			t.Fatalf("%+v %+v", done, done.Output)
+		}
+		var fallback []bool
+		db.Gorm.Raw("SELECT fallback FROM usage_events WHERE request_id = ?", j.ID).Scan(&fallback)
+		if len(fallback) != 1 || !fallback[0] {
+			t.Fatalf("usage rows' fallback %v, want one row, a fallback", fallback)
+		}
+	})
+}
