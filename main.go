@@ -215,7 +215,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	if err := queue.Start(ctx); err != nil {
 		return fmt.Errorf("start the job queue: %w", err)
 	}
-	go batchService.Run(ctx, time.Minute)
+	go batchService.Run(ctx, queue, time.Minute)
 	go func() {
 		if err := runTuner(ctx, cfg, adm, acc, store, inFlight, latency, gen.pool, log); err != nil {
 			log.Error("auto-tuner stopped", "err", err)

@@ -52,11 +52,19 @@ type Service struct {
 	pipeline *completion.Pipeline
 	log      *slog.Logger
 	cfg      Config
+	// wakes are the cancelled batches whose waiting lines Run wakes, so
+	// that the cancel request does not wait for it (a large batch has
+	// thousands of lines to wake, one queue call each).
+	wakes chan int64
 }
+
+// pendingWakes is how many cancellations wait for Run to wake their lines.
+// Beyond it, a line finds its batch cancelled when its own wait ends.
+const pendingWakes = 64
 
 // New returns the batches on d.Store.
 func New(d Deps, cfg Config) *Service {
-	return &Service{store: d.Store, pipeline: d.Pipeline, log: d.Log, cfg: cfg}
+	return &Service{store: d.Store, pipeline: d.Pipeline, log: d.Log, cfg: cfg, wakes: make(chan int64, pendingWakes)}
 }
 
 func (s *Service) now() time.Time { return s.cfg.Now().UTC() }
@@ -64,6 +72,7 @@ func (s *Service) now() time.Time { return s.cfg.Now().UTC() }
 // Queue is where a batch's lines run: the job queue.
 type Queue interface {
 	EnqueueBatch(ctx context.Context, caller accounts.Caller, batchID int64, lines []jobs.Line) error
+	// WakeBatch makes the batch's lines that wait run now.
 	WakeBatch(ctx context.Context, batchID int64) error
 }
 
@@ -212,9 +221,9 @@ func (s *Service) List(ctx context.Context, orgID int64, after string, limit int
 
 // Cancel stops one of orgID's batches: lines not started are skipped (and
 // go to the error file as batch_cancelled), running ones finish; the batch
-// is cancelling until they have, then cancelled. q wakes the lines that
-// wait, so they are skipped now.
-func (s *Service) Cancel(ctx context.Context, q Queue, orgID int64, id string) (models.Batch, error) {
+// is cancelling until they have, then cancelled. Run wakes the lines that
+// wait, so they are skipped soon after, not when their wait ends.
+func (s *Service) Cancel(ctx context.Context, orgID int64, id string) (models.Batch, error) {
 	n, ok := parseID(id, "batch_")
 	if !ok {
 		return models.Batch{}, models.ErrNoBatch
@@ -224,9 +233,9 @@ func (s *Service) Cancel(ctx context.Context, q Queue, orgID int64, id string) (
 		return b, err
 	}
 	if b.Status == models.BatchCancelling {
-		if err := q.WakeBatch(ctx, b.ID); err != nil {
-			// They are skipped when they wake by themselves.
-			s.log.Warn("waking a cancelled batch's waiting lines failed", "batch_id", ID(b.ID), "err", err)
+		select {
+		case s.wakes <- b.ID:
+		default: // Run is behind: the lines are skipped when they wake by themselves
 		}
 	}
 	return b, nil

@@ -380,12 +380,16 @@ func TestCancellingABatch(t *testing.T) {
 			lines = append(lines, line(fmt.Sprintf("req-%02d", i), fmt.Sprintf("prompt %d", i)))
 		}
 		b := f.create(q, caller, strings.Join(lines, "\n"))
+		runCtx, stop := context.WithCancel(ctx)
+		ran := make(chan struct{})
+		go func() { f.svc.Run(runCtx, q, time.Hour); close(ran) }() // wakes the waiting lines
+		t.Cleanup(func() { stop(); <-ran })
 		waitFor(t, 10*time.Second, "a line answered", func() bool { return f.calls.Load() >= 1 })
-		c, err := f.svc.Cancel(ctx, q, caller.OrgID, batches.ID(b.ID))
+		c, err := f.svc.Cancel(ctx, caller.OrgID, batches.ID(b.ID))
 		if err != nil || c.Status != "cancelling" || c.CancellingAt == nil {
 			t.Fatalf("cancel: %+v %v", c, err)
 		}
-		if again, err := f.svc.Cancel(ctx, q, caller.OrgID, batches.ID(b.ID)); err != nil || !(again.Status == "cancelling" || again.Status == "cancelled") {
+		if again, err := f.svc.Cancel(ctx, caller.OrgID, batches.ID(b.ID)); err != nil || !(again.Status == "cancelling" || again.Status == "cancelled") {
 			t.Fatalf("cancel again: %+v %v", again, err)
 		}
 		done := f.wait(caller, b.ID, 15*time.Second)
@@ -402,10 +406,10 @@ func TestCancellingABatch(t *testing.T) {
 			}
 		}
 		// A finished batch cannot be cancelled; another tenant's is not found.
-		if _, err := f.svc.Cancel(ctx, q, caller.OrgID, batches.ID(b.ID)); err != nil {
+		if _, err := f.svc.Cancel(ctx, caller.OrgID, batches.ID(b.ID)); err != nil {
 			t.Errorf("cancelling a cancelled batch returns it: %v", err)
 		}
-		if _, err := f.svc.Cancel(ctx, q, f.other.OrgID, batches.ID(b.ID)); apperr.CodeOf(err) != apperr.NotFound {
+		if _, err := f.svc.Cancel(ctx, f.other.OrgID, batches.ID(b.ID)); apperr.CodeOf(err) != apperr.NotFound {
 			t.Errorf("another tenant cancels: %v", err)
 		}
 	})
@@ -422,7 +426,7 @@ func TestAnotherTenantsBatchesAndFilesAreNotFound(t *testing.T) {
 		fileID := batches.FileID(b.InputFileID)
 		for name, err := range map[string]error{
 			"get batch":    second(f.svc.Get(ctx, f.other.OrgID, batches.ID(b.ID))),
-			"cancel batch": second(f.svc.Cancel(ctx, q, f.other.OrgID, batches.ID(b.ID))),
+			"cancel batch": second(f.svc.Cancel(ctx, f.other.OrgID, batches.ID(b.ID))),
 			"get file":     second(f.svc.File(ctx, f.other.OrgID, fileID)),
 			"file content": second(f.svc.FileContent(ctx, f.other.OrgID, fileID)),
 			"delete file":  f.svc.DeleteFile(ctx, f.other.OrgID, fileID),
@@ -681,6 +685,49 @@ func (h *heldQueue) EnqueueBatch(_ context.Context, _ accounts.Caller, _ int64, 
 }
 
 func (*heldQueue) WakeBatch(context.Context, int64) error { return nil }
+
+// wakeRecorder is a heldQueue that says which batches it was asked to wake.
+type wakeRecorder struct {
+	heldQueue
+	woke chan int64
+}
+
+func (w *wakeRecorder) WakeBatch(_ context.Context, id int64) error {
+	w.woke <- id
+	return nil
+}
+
+// Cancelling answers at once: the batch's waiting lines are woken by Run,
+// not inside the request.
+func TestCancelWakesTheLinesInTheBackground(t *testing.T) {
+	each(t, func(t *testing.T, db *models.DB, url string) {
+		f := newFixture(t, db, url)
+		ctx := context.Background()
+		q := &wakeRecorder{woke: make(chan int64, 1)}
+		b := f.create(q, f.caller, line("a", "one")+"\n"+line("b", "two"))
+		c, err := f.svc.Cancel(ctx, f.caller.OrgID, batches.ID(b.ID))
+		if err != nil || c.Status != "cancelling" {
+			t.Fatalf("cancel: %+v %v", c, err)
+		}
+		select {
+		case id := <-q.woke:
+			t.Fatalf("batch %d woken inside Cancel", id)
+		default:
+		}
+		runCtx, stop := context.WithCancel(ctx)
+		ran := make(chan struct{})
+		go func() { f.svc.Run(runCtx, q, time.Hour); close(ran) }()
+		defer func() { stop(); <-ran }()
+		select {
+		case id := <-q.woke:
+			if id != b.ID {
+				t.Fatalf("woke batch %d, want %d", id, b.ID)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("Run did not wake the cancelled batch's lines")
+		}
+	})
+}
 
 func second[T any](_ T, err error) error { return err }
 

@@ -46,14 +46,20 @@ func (s *Service) Sweep(ctx context.Context) error {
 	return nil
 }
 
-// Run sweeps every interval until ctx ends.
-func (s *Service) Run(ctx context.Context, every time.Duration) {
+// Run sweeps every interval, and wakes the waiting lines of the batches
+// Cancel stopped, on q, until ctx ends.
+func (s *Service) Run(ctx context.Context, q Queue, every time.Duration) {
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
+		case id := <-s.wakes:
+			if err := q.WakeBatch(ctx, id); err != nil && ctx.Err() == nil {
+				// They are skipped when they wake by themselves.
+				s.log.Warn("waking a cancelled batch's waiting lines failed", "batch_id", ID(id), "err", err)
+			}
 		case <-t.C:
 			if err := s.Sweep(ctx); err != nil && ctx.Err() == nil {
 				s.log.Warn("sweeping batches failed; the next sweep tries again", "err", err)

@@ -375,7 +375,7 @@ func (a *api) cancelBatch(c *gin.Context) {
 		a.fail(c, errNoBatches)
 		return
 	}
-	b, err := a.Batches.Cancel(c.Request.Context(), a.Jobs, callerOf(c).OrgID, c.Param("id"))
+	b, err := a.Batches.Cancel(c.Request.Context(), callerOf(c).OrgID, c.Param("id"))
 	if err != nil {
 		a.fail(c, err)
 		return
