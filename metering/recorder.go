@@ -42,6 +42,11 @@ type Recorder struct {
 	mu     sync.RWMutex // guards closed against Record racing Close
 	closed bool
 	events chan models.UsageEvent
+	// nudge tells loop that a batch's worth is queued (or the buffer is
+	// closed). loop does not wait on events itself: a receiver waiting on
+	// the channel would be woken by every Record, a goroutine switch on
+	// every request's path.
+	nudge chan struct{}
 
 	rejMu      sync.Mutex // guards rejections, which are counted, not queued
 	rejections map[rejectionKey]*models.Rejections
@@ -94,6 +99,7 @@ func NewRecorder(sink Sink, log *slog.Logger, interval time.Duration, maxBatch i
 	r := &Recorder{
 		sink: sink, log: log, maxBatch: maxBatch, interval: interval,
 		events:     make(chan models.UsageEvent, 8*maxBatch),
+		nudge:      make(chan struct{}, 1),
 		rejections: make(map[rejectionKey]*models.Rejections),
 		closing:    make(chan struct{}),
 		abandon:    make(chan struct{}),
@@ -187,14 +193,26 @@ func (r *Recorder) Record(ev models.UsageEvent) error {
 	}
 	select {
 	case r.events <- ev:
+		if len(r.events) >= r.maxBatch {
+			r.wake()
+		}
 		return nil
 	default:
 	}
+	r.wake()
 	select {
 	case r.events <- ev:
 		return nil
 	case <-r.closing:
 		return ErrClosed
+	}
+}
+
+// wake nudges loop to take what is queued now.
+func (r *Recorder) wake() {
+	select {
+	case r.nudge <- struct{}{}:
+	default:
 	}
 }
 
@@ -207,6 +225,7 @@ func (r *Recorder) Close(ctx context.Context) error {
 	if !r.closed {
 		r.closed = true
 		close(r.events)
+		r.wake()
 	}
 	r.mu.Unlock()
 	select {
@@ -219,8 +238,8 @@ func (r *Recorder) Close(ctx context.Context) error {
 	}
 }
 
-// loop collects events into batches for the flushers until the buffer is
-// closed and drained.
+// loop collects events into batches for the flushers, every interval or
+// when nudged, until the buffer is closed and drained.
 func (r *Recorder) loop() {
 	tick := time.NewTicker(r.interval)
 	defer tick.Stop()
@@ -231,19 +250,37 @@ func (r *Recorder) loop() {
 			batch = make([]models.UsageEvent, 0, r.maxBatch)
 		}
 	}
+	// drain moves what is queued into batches, sending each full one; it
+	// reports false once the buffer is closed and empty.
+	drain := func() bool {
+		for {
+			select {
+			case ev, ok := <-r.events:
+				if !ok {
+					return false
+				}
+				batch = append(batch, ev)
+				if len(batch) >= r.maxBatch {
+					send()
+				}
+			default:
+				return true
+			}
+		}
+	}
 	for {
 		select {
-		case ev, ok := <-r.events:
-			if !ok {
+		case <-r.nudge:
+			if !drain() {
 				send()
 				return
 			}
-			batch = append(batch, ev)
-			if len(batch) >= r.maxBatch {
-				send()
-			}
 		case <-tick.C:
+			open := drain()
 			send()
+			if !open {
+				return
+			}
 			r.flushRejections()
 		}
 	}
