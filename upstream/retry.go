@@ -88,7 +88,7 @@ func (p *Pool) Do(ctx context.Context, req Request) (*Response, error) {
 		if r.kind != attemptDone || r.resp.Status/100 != 2 {
 			// Nothing was generated: give the key's tokens back, or failed
 			// and refused requests would drain it for every tenant.
-			p.settle(e, req.Estimate, 0)
+			p.refund(context.WithoutCancel(ctx), e, req.Estimate)
 		}
 		switch r.kind {
 		case attemptDone:

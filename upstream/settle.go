@@ -15,7 +15,8 @@ import (
 //
 // The price is that other nodes see a correction a round trip later, which
 // only matters to a key paced at its limit, and there it errs by one
-// request's estimate at most while the correction is on its way.
+// request's estimate at most while the correction is on its way. An
+// attempt that generated nothing is refunded at once instead (refund).
 
 // settlements are the corrections waiting for Run.
 type settlements struct {
@@ -73,6 +74,26 @@ func (p *Pool) settle(e *keyEntry, estimate, actual int64) {
 // requests a second, one Adjust per key for about ten requests, and other
 // nodes see a correction at most this much later.
 const settleEvery = 10 * time.Millisecond
+
+// refund gives the tokens of an attempt that generated nothing back at
+// once, not queued: the next attempt, maybe on this key and at once, must
+// find them there. A failure is off the fast path, so the round trip is
+// affordable there.
+func (p *Pool) refund(ctx context.Context, e *keyEntry, estimate int64) {
+	e.h.mu.Lock()
+	b, ok := e.tokenBucket(estimate)
+	e.h.mu.Unlock()
+	if !ok {
+		return
+	}
+	if err := p.opts.Limiter.Adjust(ctx, b.key, b.params, -b.weight); err != nil {
+		if ctx.Err() == nil {
+			p.limiterFailed(e, "refunding tokens", err)
+		}
+		return
+	}
+	p.limiterWorks(e)
+}
 
 // Run sends queued settlements to the limiter until ctx ends, then sends
 // what is left (bounded by a few seconds). Every process that serves

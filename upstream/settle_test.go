@@ -14,7 +14,6 @@ import (
 type countingLimiter struct {
 	quota.Limiter
 	mu       sync.Mutex
-	charges  []int64 // the requests bucket's weight of each Allow/AllowBoth
 	adjusts  []int64 // each Adjust's delta
 	adjusted chan struct{}
 }
