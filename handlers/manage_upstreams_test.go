@@ -34,12 +34,12 @@ func TestUpstreamRatesAPI(t *testing.T) {
 		{"tpm 1e12 in exponent form", `"tpm":1e12`, 201, "", 0, 1000000000000},
 		{"largest int64", `"rpm":9223372036854775807,"tpm":9223372036854775807`, 201, "", 9223372036854775807, 9223372036854775807},
 		{"unknown (absent, null, 0)", `"rpm":null,"tpm":0`, 201, "", 0, 0},
-		{"negative rpm", `"rpm":-1`, 422, "rpm", 0, 0},
-		{"fractional tpm", `"tpm":1500.5`, 422, "tpm", 0, 0},
-		{"tpm beyond int64", `"tpm":1e19`, 422, "tpm", 0, 0},
-		{"tpm as a string", `"tpm":"lots"`, 422, "tpm", 0, 0},
-		{"rpm as a bool", `"rpm":true`, 422, "rpm", 0, 0},
-		{"huge exponent", `"tpm":1e999999999`, 422, "tpm", 0, 0},
+		{"negative rpm", `"rpm":-1`, 400, "rpm", 0, 0},
+		{"fractional tpm", `"tpm":1500.5`, 400, "tpm", 0, 0},
+		{"tpm beyond int64", `"tpm":1e19`, 400, "tpm", 0, 0},
+		{"tpm as a string", `"tpm":"lots"`, 400, "tpm", 0, 0},
+		{"rpm as a bool", `"rpm":true`, 400, "rpm", 0, 0},
+		{"huge exponent", `"tpm":1e999999999`, 400, "tpm", 0, 0},
 	}
 	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

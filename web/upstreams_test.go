@@ -65,7 +65,7 @@ func TestUpstreamFormRates(t *testing.T) {
 	}
 	for field, bad := range map[string]string{"rpm": "-5", "tpm": "1.5"} {
 		w := admin.post("/admin/upstreams", upstreamValues(map[string]string{"name": "other", field: bad}))
-		w.expectFormError(http.StatusUnprocessableEntity, "add-upstream-form",
+		w.expectFormError(http.StatusBadRequest, "add-upstream-form",
 			field+" must be a whole number of 0 (unknown) or more, at most 9223372036854775807 (e.g. 1000000000000 or 1e12)")
 	}
 }
