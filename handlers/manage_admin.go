@@ -76,13 +76,9 @@ func (m *manage) adminOrganizations(c *gin.Context) {
 
 // pageParam reads ?page=, a whole number from 1 (1 when absent).
 func pageParam(c *gin.Context) (int, error) {
-	v := c.Query("page")
-	if v == "" {
-		return 1, nil
-	}
-	n, err := strconv.Atoi(v)
-	if err != nil || n < 1 || n > 1_000_000 {
-		return 0, apperr.Field(apperr.Invalid, "invalid_page", "page", "page must be a whole number from 1")
+	n, ok := models.ParsePage(c.Query("page"))
+	if !ok {
+		return 0, apperr.Field(apperr.Invalid, "invalid_page", "page", "page must be a whole number from 1 to "+strconv.Itoa(models.MaxPage))
 	}
 	return n, nil
 }

@@ -2,6 +2,7 @@ package models
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"time"
 
@@ -56,6 +57,23 @@ func ValidOverviewSort(key string) bool {
 
 // OverviewPageSize is how many organizations a page of the overview shows.
 const OverviewPageSize = 50
+
+// MaxPage is the highest page number a list takes (?page=): beyond any
+// list's length, and low enough that page × size never overflows an offset.
+const MaxPage = 100_000
+
+// ParsePage reads a ?page= value: 1 when empty; ok is false unless it is a
+// whole number from 1 to MaxPage.
+func ParsePage(s string) (page int, ok bool) {
+	if s == "" {
+		return 1, true
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 1 || n > MaxPage {
+		return 0, false
+	}
+	return n, true
+}
 
 // MaxOverviewSearch bounds the overview's search text, in bytes.
 const MaxOverviewSearch = 200
@@ -134,7 +152,7 @@ func (s *Store) OrganizationOverview(ctx context.Context, q OverviewQuery) (Over
 	if q.PageSize <= 0 {
 		q.PageSize = OverviewPageSize
 	}
-	q.Page = max(q.Page, 1)
+	q.Page = min(max(q.Page, 1), MaxPage)
 	dir := "ASC"
 	if q.Desc {
 		dir = "DESC"

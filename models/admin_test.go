@@ -427,3 +427,29 @@ func TestAuditEntriesFilter(t *testing.T) {
 		}
 	})
 }
+
+func TestParsePage(t *testing.T) {
+	for in, want := range map[string]int{"": 1, "1": 1, "7": 7, "100000": models.MaxPage} {
+		if got, ok := models.ParsePage(in); !ok || got != want {
+			t.Errorf("ParsePage(%q) = %d, %v; want %d", in, got, ok, want)
+		}
+	}
+	for _, in := range []string{"0", "-1", "100001", "9223372036854775807", "1e3", "x", " 1"} {
+		if got, ok := models.ParsePage(in); ok {
+			t.Errorf("ParsePage(%q) = %d, accepted", in, got)
+		}
+	}
+}
+
+// A page far beyond the end is empty, never an offset that overflows into
+// a database error.
+func TestOverviewPageBeyondTheEnd(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, db *models.DB) {
+		s := models.NewStore(db)
+		f := newOverviewFixture(t, db)
+		page, err := s.OrganizationOverview(ctx, f.query(models.OverviewQuery{Page: int(^uint(0) >> 1)}))
+		if err != nil || len(page.Rows) != 0 || page.Page != models.MaxPage || page.Total != 4 {
+			t.Fatalf("%+v %v", page, err)
+		}
+	})
+}

@@ -123,13 +123,10 @@ func ParseAuditQuery(org, action, from, to, page string) (models.AuditQuery, err
 	if !q.From.IsZero() && !q.To.IsZero() && !q.To.After(q.From) {
 		return q, apperr.Field(apperr.Invalid, "invalid_range", "from", "“from” must be before “to”.")
 	}
-	q.Page = 1
-	if page != "" {
-		n, err := strconv.Atoi(page)
-		if err != nil || n < 1 || n > 100_000 {
-			return q, apperr.Field(apperr.Invalid, "invalid_page", "page", "The page must be a whole number from 1.")
-		}
-		q.Page = n
+	n, ok := models.ParsePage(page)
+	if !ok {
+		return q, apperr.Field(apperr.Invalid, "invalid_page", "page", "The page must be a whole number from 1 to "+strconv.Itoa(models.MaxPage)+".")
 	}
+	q.Page = n
 	return q, nil
 }

@@ -534,7 +534,7 @@ func TestAdminAuditPage(t *testing.T) {
 			"org=acme":                      "The organization must be given by its id, a whole number such as 42.",
 			"action=Tier":                   "action must be a prefix of an action such as tier. or price.set: lower-case letters, digits, '.', '_' and '-'",
 			"from=2027-03-02&to=2027-03-01": "“from” must be before “to”.",
-			"page=0":                        "The page must be a whole number from 1.",
+			"page=0":                        "The page must be a whole number from 1 to 100000.",
 		} {
 			w := admin.get("/admin/audit?" + q)
 			w.expectFormError(http.StatusBadRequest, "audit-filter", msg)

@@ -75,7 +75,7 @@ func (p *Pages) AdminOverview(c *gin.Context) {
 	case !models.ValidOverviewSort(q.Sort):
 		q.Sort, q.Desc = models.SortName, false
 	}
-	q.Page, _ = strconv.Atoi(c.Query("page"))
+	q.Page, _ = models.ParsePage(c.Query("page")) // a bad page shows the first
 	res, err := p.store.OrganizationOverview(ctx, q)
 	if err != nil {
 		p.fail(c, err)
