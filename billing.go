@@ -38,9 +38,9 @@ func newBilling(cfg config.Config, store *models.Store, db *models.DB, adm *admi
 		ledger = metering.NewMemoryLedger(seed)
 	}
 	m := &billingParts{prices: metering.NewPriceBook(), ledger: ledger}
-	hosts := webhook.ParseHosts(cfg.WebhookHosts)
+	webhooks := webhook.NewSender(webhook.ParseHosts(cfg.WebhookHosts), time.Now)
 	m.billing = billing.New(billing.Deps{Store: store, Directory: dir, Bus: adm.bus, Prices: m.prices, Ledger: ledger,
-		Box: box, Hosts: hosts, Log: log, Now: time.Now})
-	m.alerts = metering.NewBudgetAlerts(store, webhook.NewSender(hosts, time.Now), m.billing.OpenSecret, log, time.Now)
+		Box: box, Webhooks: webhooks, Log: log, Now: time.Now})
+	m.alerts = metering.NewBudgetAlerts(store, webhooks, m.billing.OpenSecret, log, time.Now)
 	return m
 }

@@ -29,16 +29,15 @@ const webhookSealContext = "sluice budget webhook v1"
 
 // Service is billing for the management API and the pages.
 type Service struct {
-	store  *models.Store
-	dir    *accounts.Directory
-	bus    cluster.Bus
-	prices *metering.PriceBook
-	ledger metering.Ledger
-	box    *secrets.Box
-	hosts  webhook.Hosts
-	sender *webhook.Sender
-	log    *slog.Logger
-	now    func() time.Time
+	store    *models.Store
+	dir      *accounts.Directory
+	bus      cluster.Bus
+	prices   *metering.PriceBook
+	ledger   metering.Ledger
+	box      *secrets.Box
+	webhooks *webhook.Sender
+	log      *slog.Logger
+	now      func() time.Time
 }
 
 // Deps are what a Service is built from.
@@ -49,7 +48,7 @@ type Deps struct {
 	Prices    *metering.PriceBook
 	Ledger    metering.Ledger
 	Box       *secrets.Box
-	Hosts     webhook.Hosts // where budget webhooks and job callbacks may go
+	Webhooks  *webhook.Sender // signs and sends budget webhooks and job callbacks, to allowed hosts only
 	Log       *slog.Logger
 	Now       func() time.Time
 }
@@ -57,7 +56,7 @@ type Deps struct {
 // New returns the billing service.
 func New(d Deps) *Service {
 	return &Service{store: d.Store, dir: d.Directory, bus: d.Bus, prices: d.Prices, ledger: d.Ledger, box: d.Box,
-		hosts: d.Hosts, sender: webhook.NewSender(d.Hosts, d.Now), log: d.Log, now: d.Now}
+		webhooks: d.Webhooks, log: d.Log, now: d.Now}
 }
 
 // OpenSecret opens a sealed webhook secret, for the alerts that sign with it.
@@ -229,7 +228,7 @@ func (s *Service) SetWebhook(ctx context.Context, u models.User, url string) (st
 		_, err := s.store.SetWebhook(ctx, u, u.OrgID, "", "")
 		return "", err
 	}
-	if err := s.hosts.Check(url); err != nil {
+	if err := s.webhooks.Hosts().Check(url); err != nil {
 		return "", apperr.Field(apperr.Unprocessable, "webhook_not_allowed", "webhook_url", err.Error())
 	}
 	secret := webhook.NewSecret()
@@ -240,7 +239,7 @@ func (s *Service) SetWebhook(ctx context.Context, u models.User, url string) (st
 // CheckCallback says whether a job of orgID may call url back: a host the
 // operator allows, and a webhook secret of the organization's to sign with.
 func (s *Service) CheckCallback(ctx context.Context, orgID int64, url string) error {
-	if err := s.hosts.Check(url); err != nil {
+	if err := s.webhooks.Hosts().Check(url); err != nil {
 		return apperr.Field(apperr.Invalid, "callback_not_allowed", "callback_url", err.Error())
 	}
 	o, err := s.store.Organization(ctx, orgID)
@@ -264,7 +263,7 @@ func (s *Service) Notify(ctx context.Context, orgID int64, url string, body []by
 	if err != nil {
 		return fmt.Errorf("opening the webhook secret: %w", err)
 	}
-	return s.sender.Send(ctx, url, secret, body)
+	return s.webhooks.Send(ctx, url, secret, body)
 }
 
 // orgChanged makes every node forget the organization's cached tokens (so

@@ -49,7 +49,7 @@ func newFixture(t *testing.T, db *models.DB, start time.Time) *fixture {
 	book := metering.NewPriceBook()
 	f := &fixture{t: t, store: store, clock: clk, book: book}
 	f.svc = New(Deps{Store: store, Directory: dir, Bus: cluster.None{}, Prices: book,
-		Ledger: metering.NewMemoryLedger(metering.StoreSeed(store)), Box: box, Hosts: webhook.Hosts{"hooks.example.com"},
+		Ledger: metering.NewMemoryLedger(metering.StoreSeed(store)), Box: box, Webhooks: webhook.NewSender(webhook.Hosts{"hooks.example.com"}, clk.Now),
 		Log: slog.New(slog.DiscardHandler), Now: clk.Now})
 	_, f.admin, err = store.CreateOrganizationWithOwner(ctx, "Ops", "premium", "ops@example.com", "h", models.RoleAdmin)
 	if err != nil {

@@ -157,9 +157,10 @@ func newEnv(t testing.TB, db *models.DB) *env {
 	recorder := storeRecorder{store}
 	prices := metering.NewPriceBook()
 	ledger := metering.NewMemoryLedger(metering.StoreSeed(store))
+	webhooks := webhook.NewSender(webhook.Hosts{"127.0.0.1"}, clk.Now)
 	bill := billing.New(billing.Deps{Store: store, Directory: dir, Bus: cluster.None{}, Prices: prices, Ledger: ledger, Box: box,
-		Hosts: webhook.Hosts{"127.0.0.1"}, Log: discardLog(), Now: clk.Now})
-	alerts := metering.NewBudgetAlerts(store, webhook.NewSender(webhook.Hosts{"127.0.0.1"}, clk.Now), bill.OpenSecret, discardLog(), clk.Now)
+		Webhooks: webhooks, Log: discardLog(), Now: clk.Now})
+	alerts := metering.NewBudgetAlerts(store, webhooks, bill.OpenSecret, discardLog(), clk.Now)
 	e := &env{t: t, store: store, clock: clk, acc: acc, dir: dir, limiter: limiter, model: model, jwt: jwt, log: discardLog(),
 		pipe: completion.Deps{
 			Log: discardLog(), Now: clk.Now,
