@@ -28,8 +28,14 @@ import (
 func registerState(reg *prometheus.Registry, dir *accounts.Directory, limits func() string, pool *upstream.Pool,
 	rec *metering.Recorder, queue *jobs.Queue) {
 	gauge, counter := prometheus.GaugeValue, prometheus.CounterValue
+	gaugeFunc := func(name, help string, fn func() float64) prometheus.Collector {
+		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, fn)
+	}
+	counterFunc := func(name, help string, fn func() float64) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, fn)
+	}
 	reg.MustRegister(
-		metrics.One("sluice_freezes_active", "Tokens frozen now.", gauge, func() float64 { return float64(dir.ActiveFreezes()) }),
+		gaugeFunc("sluice_freezes_active", "Tokens frozen now.", func() float64 { return float64(dir.ActiveFreezes()) }),
 		metrics.State("sluice_tier_refill_per_second", "Each tier's refill: as configured, and in effect (the auto-tuner may lower it).",
 			gauge, []string{"tier", "kind"}, func() []metrics.Sample {
 				var out []metrics.Sample
@@ -93,21 +99,21 @@ func registerState(reg *prometheus.Registry, dir *accounts.Directory, limits fun
 				}
 				return out
 			}),
-		metrics.One("sluice_upstream_rate_limited_total", "Provider answers that were 429.", counter, func() float64 { return float64(pool.RateLimited()) }),
-		metrics.One("sluice_upstream_pacing_errors_total", "Requests sent unpaced because the limiter failed.", counter,
+		counterFunc("sluice_upstream_rate_limited_total", "Provider answers that were 429.", func() float64 { return float64(pool.RateLimited()) }),
+		counterFunc("sluice_upstream_pacing_errors_total", "Requests sent unpaced because the limiter failed.",
 			func() float64 { return float64(pool.PacingErrors()) }),
-		metrics.One("sluice_recorder_queue_depth", "Usage events waiting to be stored.", gauge, func() float64 { return float64(rec.Depth()) }),
-		metrics.One("sluice_recorder_queue_capacity", "Usage events the recorder holds before requests wait.", gauge,
+		gaugeFunc("sluice_recorder_queue_depth", "Usage events waiting to be stored.", func() float64 { return float64(rec.Depth()) }),
+		gaugeFunc("sluice_recorder_queue_capacity", "Usage events the recorder holds before requests wait.",
 			func() float64 { return float64(rec.Capacity()) }),
-		metrics.One("sluice_recorder_stored_events_total", "Usage events stored.", counter, func() float64 { return float64(rec.Stored()) }),
-		metrics.One("sluice_recorder_lost_events_total", "Usage events given up (the database down past the shutdown deadline).", counter,
+		counterFunc("sluice_recorder_stored_events_total", "Usage events stored.", func() float64 { return float64(rec.Stored()) }),
+		counterFunc("sluice_recorder_lost_events_total", "Usage events given up (the database down past the shutdown deadline).",
 			func() float64 { return float64(rec.Lost()) }),
 	)
 	jobState := cachedStats(queue)
 	reg.MustRegister(
-		metrics.One("sluice_jobs_waiting", "Jobs queued and not yet running (scheduled and retrying included).", gauge,
+		gaugeFunc("sluice_jobs_waiting", "Jobs queued and not yet running (scheduled and retrying included).",
 			func() float64 { return float64(jobState().Waiting) }),
-		metrics.One("sluice_jobs_oldest_age_seconds", "How long the oldest waiting job has waited.", gauge,
+		gaugeFunc("sluice_jobs_oldest_age_seconds", "How long the oldest waiting job has waited.",
 			func() float64 { return jobState().Oldest.Seconds() }),
 	)
 }

@@ -21,11 +21,6 @@ func State(name, help string, kind prometheus.ValueType, labels []string, fn fun
 	return &state{desc: prometheus.NewDesc(name, help, labels, nil), kind: kind, fn: fn}
 }
 
-// One is a state metric without labels.
-func One(name, help string, kind prometheus.ValueType, fn func() float64) prometheus.Collector {
-	return State(name, help, kind, nil, func() []Sample { return []Sample{{Value: fn()}} })
-}
-
 func (s *state) Describe(ch chan<- *prometheus.Desc) { ch <- s.desc }
 
 func (s *state) Collect(ch chan<- prometheus.Metric) {
