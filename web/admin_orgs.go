@@ -243,51 +243,38 @@ func (p *Pages) AdminOrganization(c *gin.Context) {
 	render(c, http.StatusOK, templates.AdminOrganization(page, view))
 }
 
-// adminChartDays is how many days the organization page charts.
-const adminChartDays = 30
-
 // adminUsageCharts are an organization's requests (admitted and rejected) and
-// cost per day over the last 30 days in its time zone, from the rollups;
-// days without usage are there as zeros.
+// cost per day over the last 30 days in its time zone, from the rollups, in
+// the dashboard's buckets; days without usage are there as zeros.
 func (p *Pages) adminUsageCharts(ctx context.Context, o models.Organization) (requests, cost templates.Chart, err error) {
-	loc, err := p.billing.Zone(ctx, o.ID)
+	b := usageBuckets(p.now(), orgZone(o), range30d)
+	points, err := p.billing.Series(ctx, o.ID, b.granularity, b.from, b.to, models.GroupNone)
 	if err != nil {
 		return requests, cost, err
 	}
-	now := p.now().In(loc)
-	first := time.Date(now.Year(), now.Month(), now.Day()-(adminChartDays-1), 0, 0, 0, 0, loc)
-	end := time.Date(now.Year(), now.Month(), now.Day()+1, 0, 0, 0, 0, loc)
-	points, err := p.billing.Series(ctx, o.ID, billing.Day, first, end, models.GroupNone)
-	if err != nil {
-		return requests, cost, err
-	}
-	byDay := make(map[string]billing.Point, len(points))
+	n := len(b.labels)
+	admitted := templates.Series{Name: "Admitted", Values: make([]float64, n)}
+	rejected := templates.Series{Name: "Rejected (429)", Values: make([]float64, n)}
+	perDay := make([]money.Amount, n)
 	for _, pt := range points {
-		byDay[pt.Start.In(loc).Format(time.DateOnly)] = pt
+		if i, ok := b.index[pt.Start.Unix()]; ok {
+			admitted.Values[i] += float64(pt.Requests)
+			rejected.Values[i] += float64(pt.Rejected)
+			perDay[i] += pt.Cost
+		}
 	}
-	requests = templates.Chart{ID: "org-requests", Title: "Requests per day", Unit: "requests", BucketName: "Day",
-		Empty: "No requests in the last 30 days"}
-	cost = templates.Chart{ID: "org-cost", Title: "Cost per day", Kind: templates.ValueMoney, BucketName: "Day",
-		Empty: "Nothing spent in the last 30 days"}
-	admitted := templates.Series{Name: "Admitted"}
-	rejected := templates.Series{Name: "Rejected (429)"}
 	spent := templates.Series{Name: "Cost"}
 	var total money.Amount
-	for d := range adminChartDays {
-		day := time.Date(first.Year(), first.Month(), first.Day()+d, 0, 0, 0, 0, loc)
-		pt := byDay[day.Format(time.DateOnly)]
-		label := day.Format("Jan 2")
-		requests.Buckets = append(requests.Buckets, label)
-		cost.Buckets = append(cost.Buckets, label)
-		admitted.Values = append(admitted.Values, float64(pt.Requests))
-		rejected.Values = append(rejected.Values, float64(pt.Rejected))
-		spent.Values = append(spent.Values, drawDollars(pt.Cost))
-		spent.Labels = append(spent.Labels, dollars(pt.Cost))
-		total += pt.Cost
+	for _, c := range perDay {
+		spent.Values = append(spent.Values, drawDollars(c))
+		spent.Labels = append(spent.Labels, dollars(c))
+		total += c
 	}
 	spent.Total = dollars(total)
-	requests.Series = []templates.Series{admitted, rejected}
-	cost.Series, cost.Total = []templates.Series{spent}, dollars(total)
+	requests = templates.Chart{ID: "org-requests", Title: "Requests per day", Unit: "requests", BucketName: "Day",
+		Buckets: b.labels, Empty: "No requests in the last 30 days", Series: []templates.Series{admitted, rejected}}
+	cost = templates.Chart{ID: "org-cost", Title: "Cost per day", Kind: templates.ValueMoney, BucketName: "Day",
+		Buckets: b.labels, Empty: "Nothing spent in the last 30 days", Series: []templates.Series{spent}, Total: dollars(total)}
 	return requests, cost, nil
 }
 

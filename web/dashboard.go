@@ -7,7 +7,6 @@ import (
 
 	"github.com/gin-gonic/gin"
 
-	"github.com/sluicehq/sluice/metering"
 	"github.com/sluicehq/sluice/models"
 	"github.com/sluicehq/sluice/templates"
 )
@@ -38,7 +37,7 @@ func (p *Pages) showDashboard(c *gin.Context, status int, st dashboardState) {
 		p.fail(c, err)
 		return
 	}
-	month, err := p.store.UsageSince(ctx, u.OrgID, metering.Period(now))
+	month, err := p.store.UsageInMonth(ctx, u.OrgID, now) // one rollup row
 	if err != nil {
 		p.fail(c, err)
 		return
@@ -51,7 +50,7 @@ func (p *Pages) showDashboard(c *gin.Context, status int, st dashboardState) {
 	view := templates.DashboardView{
 		OrgName: o.Name, TierName: o.Tier.Name, Capacity: o.Tier.Capacity, RefillPerSec: formatRate(o.Tier.RefillPerSec),
 		RequestsToday: today.Requests, TokensToday: today.TotalTokens(),
-		RequestsMonth: month.Requests, TokensMonth: month.TotalTokens(),
+		RequestsMonth: month.Requests, TokensMonth: month.Tokens,
 	}
 	for _, t := range toks {
 		if t.Status(now) == "active" {
