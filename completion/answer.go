@@ -78,7 +78,7 @@ func (p *Pipeline) answerFromProvider(ctx context.Context, c *call, cacheKey str
 		out.ProviderTime = p.Now().Sub(asked)
 		return out, err
 	}
-	c.sink.Header().Set("x-sluice-upstream-attempts", strconv.Itoa(resp.Attempts))
+	c.sink.Header().Set("X-Sluice-Upstream-Attempts", strconv.Itoa(resp.Attempts)) // canonical: no key allocated
 	out := Served{Status: resp.Status, Model: c.req.Model, KeyID: resp.KeyID, Attempts: resp.Attempts}
 	if c.req.Stream && resp.Stream != nil {
 		out = p.relay(ctx, c, resp, out)
@@ -122,7 +122,7 @@ func (p *Pipeline) providersFailed(ctx context.Context, c *call, err error) (Ser
 		return Served{}, e
 	}
 	p.Log.Info("providers unavailable; answering from the local model", "request_id", c.req.ID, "model", c.req.Model, "err", err)
-	c.sink.Header().Set("x-sluice-fallback", "local")
+	c.sink.Header().Set("X-Sluice-Fallback", "local")
 	out := p.answerLocally(ctx, c, "")
 	out.Fallback = true
 	return out, nil
