@@ -691,7 +691,7 @@ sec_cluster() {
 	fi
 	log "cluster tests: accuracy, cold start, Redis stall, 1,000 jobs, faults (${CLUSTER_SECONDS} s of load where configurable)"
 	cd "$ROOT"
-	SLUICE_ONSET_SECONDS=$CLUSTER_SECONDS SLUICE_ACCURACY_SECONDS=$CLUSTER_SECONDS SLUICE_ACCURACY_FACTORS=10,30 \
+	SLUICE_ONSET_SECONDS=$CLUSTER_SECONDS SLUICE_ONSET_RATES=1000,3000 SLUICE_ACCURACY_SECONDS=$CLUSTER_SECONDS SLUICE_ACCURACY_FACTORS=10,30 \
 		SLUICE_STALL_RATES=1000 TEST_DATABASE_URL=$(db_url "$DB_TESTS") TEST_REDIS_URL=$REDIS \
 		timeout 400 "$TMP/bin/root.test" -test.count 1 -test.v \
 		-test.run 'TestAccuracyAcrossNodes/redis|TestColdStartAccuracy|TestClusterRedisStall|TestAThousandJobsThroughARestart|TestFault' \
