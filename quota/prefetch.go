@@ -44,7 +44,8 @@ const (
 var _ Limiter = (*Prefetch)(nil)
 
 type prefetchShard struct {
-	mu sync.Mutex
+	mu  sync.Mutex
+	gen uint64 // bumped by every debt, so a charge in flight keeps nothing after one
 	// Only buckets with prefetchFloor or more left at their last charge
 	// have an entry; it goes when its bucket is charged below that, or in
 	// the sweep of expired entries once the shard holds prefetchSweep.
@@ -61,6 +62,7 @@ type prefetched struct {
 	// What the shared buckets had left after the last charge, net of what
 	// is held: sizes the next charge and the decisions' Remaining.
 	leftA, leftB int64
+	charging     bool // a charge for many is in flight
 }
 
 // NewPrefetch wraps next; now is the clock (nil: time.Now).
@@ -90,12 +92,15 @@ func (f *Prefetch) AllowBoth(ctx context.Context, a, b Charge) (Decision, Decisi
 }
 
 // Adjust passes through; a debt (delta > 0) also drops what the node holds
-// of the bucket, so that after a drain it stops at once.
+// of the bucket, so that after a drain it stops at once. Of a pair charged
+// together, only a debt on the first bucket drops it: what is held of the
+// second was charged before, so spending it admits nothing uncharged.
 func (f *Prefetch) Adjust(ctx context.Context, key string, p Params, delta int64) error {
 	if delta > 0 {
 		sh := f.shard(key)
 		sh.mu.Lock()
 		delete(sh.m, key)
+		sh.gen++ // a charge in flight keeps nothing (keep)
 		sh.mu.Unlock()
 	}
 	return f.next.Adjust(ctx, key, p, delta)
@@ -103,42 +108,53 @@ func (f *Prefetch) Adjust(ctx context.Context, key string, p Params, delta int64
 
 // allow is Allow (b.Key == "") and AllowBoth.
 func (f *Prefetch) allow(ctx context.Context, a, b Charge) (Decision, Decision, error) {
+	if a.Weight < 1 || (b.Key != "" && b.Weight < 1) {
+		return f.charge(ctx, a, b, 1) // the limiter says what is wrong
+	}
 	now := f.now()
 	sh := f.shard(a.Key)
 	sh.mu.Lock()
 	h := sh.m[a.Key]
-	if h != nil && h.pair != b.Key {
-		h = nil // another pairing
+	if h != nil && !h.usable(a, b, now) {
+		h = nil // another pairing, other Params, or expired: nothing to go by
 	}
-	if h != nil && h.usable(a, b, now) && h.a >= a.Weight && h.b >= b.Weight {
+	if h != nil && h.a >= a.Weight && h.b >= b.Weight {
 		h.a -= a.Weight
 		h.b -= b.Weight
 		da, db := held(a, h.leftA+h.a), held(b, h.leftB+h.b)
 		sh.mu.Unlock()
 		return da, db, nil
 	}
+	// One charge for many at a time per bucket: requests that find the
+	// node short while it is being charged go on their own.
 	n := int64(1)
-	if h != nil { // what the bucket had left still sizes the charge
+	if h != nil && !h.charging {
 		n = prefetchSize(h.leftA, a.Weight)
 		if b.Key != "" {
 			n = min(n, prefetchSize(h.leftB, b.Weight))
 		}
+		h.charging = n > 1
 	}
+	gen := sh.gen
 	sh.mu.Unlock()
+	if n > 1 {
+		defer func() {
+			sh.mu.Lock()
+			h.charging = false // h may have been replaced meanwhile: harmless
+			sh.mu.Unlock()
+		}()
+	}
 
 	for {
 		da, db, err := f.charge(ctx, a, b, n)
-		if err != nil {
+		if n > 1 && (err != nil || !da.Allowed || (b.Key != "" && !db.Allowed)) {
+			n = 1 // the bucket shrank or emptied since it was sized: this request alone
+			continue
+		}
+		if err != nil || !da.Allowed || (b.Key != "" && !db.Allowed) {
 			return da, db, err
 		}
-		if !da.Allowed || (b.Key != "" && !db.Allowed) {
-			if n > 1 {
-				n = 1 // emptied since the last charge: this request alone
-				continue
-			}
-			return da, db, nil
-		}
-		f.keep(a, b, n, da.Remaining, db.Remaining, now)
+		f.keep(a, b, n, da.Remaining, db.Remaining, now, gen)
 		return withHeld(da, a, n), withHeld(db, b, n), nil
 	}
 }
@@ -165,19 +181,25 @@ func (f *Prefetch) charge(ctx context.Context, a, b Charge, n int64) (Decision, 
 }
 
 // keep records a charge of n requests, one of them being admitted now, and
-// what the buckets had left after it. A bucket near empty keeps no entry
-// once nothing is held of it.
-func (f *Prefetch) keep(a, b Charge, n, leftA, leftB int64, now time.Time) {
+// what the buckets had left after it; gen is the shard's generation when
+// the charge was sized. A new prefetch replaces what was held (less than
+// one request's weight, or the charge would not have been made); a single
+// request's charge keeps it, and its expiry, and updates what is left. A
+// bucket near empty keeps no entry once nothing is held of it, nor does
+// one a debt dropped while the charge was in flight.
+func (f *Prefetch) keep(a, b Charge, n, leftA, leftB int64, now time.Time, gen uint64) {
 	sh := f.shard(a.Key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	heldA, heldB := (n-1)*a.Weight, (n-1)*b.Weight
-	if h := sh.m[a.Key]; h != nil && h.pair == b.Key && h.usable(a, b, now) {
-		// Another request charged at the same time: keep both.
-		heldA += h.a
-		heldB += h.b
+	if sh.gen != gen {
+		delete(sh.m, a.Key)
+		return
 	}
-	if heldA == 0 && heldB == 0 && (leftA < prefetchFloor || b.Key != "" && leftB < prefetchFloor) {
+	if h := sh.m[a.Key]; n == 1 && h != nil && h.usable(a, b, now) {
+		h.leftA, h.leftB = leftA, leftB
+		return
+	}
+	if n == 1 && (leftA < prefetchFloor || b.Key != "" && leftB < prefetchFloor) {
 		delete(sh.m, a.Key)
 		return
 	}
@@ -193,16 +215,16 @@ func (f *Prefetch) keep(a, b Charge, n, leftA, leftB int64, now time.Time) {
 	}
 	sh.m[a.Key] = &prefetched{
 		pair: b.Key, pa: a.Params, pb: b.Params,
-		a: heldA, b: heldB,
+		a: (n - 1) * a.Weight, b: (n - 1) * b.Weight,
 		until: now.Add(prefetchFor),
 		leftA: leftA, leftB: leftB,
 	}
 }
 
 // usable says whether what is held may be spent by a request of a and b
-// now: charged under the same Params, and not expired.
+// now, and sizes its next charge: the same pairing and Params, not expired.
 func (h *prefetched) usable(a, b Charge, now time.Time) bool {
-	return h.pa == a.Params && h.pb == b.Params && now.Before(h.until)
+	return h.pair == b.Key && h.pa == a.Params && h.pb == b.Params && now.Before(h.until)
 }
 
 // held is the decision for a request admitted from a prefetch: the bucket

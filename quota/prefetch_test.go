@@ -13,10 +13,12 @@ import (
 type chargeCounter struct {
 	Limiter
 	charges atomic.Int64
+	charged atomic.Int64 // the weights of Allow's charges
 }
 
 func (c *chargeCounter) Allow(ctx context.Context, key string, p Params, weight int64) (Decision, error) {
 	c.charges.Add(1)
+	c.charged.Add(weight)
 	return c.Limiter.Allow(ctx, key, p, weight)
 }
 
@@ -90,11 +92,15 @@ func TestPrefetchEnds(t *testing.T) {
 		}
 	}
 	step("held", 0)
+	// After an expiry or a change of Params, a request goes alone (what
+	// was left then says nothing now), and the next one prefetches again.
 	clk.Advance(prefetchFor)
 	step("expired", 1)
+	step("sized again", 1)
 	step("held again", 0)
 	p.RefillPerSec = 500 // the auto-tuner's new refill
 	step("new params", 1)
+	step("sized under the new params", 1)
 	step("held under the new params", 0)
 	if err := f.Adjust(context.Background(), "k", p, 10); err != nil {
 		t.Fatal(err)
@@ -224,5 +230,75 @@ func TestPrefetchForgetsIdleBuckets(t *testing.T) {
 	}
 	if got := entries(); got >= keys+numShards*prefetchSweep {
 		t.Fatalf("%d entries: the expired ones were not swept", got)
+	}
+}
+
+// TestPrefetchAfterCapacityDrops: a tier cut from a big bucket to a small
+// one is charged one request at a time at once, never refused as heavier
+// than the bucket.
+func TestPrefetchAfterCapacityDrops(t *testing.T) {
+	clk := newFakeClock()
+	f := NewPrefetch(NewMemory(clk.Now), clk.Now)
+	big := Params{Capacity: 100_000, RefillPerSec: 1}
+	prefetchAllow(t, f, "k", big, 1)
+	prefetchAllow(t, f, "k", big, 1) // holds 31
+	small := Params{Capacity: 20, RefillPerSec: 1}
+	for i := range 3 {
+		if _, err := f.Allow(context.Background(), "k", small, 1); err != nil {
+			t.Fatalf("request %d after the cut: %v", i, err)
+		}
+	}
+}
+
+// TestPrefetchDebtDuringACharge: a debt that lands while a charge for many
+// is on its way leaves the node holding nothing: it stops at once.
+func TestPrefetchDebtDuringACharge(t *testing.T) {
+	clk := newFakeClock()
+	shared := &debtDuringCharge{Limiter: NewMemory(clk.Now)}
+	f := NewPrefetch(shared, clk.Now)
+	shared.f = f
+	p := Params{Capacity: 100_000, RefillPerSec: 1}
+	prefetchAllow(t, f, "k", p, 1) // sizes
+	shared.armed = true
+	prefetchAllow(t, f, "k", p, 1) // charges 32; a drain lands meanwhile
+	if h := f.shard("k").m["k"]; h != nil && h.a > 0 {
+		t.Fatalf("holds %d requests after a debt during the charge, want none", h.a)
+	}
+}
+
+// debtDuringCharge charges a debt to the bucket (as a drain after a 429
+// would) inside the next Allow, once armed.
+type debtDuringCharge struct {
+	Limiter
+	f     *Prefetch
+	armed bool
+}
+
+func (d *debtDuringCharge) Allow(ctx context.Context, key string, p Params, weight int64) (Decision, error) {
+	dec, err := d.Limiter.Allow(ctx, key, p, weight)
+	if d.armed {
+		d.armed = false
+		_ = d.f.Adjust(ctx, key, p, p.Capacity)
+	}
+	return dec, err
+}
+
+// TestPrefetchOneChargeForManyAtATime: requests that find the node short
+// while a charge for many is on its way go alone, so a node never holds
+// more than one prefetch of a bucket.
+func TestPrefetchOneChargeForManyAtATime(t *testing.T) {
+	clk := newFakeClock()
+	shared := &chargeCounter{Limiter: NewMemory(clk.Now)}
+	f := NewPrefetch(shared, clk.Now)
+	p := Params{Capacity: 1_000_000, RefillPerSec: 1}
+	prefetchAllow(t, f, "k", p, 1) // sizes
+	sh := f.shard("k")
+	sh.mu.Lock()
+	sh.m["k"].charging = true // as if another request's charge for many were on its way
+	sh.mu.Unlock()
+	before := shared.charged.Load()
+	prefetchAllow(t, f, "k", p, 1)
+	if got := shared.charged.Load() - before; got != 1 {
+		t.Fatalf("the request was charged %d, want 1 (alone)", got)
 	}
 }

@@ -13,6 +13,10 @@ import (
 // With the shared (Redis) limiter that is one round trip fewer per request,
 // and under load one per key per round trip instead of one per request.
 //
+// A correction is counted in the bucket's units when it is queued; if the
+// key's learned rate crosses a power of ten in the units (above 10 million
+// a second, see limits.go) before the flush, it lands in the new units.
+//
 // The price is that other nodes see a correction a round trip later, which
 // only matters to a key paced at its limit, and there it errs by one
 // request's estimate at most while the correction is on its way. An
@@ -96,19 +100,23 @@ func (p *Pool) refund(ctx context.Context, e *keyEntry, estimate int64) {
 }
 
 // Run sends queued settlements to the limiter until ctx ends, then sends
-// what is left (bounded by a few seconds). Every process that serves
-// requests through the pool runs it once.
+// what is left. Every process that serves requests through the pool runs
+// it once. Each flush has a context of its own, bounded in time, so the end
+// of ctx never cuts one short: a settlement taken from the queue is sent.
 func (p *Pool) Run(ctx context.Context) {
+	flush := func() {
+		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		p.Flush(fctx)
+		cancel()
+	}
 	pause := time.NewTimer(0)
 	defer pause.Stop()
 	for {
 		select {
 		case <-p.settlements.wake:
-			p.Flush(ctx)
+			flush()
 		case <-ctx.Done():
-			last, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-			p.Flush(last)
-			cancel()
+			flush()
 			return
 		}
 		// Let corrections gather before the next flush.
