@@ -18,8 +18,9 @@ import (
 // no node admits more than the bucket allows. The cost is allowance charged
 // and not used: a prefetch not spent within prefetchFor is dropped, and it
 // is never more than 1/prefetchShare of what the bucket had left. So all the
-// nodes of a cluster together hold back at most nodes × prefetchMax
-// requests' worth of a bucket that has prefetchFloor or more left.
+// nodes of a cluster together hold back at most nodes × prefetchChargers ×
+// prefetchMax requests' worth of a bucket that has prefetchFloor or more
+// left.
 //
 // A prefetch holds for the Params it was charged under: a tier change, a
 // learned limit or the auto-tuner's new refill charges the next request on
@@ -39,6 +40,10 @@ const (
 	prefetchFloor = prefetchShare * prefetchMax
 	prefetchFor   = 250 * time.Millisecond
 	prefetchSweep = 256
+	// prefetchChargers is how many charges for many may be in flight for
+	// one bucket on one node: enough that 64 concurrent requests seldom go
+	// alone while one is on its way, few enough to bound what a node holds.
+	prefetchChargers = 4
 )
 
 var _ Limiter = (*Prefetch)(nil)
@@ -62,7 +67,7 @@ type prefetched struct {
 	// What the shared buckets had left after the last charge, net of what
 	// is held: sizes the next charge and the decisions' Remaining.
 	leftA, leftB int64
-	charging     bool // a charge for many is in flight
+	charging     int // charges for many in flight
 }
 
 // NewPrefetch wraps next; now is the clock (nil: time.Now).
@@ -125,25 +130,25 @@ func (f *Prefetch) allow(ctx context.Context, a, b Charge) (Decision, Decision, 
 		sh.mu.Unlock()
 		return da, db, nil
 	}
-	// One charge for many at a time per bucket: requests that find the
-	// node short while it is being charged go on their own.
+	// At most prefetchChargers charges for many at a time per bucket:
+	// requests that find the node short beyond that go on their own.
 	n := int64(1)
-	if h != nil && !h.charging {
+	if h != nil && h.charging < prefetchChargers {
 		n = prefetchSize(h.leftA, a.Weight)
 		if b.Key != "" {
 			n = min(n, prefetchSize(h.leftB, b.Weight))
 		}
-		h.charging = n > 1
 	}
-	gen := sh.gen
-	sh.mu.Unlock()
 	if n > 1 {
+		h.charging++
 		defer func() {
 			sh.mu.Lock()
-			h.charging = false // h may have been replaced meanwhile: harmless
+			h.charging-- // on the entry it was counted on, in the map or not
 			sh.mu.Unlock()
 		}()
 	}
+	gen := sh.gen
+	sh.mu.Unlock()
 
 	for {
 		da, db, err := f.charge(ctx, a, b, n)
@@ -182,11 +187,11 @@ func (f *Prefetch) charge(ctx context.Context, a, b Charge, n int64) (Decision, 
 
 // keep records a charge of n requests, one of them being admitted now, and
 // what the buckets had left after it; gen is the shard's generation when
-// the charge was sized. A new prefetch replaces what was held (less than
-// one request's weight, or the charge would not have been made); a single
-// request's charge keeps it, and its expiry, and updates what is left. A
-// bucket near empty keeps no entry once nothing is held of it, nor does
-// one a debt dropped while the charge was in flight.
+// the charge was sized. What is charged adds to what the node holds; it
+// starts a new expiry only when less than a request's weight was held, so
+// steady traffic cannot keep old allowance alive. A bucket near empty keeps
+// no entry once nothing is held of it, nor does one a debt dropped while
+// the charge was in flight.
 func (f *Prefetch) keep(a, b Charge, n, leftA, leftB int64, now time.Time, gen uint64) {
 	sh := f.shard(a.Key)
 	sh.mu.Lock()
@@ -195,7 +200,13 @@ func (f *Prefetch) keep(a, b Charge, n, leftA, leftB int64, now time.Time, gen u
 		delete(sh.m, a.Key)
 		return
 	}
-	if h := sh.m[a.Key]; n == 1 && h != nil && h.usable(a, b, now) {
+	addA, addB := (n-1)*a.Weight, (n-1)*b.Weight
+	if h := sh.m[a.Key]; h != nil && h.usable(a, b, now) {
+		if h.a < a.Weight || h.b < b.Weight {
+			h.until = now.Add(prefetchFor)
+		}
+		h.a += addA
+		h.b += addB
 		h.leftA, h.leftB = leftA, leftB
 		return
 	}
@@ -215,7 +226,7 @@ func (f *Prefetch) keep(a, b Charge, n, leftA, leftB int64, now time.Time, gen u
 	}
 	sh.m[a.Key] = &prefetched{
 		pair: b.Key, pa: a.Params, pb: b.Params,
-		a: (n - 1) * a.Weight, b: (n - 1) * b.Weight,
+		a: addA, b: addB,
 		until: now.Add(prefetchFor),
 		leftA: leftA, leftB: leftB,
 	}

@@ -283,10 +283,10 @@ func (d *debtDuringCharge) Allow(ctx context.Context, key string, p Params, weig
 	return dec, err
 }
 
-// TestPrefetchOneChargeForManyAtATime: requests that find the node short
-// while a charge for many is on its way go alone, so a node never holds
-// more than one prefetch of a bucket.
-func TestPrefetchOneChargeForManyAtATime(t *testing.T) {
+// TestPrefetchBoundsChargesInFlight: requests that find the node short
+// while prefetchChargers charges for many are on their way go alone, so
+// what a node holds of a bucket is bounded.
+func TestPrefetchBoundsChargesInFlight(t *testing.T) {
 	clk := newFakeClock()
 	shared := &chargeCounter{Limiter: NewMemory(clk.Now)}
 	f := NewPrefetch(shared, clk.Now)
@@ -294,7 +294,7 @@ func TestPrefetchOneChargeForManyAtATime(t *testing.T) {
 	prefetchAllow(t, f, "k", p, 1) // sizes
 	sh := f.shard("k")
 	sh.mu.Lock()
-	sh.m["k"].charging = true // as if another request's charge for many were on its way
+	sh.m["k"].charging = prefetchChargers // as if as many charges for many were on their way
 	sh.mu.Unlock()
 	before := shared.charged.Load()
 	prefetchAllow(t, f, "k", p, 1)
