@@ -17,8 +17,10 @@ import (
 // What is prefetched was charged to the shared bucket before it is spent, so
 // no node admits more than the bucket allows. The cost is allowance charged
 // and not used: a prefetch not spent within prefetchFor is dropped, and it
-// is never more than 1/prefetchShare of what the bucket had left. So all the
-// nodes of a cluster together hold back at most nodes × prefetchChargers ×
+// is never more than 1/prefetchShare of what the bucket had left. One charge
+// for many is on its way per bucket and node at a time; requests that find
+// the node short meanwhile wait for it rather than each make a round trip.
+// So all the nodes of a cluster together hold back at most nodes ×
 // prefetchMax requests' worth of a bucket that has prefetchFloor or more
 // left.
 //
@@ -40,10 +42,6 @@ const (
 	prefetchFloor = prefetchShare * prefetchMax
 	prefetchFor   = 250 * time.Millisecond
 	prefetchSweep = 256
-	// prefetchChargers is how many charges for many may be in flight for
-	// one bucket on one node: enough that 64 concurrent requests seldom go
-	// alone while one is on its way, few enough to bound what a node holds.
-	prefetchChargers = 4
 )
 
 var _ Limiter = (*Prefetch)(nil)
@@ -67,7 +65,9 @@ type prefetched struct {
 	// What the shared buckets had left after the last charge, net of what
 	// is held: sizes the next charge and the decisions' Remaining.
 	leftA, leftB int64
-	charging     int // charges for many in flight
+	// landed is closed when the charge for many on its way lands; nil
+	// when none is. Requests that find the node short wait for it.
+	landed chan struct{}
 }
 
 // NewPrefetch wraps next; now is the clock (nil: time.Now).
@@ -116,40 +116,65 @@ func (f *Prefetch) allow(ctx context.Context, a, b Charge) (Decision, Decision, 
 	if a.Weight < 1 || (b.Key != "" && b.Weight < 1) {
 		return f.charge(ctx, a, b, 1) // the limiter says what is wrong
 	}
-	now := f.now()
 	sh := f.shard(a.Key)
-	sh.mu.Lock()
-	h := sh.m[a.Key]
-	if h != nil && !h.usable(a, b, now) {
-		h = nil // another pairing, other Params, or expired: nothing to go by
-	}
-	if h != nil && h.a >= a.Weight && h.b >= b.Weight {
-		h.a -= a.Weight
-		h.b -= b.Weight
-		da, db := held(a, h.leftA+h.a), held(b, h.leftB+h.b)
-		sh.mu.Unlock()
-		return da, db, nil
-	}
-	// At most prefetchChargers charges for many at a time per bucket:
-	// requests that find the node short beyond that go on their own.
-	n := int64(1)
-	if h != nil && h.charging < prefetchChargers {
-		n = prefetchSize(h.leftA, a.Weight)
-		if b.Key != "" {
-			n = min(n, prefetchSize(h.leftB, b.Weight))
+	for {
+		now := f.now()
+		sh.mu.Lock()
+		h := sh.m[a.Key]
+		if h != nil && (h.pair != b.Key || !now.Before(h.until)) {
+			h = nil // another pairing, or expired: nothing to go by
 		}
-	}
-	if n > 1 {
-		h.charging++
-		defer func() {
-			sh.mu.Lock()
-			h.charging-- // on the entry it was counted on, in the map or not
+		if h != nil && h.usable(a, b, now) && h.a >= a.Weight && h.b >= b.Weight {
+			h.a -= a.Weight
+			h.b -= b.Weight
+			da, db := held(a, h.leftA+h.a), held(b, h.leftB+h.b)
 			sh.mu.Unlock()
-		}()
+			return da, db, nil
+		}
+		if h != nil && h.landed != nil {
+			// A charge for many is on its way: wait for it rather than
+			// make a round trip of one's own, then look again.
+			landed := h.landed
+			sh.mu.Unlock()
+			select {
+			case <-landed:
+				continue
+			case <-ctx.Done():
+				return Decision{}, Decision{}, ctx.Err()
+			}
+		}
+		// What the bucket had left sizes the charge, even under other
+		// Params (a learned limit moves by a unit now and then); a bucket
+		// that shrank below the charge refuses it and the request goes
+		// alone.
+		n := int64(1)
+		if h != nil {
+			n = prefetchSize(h.leftA, a.Weight)
+			if b.Key != "" {
+				n = min(n, prefetchSize(h.leftB, b.Weight))
+			}
+		}
+		if n > 1 {
+			landed := make(chan struct{})
+			h.landed = landed
+			defer func() {
+				sh.mu.Lock()
+				if h.landed == landed {
+					h.landed = nil
+				}
+				sh.mu.Unlock()
+				close(landed)
+			}()
+		}
+		gen := sh.gen
+		sh.mu.Unlock()
+		return f.chargeAndKeep(ctx, a, b, n, now, gen)
 	}
-	gen := sh.gen
-	sh.mu.Unlock()
+}
 
+// chargeAndKeep charges n requests' weights, or this request's alone when
+// the buckets refuse n, and keeps what is held.
+func (f *Prefetch) chargeAndKeep(ctx context.Context, a, b Charge, n int64, now time.Time, gen uint64) (Decision, Decision, error) {
 	for {
 		da, db, err := f.charge(ctx, a, b, n)
 		if n > 1 && (err != nil || !da.Allowed || (b.Key != "" && !db.Allowed)) {

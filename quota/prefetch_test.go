@@ -92,15 +92,15 @@ func TestPrefetchEnds(t *testing.T) {
 		}
 	}
 	step("held", 0)
-	// After an expiry or a change of Params, a request goes alone (what
-	// was left then says nothing now), and the next one prefetches again.
+	// After an expiry a request goes alone (what was left then says
+	// nothing now), and the next one prefetches again; after a change of
+	// Params what is held is dropped and the next charge prefetches anew.
 	clk.Advance(prefetchFor)
 	step("expired", 1)
 	step("sized again", 1)
 	step("held again", 0)
 	p.RefillPerSec = 500 // the auto-tuner's new refill
 	step("new params", 1)
-	step("sized under the new params", 1)
 	step("held under the new params", 0)
 	if err := f.Adjust(context.Background(), "k", p, 10); err != nil {
 		t.Fatal(err)
@@ -283,22 +283,33 @@ func (d *debtDuringCharge) Allow(ctx context.Context, key string, p Params, weig
 	return dec, err
 }
 
-// TestPrefetchBoundsChargesInFlight: requests that find the node short
-// while prefetchChargers charges for many are on their way go alone, so
-// what a node holds of a bucket is bounded.
-func TestPrefetchBoundsChargesInFlight(t *testing.T) {
+// TestPrefetchWaitsForACharge: a request that finds the node short while
+// a charge for many is on its way waits for it and takes its share, rather
+// than make a round trip of its own.
+func TestPrefetchWaitsForACharge(t *testing.T) {
 	clk := newFakeClock()
 	shared := &chargeCounter{Limiter: NewMemory(clk.Now)}
 	f := NewPrefetch(shared, clk.Now)
 	p := Params{Capacity: 1_000_000, RefillPerSec: 1}
 	prefetchAllow(t, f, "k", p, 1) // sizes
 	sh := f.shard("k")
+	landed := make(chan struct{})
 	sh.mu.Lock()
-	sh.m["k"].charging = prefetchChargers // as if as many charges for many were on their way
+	sh.m["k"].landed = landed // as if another request's charge for many were on its way
 	sh.mu.Unlock()
-	before := shared.charged.Load()
-	prefetchAllow(t, f, "k", p, 1)
-	if got := shared.charged.Load() - before; got != 1 {
-		t.Fatalf("the request was charged %d, want 1 (alone)", got)
+	before := shared.charges.Load()
+	done := make(chan Decision)
+	go func() { done <- prefetchAllow(t, f, "k", p, 1) }()
+	select {
+	case d := <-done:
+		t.Fatalf("admitted (%+v) while the charge was on its way, want it waiting", d)
+	case <-time.After(50 * time.Millisecond):
+	}
+	sh.mu.Lock() // the charge lands: 31 held
+	sh.m["k"].a, sh.m["k"].landed = 31, nil
+	sh.mu.Unlock()
+	close(landed)
+	if d := <-done; !d.Allowed || shared.charges.Load() != before {
+		t.Fatalf("%+v after %d charges of its own, want admitted from the landed charge", d, shared.charges.Load()-before)
 	}
 }
