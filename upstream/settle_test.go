@@ -46,16 +46,23 @@ func sum(xs []int64) (s int64) {
 	return s
 }
 
-// TestSettleQueuesForOneAdjust: settlements never call the limiter on the
-// request's path; Flush sends what 50 concurrent requests owe as one Adjust
-// of the exact sum.
-func TestSettleQueuesForOneAdjust(t *testing.T) {
+// settlingPool is a pool with one key whose tokens are paced (TPM 600,000),
+// on a limiter that records its Adjusts.
+func settlingPool(t *testing.T) (*Pool, *countingLimiter) {
 	srv := provider(t, func(w http.ResponseWriter, r *http.Request) { writeOK(w) })
 	k := key(1, srv.URL, "a")
 	k.TPM = 600000
 	c := newClock()
 	lim := newCountingLimiter(c.Now)
 	p, _ := testPool(t, PoolOptions{Limiter: lim, Now: c.Now, Sleep: c.Sleep}, k)
+	return p, lim
+}
+
+// TestSettleQueuesForOneAdjust: settlements never call the limiter on the
+// request's path; Flush sends what 50 concurrent requests owe as one Adjust
+// of the exact sum.
+func TestSettleQueuesForOneAdjust(t *testing.T) {
+	p, lim := settlingPool(t)
 	var wg sync.WaitGroup
 	for i := range 50 {
 		wg.Go(func() {
@@ -87,12 +94,7 @@ func TestSettleQueuesForOneAdjust(t *testing.T) {
 // TestRunSendsSettlements: Run sends a settlement soon after it is queued,
 // and what is queued when its context ends.
 func TestRunSendsSettlements(t *testing.T) {
-	srv := provider(t, func(w http.ResponseWriter, r *http.Request) { writeOK(w) })
-	k := key(1, srv.URL, "a")
-	k.TPM = 600000
-	c := newClock()
-	lim := newCountingLimiter(c.Now)
-	p, _ := testPool(t, PoolOptions{Limiter: lim, Now: c.Now, Sleep: c.Sleep}, k)
+	p, lim := settlingPool(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
