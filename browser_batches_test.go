@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -28,7 +29,11 @@ func TestBrowserJobsAndBatches(t *testing.T) {
 	base, _, stop := start(t, map[string]string{"SLUICE_DATA_DIR": t.TempDir(), "SLUICE_BCRYPT_COST": "4", "SLUICE_ADMIN_PASSWORD": "admin-password"})
 	defer stop()
 	c := client{t, base}
-	var admin, owner, tok struct{ Token string }
+	var admin, tok struct{ Token string }
+	var owner struct {
+		Token        string
+		Organization struct{ ID int64 }
+	}
 	c.call("POST", "/api/auth/login", "", `{"email":"admin@localhost","password":"admin-password"}`, &admin)
 	if r := c.call("POST", "/api/admin/upstreams", admin.Token, `{"name":"mock","base_url":"`+providerSrv.URL+`/v1","api_key":"`+providerKey+
 		`","weight":1,"models":["gpt-4o-mini"]}`, nil); r.StatusCode != 201 {
@@ -160,6 +165,28 @@ func TestBrowserJobsAndBatches(t *testing.T) {
 	}
 	screenshot(t, ctx, "phone-admin-queue")
 	fitsWidth(t, ctx, 390, "the admin overview with the queue panel")
+
+	// The organization's page: its 30 days of requests and cost, drawn
+	// in the dashboard's day buckets.
+	orgPage := base + "/admin/organizations/" + strconv.FormatInt(owner.Organization.ID, 10)
+	for _, size := range []struct {
+		name          string
+		width, height int64
+	}{{"desktop", 1280, 900}, {"phone", 390, 844}} {
+		if err := chromedp.Do(ctx, chromedp.EmulateViewport(size.width, size.height), chromedp.Navigate(orgPage),
+			chromedp.WaitVisible(chromedp.CSS(`#org-requests`))); err != nil {
+			t.Fatalf("%s: the organization's page: %v", size.name, err)
+		}
+		if title := text(t, ctx, `#org-requests figcaption`); !strings.Contains(title, "Requests per day") {
+			t.Errorf("%s: requests chart titled %q", size.name, title)
+		}
+		days, err := chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll('#org-requests tbody tr').length`))
+		if err != nil || days != 30 {
+			t.Errorf("%s: the requests chart's table has %d days (%v), want 30", size.name, days, err)
+		}
+		screenshot(t, ctx, size.name+"-admin-organization")
+		fitsWidth(t, ctx, size.width, "the admin organization page")
+	}
 }
 
 // uploadFile uploads content as a batch input file and returns its id.
