@@ -215,6 +215,28 @@ type pricedKey struct {
 	model              string
 }
 
+// add counts one event.
+func (h *hourlySums) add(e *UsageEvent) {
+	h.requests++
+	h.prompt += int64(e.PromptTokens)
+	h.completion += int64(e.CompletionTokens)
+	h.cached += int64(e.CachedTokens)
+	if e.Cached {
+		h.hits++
+	}
+	h.cost += int64(e.Cost)
+}
+
+// entry is m's value for k, added zero when missing.
+func entry[K comparable, V any](m map[K]*V, k K) *V {
+	v := m[k]
+	if v == nil {
+		v = new(V)
+		m[k] = v
+	}
+	return v
+}
+
 // rollUp sums evs into the hourly and monthly rollup rows they add to.
 func rollUp(evs []UsageEvent) *rollups {
 	hourly := make(map[hourlyKey]*hourlySums)
@@ -224,40 +246,13 @@ func rollUp(evs []UsageEvent) *rollups {
 	for i := range evs {
 		e := &evs[i]
 		at := e.CreatedAt.UTC()
-		hk := hourlyKey{e.OrgID, at.Truncate(time.Hour).Unix(), e.TokenID, e.PriceID, e.Model}
-		h := hourly[hk]
-		if h == nil {
-			h = new(hourlySums)
-			hourly[hk] = h
-		}
-		h.requests++
-		h.prompt += int64(e.PromptTokens)
-		h.completion += int64(e.CompletionTokens)
-		h.cached += int64(e.CachedTokens)
-		if e.Cached {
-			h.hits++
-		}
-		h.cost += int64(e.Cost)
+		entry(hourly, hourlyKey{e.OrgID, at.Truncate(time.Hour).Unix(), e.TokenID, e.PriceID, e.Model}).add(e)
 		mk := monthlyKey{MonthOf(at).Unix(), e.OrgID}
-		m := monthly[mk]
-		if m == nil {
-			m = new(monthlySums)
-			monthly[mk] = m
-		}
+		m := entry(monthly, mk)
 		m.requests++
 		m.tokens += int64(e.PromptTokens + e.CompletionTokens)
 		m.cost += int64(e.Cost)
-		pk := pricedKey{e.OrgID, mk.period, e.PriceID, e.Model}
-		p := priced[pk]
-		if p == nil {
-			p = new(hourlySums)
-			priced[pk] = p
-		}
-		p.requests++
-		p.prompt += int64(e.PromptTokens)
-		p.completion += int64(e.CompletionTokens)
-		p.cached += int64(e.CachedTokens)
-		p.cost += int64(e.Cost)
+		entry(priced, pricedKey{e.OrgID, mk.period, e.PriceID, e.Model}).add(e)
 		seen[e.Model] = struct{}{}
 	}
 	r := &rollups{}
