@@ -3,10 +3,12 @@ package models
 import (
 	"cmp"
 	"context"
+	"database/sql"
 	"encoding/json"
 	"errors"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -341,75 +343,76 @@ func copyUsageSkippingStored(ctx context.Context, pg *pgx.Conn, evs []UsageEvent
 }
 
 // insertUsageRows writes a whole batch to SQLite with short statements
-// whose one parameter is the batch as JSON, expanded by jsonb_each into a
-// temporary table. jsonb_each, not json_each: it hands each row over as
-// binary JSON, whose columns ->> reaches by skipping sizes, where a row as
-// JSON text is parsed again for every one of its 17 columns. The pure-Go SQLite driver parses a statement's text on
-// every execution and binds parameters in time quadratic in their number,
-// so both a multi-row INSERT (thousands of parameters) and a prepared
-// row-at-a-time INSERT cost more CPU than the requests they recorded. The
-// rollups are taken from the rows not stored yet, before storing them.
+// whose one parameter is the batch as JSON, expanded by jsonb_each.
+// jsonb_each, not json_each: it hands each row over as binary JSON, whose
+// columns ->> reaches by skipping sizes, where a row as JSON text is parsed
+// again for every one of its columns. The pure-Go SQLite driver parses a
+// statement's text on every execution and binds parameters in time
+// quadratic in their number, so both a multi-row INSERT (thousands of
+// parameters) and a prepared row-at-a-time INSERT cost more CPU than the
+// requests they recorded.
+//
+// The events go straight into usage_events, skipping request ids stored
+// already, and the rollups are summed from the rows that insert added:
+// those whose id (AUTOINCREMENT, so never reused) is above the highest
+// before it. Staging the batch in a temporary table and probing
+// usage_events for each event once per rollup cost twice as much, and this
+// flush is the embedded default's tail latency (docs/BENCHMARKS.md).
 func (s *Store) insertUsageRows(ctx context.Context, evs []UsageEvent) error {
 	rows := make([]usageRow, len(evs))
 	for i, e := range evs {
-		at := e.CreatedAt.UTC()
 		rows[i] = usageRow{e.RequestID, e.OrgID, e.TokenID, e.Model, e.PromptTokens, e.CompletionTokens,
 			e.CachedTokens, int64(e.Cost), e.PriceID, e.Status, e.LatencyMs, e.Cached, e.Fallback, e.UpstreamKeyID,
-			at.Format(sqliteTime), at.Truncate(time.Hour).Format(sqliteTime), MonthOf(at).Format(sqliteTime)}
+			e.CreatedAt.UTC().Format(sqliteTime)}
 	}
 	batch, err := json.Marshal(rows)
 	if err != nil {
 		return err
 	}
 	return s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-		stmts := []string{
-			`CREATE TEMP TABLE IF NOT EXISTS usage_incoming (request_id TEXT, org_id INTEGER, token_id INTEGER,
-				model TEXT, prompt_tokens INTEGER, completion_tokens INTEGER, cached_tokens INTEGER, cost INTEGER,
-				price_id INTEGER, status INTEGER, latency_ms INTEGER, cached BOOLEAN, fallback BOOLEAN,
-				upstream_key_id INTEGER, created_at DATETIME, hour DATETIME, period DATETIME)`,
-			`DELETE FROM usage_incoming`,
-		}
-		for _, q := range stmts {
-			if err := tx.Exec(q).Error; err != nil {
-				return err
-			}
-		}
-		if err := tx.Exec(`INSERT INTO usage_incoming SELECT value->>0, value->>1, value->>2, value->>3, value->>4,
-			value->>5, value->>6, value->>7, value->>8, value->>9, value->>10, value->>11, value->>12, value->>13,
-			value->>14, value->>15, value->>16 FROM jsonb_each(?)`, string(batch)).Error; err != nil {
+		var last int64
+		if err := tx.Raw(`SELECT coalesce(max(id), 0) FROM usage_events`).Scan(&last).Error; err != nil {
 			return err
 		}
-		const fresh = `FROM usage_incoming i WHERE NOT EXISTS (SELECT 1 FROM usage_events e WHERE e.request_id = i.request_id)`
+		values := make([]string, len(usageColumns))
+		for i := range values {
+			values[i] = "value->>" + strconv.Itoa(i)
+		}
+		if err := tx.Exec(`INSERT INTO usage_events (`+strings.Join(usageColumns, ", ")+`)
+			SELECT `+strings.Join(values, ", ")+` FROM jsonb_each(?) WHERE true
+			ON CONFLICT (request_id) DO NOTHING`, string(batch)).Error; err != nil {
+			return err
+		}
+		// created_at is stored as sqliteTime in UTC ("2026-11-30 22:28:38.1+00:00"),
+		// so its first 13 characters name the hour and its first 8 the month.
+		const fresh = `(SELECT *, substr(created_at, 1, 13) || ':00:00+00:00' AS hour,
+			substr(created_at, 1, 8) || '01 00:00:00+00:00' AS period FROM usage_events WHERE id > @last)`
 		if err := tx.Exec(`INSERT INTO usage_hourly (org_id, hour, token_id, model, price_id, requests, prompt_tokens,
 				completion_tokens, cached_tokens, cache_hits, cost)
 			SELECT org_id, hour, token_id, model, price_id, count(*), sum(prompt_tokens), sum(completion_tokens),
-				sum(cached_tokens), sum(cached), sum(cost) ` + fresh + ` GROUP BY 1, 2, 3, 4, 5
-			ON CONFLICT (org_id, hour, token_id, model, price_id) DO UPDATE SET ` + rollupUpdate).Error; err != nil {
+				sum(cached_tokens), sum(cached), sum(cost) FROM `+fresh+` GROUP BY 1, 2, 3, 4, 5
+			ON CONFLICT (org_id, hour, token_id, model, price_id) DO UPDATE SET `+rollupUpdate,
+			sql.Named("last", last)).Error; err != nil {
 			return err
 		}
 		if err := tx.Exec(`INSERT INTO usage_monthly (period, org_id, requests, tokens, cost)
-			SELECT period, org_id, count(*), sum(prompt_tokens + completion_tokens), sum(cost) ` + fresh + ` GROUP BY 1, 2
-			ON CONFLICT (period, org_id) DO UPDATE SET ` + monthlyUpdate).Error; err != nil {
+			SELECT period, org_id, count(*), sum(prompt_tokens + completion_tokens), sum(cost) FROM `+fresh+` GROUP BY 1, 2
+			ON CONFLICT (period, org_id) DO UPDATE SET `+monthlyUpdate, sql.Named("last", last)).Error; err != nil {
 			return err
 		}
-		if err := tx.Exec(`INSERT INTO ` + pricedColumns + `
+		if err := tx.Exec(`INSERT INTO `+pricedColumns+`
 			SELECT org_id, period, model, price_id, count(*), sum(prompt_tokens), sum(completion_tokens),
-				sum(cached_tokens), sum(cost) ` + fresh + ` GROUP BY 1, 2, 3, 4 ` + pricedUpdate).Error; err != nil {
+				sum(cached_tokens), sum(cost) FROM `+fresh+` GROUP BY 1, 2, 3, 4 `+pricedUpdate,
+			sql.Named("last", last)).Error; err != nil {
 			return err
 		}
-		if err := tx.Exec(`INSERT INTO metered_models (model) SELECT DISTINCT model FROM usage_incoming WHERE true
-			ON CONFLICT (model) DO NOTHING`).Error; err != nil {
-			return err
-		}
-		cols := strings.Join(usageColumns, ", ")
-		return tx.Exec(`INSERT INTO usage_events (` + cols + `) SELECT ` + cols + ` FROM usage_incoming WHERE true
-			ON CONFLICT (request_id) DO NOTHING`).Error
+		return tx.Exec(`INSERT INTO metered_models (model) SELECT DISTINCT model FROM usage_events WHERE id > ?
+			ON CONFLICT (model) DO NOTHING`, last).Error
 	})
 }
 
-// usageRow is one usage event as a JSON array, in insertUsageRows' column
-// order, with its UTC hour and month for the rollups.
-type usageRow [17]any
+// usageRow is one usage event as a JSON array, in usageColumns' order.
+type usageRow [15]any
 
 // sqliteTime is how the SQLite driver stores times, so rows written here
 // compare and read back like the ones gorm writes.
