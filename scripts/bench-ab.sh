@@ -10,7 +10,8 @@
 # RATE 0 is saturation. Each build gets a throw-away Sluice with one premium
 # token whose limits are out of the way and one provider key at rpm 1e8 /
 # tpm 1e9, warmed for 1 s; then per round: direct and the bare proxy, then
-# before, then after, 64 connections each.
+# before and after (after and before in every other round), 64 connections
+# each, with a 2 s pause before each Sluice run and after the last.
 #
 # Environment (all optional):
 #   BEFORE=HEAD~1          the commit to compare the working tree with
@@ -120,11 +121,39 @@ if [[ -n ${PROFILE:-} ]]; then
 	exit 0
 fi
 
+# Each build's recorder stores the last second of a run's events after
+# the run: a pause lets that flush land before the next run starts, and
+# the builds swap places every round, so neither always follows the other.
+settle() { sleep 2; }
+order=$BUILDS
 for r in $(seq 1 "$ROUNDS"); do
-	"$TMP/bin/loadgen" -direct "$MOCK/v1" -direct-key sk-bench-a -proxy "$PROXY/v1" -concurrency 64 -rate "$RATE" -duration "$DUR" |
-		grep '^run' | sed "s/round 1/round $r/"
-	for b in $BUILDS; do
-		LOADGEN_SLUICE_KEY=${TOKEN[$b]} "$TMP/bin/loadgen" -sluice "${URL[$b]}/v1" -concurrency 64 -rate "$RATE" -duration "$DUR" |
-			grep '^run' | sed "s/round 1 sluice/round $r $b/"
-	done
+	{
+		"$TMP/bin/loadgen" -direct "$MOCK/v1" -direct-key sk-bench-a -proxy "$PROXY/v1" -concurrency 64 -rate "$RATE" -duration "$DUR" |
+			grep '^run' | sed "s/round 1/round $r/"
+		for b in $order; do
+			settle
+			LOADGEN_SLUICE_KEY=${TOKEN[$b]} "$TMP/bin/loadgen" -sluice "${URL[$b]}/v1" -concurrency 64 -rate "$RATE" -duration "$DUR" |
+				grep '^run' | sed "s/round 1 sluice/round $r $b/"
+		done
+		settle
+	} | tee -a "$TMP/runs"
+	order=$(tr ' ' '\n' <<<"$order" | tac | tr '\n' ' ')
 done
+
+# Medians of the per-round figures; "added" is over the direct path's.
+python3 - "$TMP/runs" <<'EOF'
+import re, statistics, sys
+runs = {}
+for line in open(sys.argv[1]):
+    m = re.search(r"round \d+ (\w+) .*?([\d.]+) ok/s, p50 ([\d.]+) ms, p99 ([\d.]+) ms", line)
+    if m:
+        runs.setdefault(m[1], []).append([float(v) for v in m.group(2, 3, 4)])
+med = {k: [statistics.median(col) for col in zip(*v)] for k, v in runs.items()}
+_, d50, d99 = med["direct"]
+_, b50, b99 = med["proxy"]
+for k, (ok, p50, p99) in med.items():
+    line = f"median {k:6s} {ok:8.1f} ok/s  p50 {p50:.2f} ms  p99 {p99:.2f} ms  added p50 {p50 - d50:+.2f}  p99 {p99 - d99:+.2f}"
+    if k not in ("direct", "proxy") and b50 > d50 and b99 > d99:
+        line += f"  = {(p50 - d50) / (b50 - d50):.2f}x / {(p99 - d99) / (b99 - d99):.2f}x the bare proxy's"
+    print(line)
+EOF
