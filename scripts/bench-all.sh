@@ -438,7 +438,9 @@ overhead_run() {
 	key_id=$(add_key "mock-b" "$mock/v1" sk-bench-a 100000000 1000000000)
 	check_chain
 	export LOADGEN_SLUICE_KEY=$TOKEN
-	local args=(-direct "$mock/v1" -direct-key sk-bench-a -sluice "$SLUICE/v1" -proxy "$PROXY_URL/v1" -concurrency "$CONCURRENCY" -rounds "$ROUNDS")
+	# -pause: Sluice stores a run's last second of usage after the run; the
+	# bare proxy's run, next, must not pay for it.
+	local args=(-direct "$mock/v1" -direct-key sk-bench-a -sluice "$SLUICE/v1" -proxy "$PROXY_URL/v1" -concurrency "$CONCURRENCY" -rounds "$ROUNDS" -pause 1.5s)
 	echo "\$ loadgen ${args[*]} -rate 0 -duration $DURATION" >&2
 	loadgen $((ROUNDS * 3)) "${args[@]}" -rate 0 | tee "$out" >&2
 	r5k=$(py "$out" <<'EOF'

@@ -79,6 +79,7 @@ type config struct {
 	settings    []setting
 	duration    time.Duration
 	rounds      int
+	pause       time.Duration // quiet time before each run
 	body        []byte
 	timeout     time.Duration
 	mockStats   string // GET URL of the mock's Stats; "" = not measured
@@ -110,6 +111,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	fmt.Fprintf(stdout, "%d runs of %s: targets %s, %d rounds\n", len(steps), cfg.duration, targetNames(cfg.targets), cfg.rounds)
 	samples := make(map[sampleKey]*sample)
 	for i, st := range steps {
+		if i > 0 && cfg.pause > 0 {
+			select {
+			case <-time.After(cfg.pause):
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
 		var before mock.Stats
 		if cfg.mockStats != "" {
 			if before, err = fetchStats(ctx, client, cfg.mockStats); err != nil {
@@ -221,6 +229,7 @@ func parseFlags(args []string, getenv func(string) string, stdout io.Writer) (co
 	fs.IntVar(&burst, "burst", 0, "send requests in groups of this many at once, groups BURST/RATE seconds apart, instead of evenly (needs a -rate above 0); e.g. -rate 40 -burst 20: 20 at once every 500 ms")
 	fs.DurationVar(&cfg.duration, "duration", 10*time.Second, "length of each run")
 	fs.IntVar(&cfg.rounds, "rounds", 1, "rounds per setting; each round runs every target once, interleaved")
+	fs.DurationVar(&cfg.pause, "pause", 0, "quiet time before each run after the first, so work a target does after a run (Sluice stores the last second's usage) does not land in the next target's run")
 	fs.StringVar(&body, "body", "", "request body (JSON, or @file); default a small chat request for -model")
 	fs.StringVar(&model, "model", "gpt-4o-mini", "model of the default body")
 	fs.BoolVar(&stream, "stream", false, "ask for a streamed answer in the default body")

@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"net/http"
 	"net/http/httptest"
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -101,6 +103,39 @@ func TestRunInterleavesWithServedProxy(t *testing.T) {
 	}
 	if st := m.Stats(); st.Total.Requests != int64(atoi(rs[0][4])+atoi(rs[1][4])) {
 		t.Errorf("mock saw %d requests", st.Total.Requests)
+	}
+}
+
+// -pause leaves the machine quiet between runs: no request reaches the
+// upstream within the pause after a run ends.
+func TestPauseSeparatesRuns(t *testing.T) {
+	m := mock.New(mock.Config{Keys: map[string]float64{"sk-a": 1000}})
+	var mu sync.Mutex
+	var arrivals []time.Time
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		arrivals = append(arrivals, time.Now())
+		mu.Unlock()
+		m.ServeHTTP(w, r)
+	}))
+	defer srv.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Second)
+	defer cancel()
+	const pause = 400 * time.Millisecond
+	var out bytes.Buffer
+	err := run(ctx, []string{"-direct", srv.URL + "/v1", "-direct-key", "sk-a", "-concurrency", "2", "-rate", "40",
+		"-duration", "250ms", "-rounds", "2", "-pause", pause.String()}, func(string) string { return "" }, &out)
+	if err != nil {
+		t.Fatalf("run: %v\n%s", err, out.String())
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	var widest time.Duration
+	for i := 1; i < len(arrivals); i++ {
+		widest = max(widest, arrivals[i].Sub(arrivals[i-1]))
+	}
+	if len(arrivals) < 10 || widest < pause {
+		t.Fatalf("%d requests, widest gap between two %v: want two runs %v apart\n%s", len(arrivals), widest, pause, out.String())
 	}
 }
 
