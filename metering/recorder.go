@@ -58,6 +58,7 @@ type Recorder struct {
 	stored  atomic.Int64 // events stored
 	lost    atomic.Int64 // events given up at shutdown with the database down
 	flushed func(events int, took time.Duration)
+	nice    int // the flushers' thread priority while they keep up; 0: the process's
 }
 
 // Option adjusts a Recorder.
@@ -75,6 +76,19 @@ func WithFlushObserver(observe func(events int, took time.Duration)) Option {
 // SQLite has one writer: keep 1 there.
 func WithFlushers(n int) Option {
 	return func(r *Recorder) { r.flushers = max(1, n) }
+}
+
+// WithBackgroundPriority has the flushers store batches on threads of their
+// own at nice n (Linux; elsewhere it does nothing) while they keep up. An
+// embedded database stores on the cores that serve requests: a second's
+// batch at 1,000 requests/s is tens of milliseconds of CPU in one burst,
+// which the requests arriving meanwhile waited behind (the embedded
+// default's p99, docs/BENCHMARKS.md); at a low priority the burst takes
+// only the CPU they leave. With a batch's worth queued behind a batch, or
+// once Close has begun, the batch is stored at the process's priority:
+// the recorder never falls behind for it.
+func WithBackgroundPriority(n int) Option {
+	return func(r *Recorder) { r.nice = n }
 }
 
 // Depth is how many events wait in the buffer.
@@ -114,11 +128,7 @@ func NewRecorder(sink Sink, log *slog.Logger, interval time.Duration, maxBatch i
 	r.batches = make(chan []models.UsageEvent, 1)
 	var flushing sync.WaitGroup
 	for range r.flushers {
-		flushing.Go(func() {
-			for batch := range r.batches {
-				r.flush(batch)
-			}
-		})
+		flushing.Go(r.flushBatches)
 	}
 	go func() {
 		r.loop()
@@ -283,6 +293,43 @@ func (r *Recorder) loop() {
 			}
 			r.flushRejections()
 		}
+	}
+}
+
+// flushBatches stores batches until there are no more, at the background
+// priority while the recorder keeps up.
+func (r *Recorder) flushBatches() {
+	background := false
+	if r.nice > 0 {
+		// The lowered thread is this goroutine's alone, and ends with it.
+		if err := lowerPriority(r.nice); err != nil {
+			r.log.Warn("usage is stored at the process's priority: lowering the recorder's failed", "err", err)
+		} else {
+			background = true
+		}
+	}
+	for batch := range r.batches {
+		if !background || !r.behind() {
+			r.flush(batch)
+			continue
+		}
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			r.flush(batch)
+		}()
+		<-done
+	}
+}
+
+// behind says a batch's worth waits in the buffer, or Close has begun:
+// the next batch is stored at the process's priority.
+func (r *Recorder) behind() bool {
+	select {
+	case <-r.closing:
+		return true
+	default:
+		return len(r.events) >= r.maxBatch
 	}
 }
 
