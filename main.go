@@ -109,12 +109,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	// requests beside it. On Postgres the database, not Go, bounds the
 	// recorder: larger batches and two in flight measured 1.9x the events/s
 	// of one 1024-event batch at a time (docs/BENCHMARKS.md).
-	recorderOpts := []metering.Option{flushObserver(metrics), metering.WithBackgroundPriority(10)}
-	batch := 1024
+	batch, placement := 1024, metering.WithBackgroundPriority(10)
 	if db.Dialect == "postgres" {
-		batch, recorderOpts = 4096, []metering.Option{flushObserver(metrics), metering.WithFlushers(2)}
+		batch, placement = 4096, metering.WithFlushers(2)
 	}
-	recorder := metering.NewRecorder(store, log, time.Second, batch, recorderOpts...)
+	recorder := metering.NewRecorder(store, log, time.Second, batch, flushObserver(metrics), placement)
 	gateway := mtr.NewGateway(metrics)
 
 	gen, err := newGeneration(ctx, cfg, store, box, adm, log, metrics)
