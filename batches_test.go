@@ -345,11 +345,11 @@ func TestBatchesAndJobsEndToEnd(t *testing.T) {
 		case <-time.After(20 * time.Second):
 			t.Fatal("no callback within 20 s")
 		}
-		ts, err := strconv.ParseInt(d.header.Get("X-Sluice-Timestamp"), 10, 64)
+		ts, err := strconv.ParseInt(d.header.Get("X-Sluice-Webhook-Timestamp"), 10, 64)
 		if err != nil || time.Since(time.Unix(ts, 0)) > time.Minute {
-			t.Fatalf("timestamp %q", d.header.Get("X-Sluice-Timestamp"))
+			t.Fatalf("timestamp %q", d.header.Get("X-Sluice-Webhook-Timestamp"))
 		}
-		if sig := d.header.Get("X-Sluice-Signature"); sig != webhook.Sign(org.WebhookSecret, time.Unix(ts, 0), d.body) {
+		if sig := d.header.Get("X-Sluice-Webhook-Signature"); sig != webhook.Sign(org.WebhookSecret, time.Unix(ts, 0), d.body) {
 			t.Fatalf("signature %q does not verify", sig)
 		}
 		var body struct {

@@ -1563,7 +1563,7 @@ func settingsCard(s SettingsView, n FormNotice) templ.Component {
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}
-			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 144, "</code></pre><p class=\"hint\">Check each alert with it: its <code>X-Sluice-Signature</code> header is <code>sha256=</code> and the hex HMAC-SHA256, under this secret, of the <code>X-Sluice-Timestamp</code> header, a dot and the body.</p></div>")
+			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 144, "</code></pre><p class=\"hint\">Check each alert with it: its <code>X-Sluice-Webhook-Signature</code> header is <code>sha256=</code> and the hex HMAC-SHA256, under this secret, of the <code>X-Sluice-Webhook-Timestamp</code> header, a dot and the body.</p></div>")
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}

@@ -4,9 +4,11 @@
 // not followed, and every body is signed so the receiver can tell it came
 // from Sluice and when.
 //
-// Signature: X-Sluice-Signature is "sha256=" + hex(HMAC-SHA256(secret,
-// timestamp + "." + body)) with X-Sluice-Timestamp the unix seconds of the
-// send; receivers should refuse timestamps more than five minutes old.
+// Signature: X-Sluice-Webhook-Signature is "sha256=" + hex(HMAC-SHA256(
+// secret, timestamp + "." + body)) with X-Sluice-Webhook-Timestamp the unix
+// seconds of the send; receivers should refuse timestamps more than five
+// minutes old. The names are not request signing's X-Sluice-Signature and
+// X-Sluice-Timestamp: another secret, another signed string.
 package webhook
 
 import (
@@ -25,6 +27,12 @@ import (
 	"strconv"
 	"strings"
 	"time"
+)
+
+// The headers a signed POST carries.
+const (
+	HeaderSignature = "X-Sluice-Webhook-Signature"
+	HeaderTimestamp = "X-Sluice-Webhook-Timestamp"
 )
 
 // Hosts is the operator's allow-list: exact host names, or "*.example.com"
@@ -127,8 +135,8 @@ func (s *Sender) post(ctx context.Context, rawURL, secret string, body []byte) e
 	ts := s.now()
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("User-Agent", "Sluice-Webhook/1")
-	req.Header.Set("X-Sluice-Timestamp", strconv.FormatInt(ts.Unix(), 10))
-	req.Header.Set("X-Sluice-Signature", Sign(secret, ts, body))
+	req.Header.Set(HeaderTimestamp, strconv.FormatInt(ts.Unix(), 10))
+	req.Header.Set(HeaderSignature, Sign(secret, ts, body))
 	resp, err := s.client.Do(req)
 	if err != nil {
 		var ue *url.Error

@@ -57,8 +57,8 @@ func TestSendSignsAndDoesNotFollowRedirects(t *testing.T) {
 	if err := s.Send(context.Background(), srv.URL+"/hook", "whsec_test", payload); err != nil {
 		t.Fatal(err)
 	}
-	if string(body) != string(payload) || got.Header.Get("X-Sluice-Timestamp") != "1800000000" ||
-		got.Header.Get("X-Sluice-Signature") != Sign("whsec_test", now, payload) {
+	if string(body) != string(payload) || got.Header.Get("X-Sluice-Webhook-Timestamp") != "1800000000" ||
+		got.Header.Get("X-Sluice-Webhook-Signature") != Sign("whsec_test", now, payload) {
 		t.Fatalf("%v %s", got.Header, body)
 	}
 	// The signature is HMAC-SHA256 over "timestamp.body", as documented.
