@@ -1,7 +1,9 @@
 package metering
 
 import (
+	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -14,21 +16,29 @@ import (
 	"github.com/sluicehq/sluice/models"
 )
 
-// niceOf reads a thread's nice value from its /proc stat line.
+// niceOf reads a thread's nice value from its /proc stat file.
 func niceOf(t *testing.T, statPath string) int {
 	t.Helper()
 	b, err := os.ReadFile(statPath)
 	if err != nil {
 		t.Fatal(err)
 	}
-	// After the command's closing parenthesis come the fields from the
-	// third (state) on; nice is the 19th.
-	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
-	n, err := strconv.Atoi(f[19-3])
+	n, err := parseNice(b)
 	if err != nil {
 		t.Fatalf("%s: %v", statPath, err)
 	}
 	return n
+}
+
+// parseNice takes the nice value from a /proc stat line: after the
+// command's closing parenthesis come the fields from the third (state) on,
+// and nice is the 19th.
+func parseNice(stat []byte) (int, error) {
+	f := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
+	if len(f) <= 19-3 {
+		return 0, fmt.Errorf("%d fields after the command", len(f))
+	}
+	return strconv.Atoi(f[19-3])
 }
 
 // threadsAtNice counts the process's threads at nice n but its main
@@ -41,10 +51,16 @@ func threadsAtNice(t *testing.T, n int) int {
 	if err != nil {
 		t.Fatal(err)
 	}
-	main := filepath.Join("/proc/self/task", strconv.Itoa(os.Getpid()), "stat")
+	mainThread := filepath.Join("/proc/self/task", strconv.Itoa(os.Getpid()), "stat")
 	count := 0
 	for _, p := range stats {
-		if _, err := os.Stat(p); err == nil && p != main && niceOf(t, p) == n {
+		b, err := os.ReadFile(p)
+		if err != nil || p == mainThread {
+			continue // a thread that has ended since the listing
+		}
+		if nice, err := parseNice(b); err != nil {
+			t.Fatalf("%s: %v", p, err)
+		} else if nice == n {
 			count++
 		}
 	}
