@@ -62,40 +62,50 @@ func (s *flakySink) TouchAPITokens(_ context.Context, m map[int64]time.Time) err
 
 func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
+// Every event is stored once, whoever records it and however the
+// flushers run: the embedded default's background priority included.
 func TestCloseDrainsEveryEventFromManyWritersDespiteFailures(t *testing.T) {
-	sink := &flakySink{failures: 2, stored: map[string]models.UsageEvent{}, touched: map[int64]time.Time{}}
-	var flushes, flushed atomic.Int64
-	r := NewRecorder(sink, quiet(), time.Hour, 16, // never ticks: only batch size and Close flush
-		WithFlushObserver(func(n int, _ time.Duration) { flushes.Add(1); flushed.Add(int64(n)) }))
-	base := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	var wg sync.WaitGroup
-	for w := range 50 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range 20 {
-				ev := models.UsageEvent{RequestID: fmt.Sprintf("%d-%d", w, i), TokenID: int64(w % 3), CreatedAt: base.Add(time.Duration(i) * time.Second)}
-				if err := r.Record(ev); err != nil {
-					t.Error(err)
+	for name, extra := range map[string][]Option{
+		"one flusher":         nil,
+		"two flushers":        {WithFlushers(2)},
+		"background priority": {WithBackgroundPriority(5)},
+	} {
+		t.Run(name, func(t *testing.T) {
+			sink := &flakySink{failures: 2, stored: map[string]models.UsageEvent{}, touched: map[int64]time.Time{}}
+			var flushes, flushed atomic.Int64
+			opts := append([]Option{WithFlushObserver(func(n int, _ time.Duration) { flushes.Add(1); flushed.Add(int64(n)) })}, extra...)
+			r := NewRecorder(sink, quiet(), time.Hour, 16, opts...) // never ticks: only batch size and Close flush
+			base := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+			var wg sync.WaitGroup
+			for w := range 50 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for i := range 20 {
+						ev := models.UsageEvent{RequestID: fmt.Sprintf("%d-%d", w, i), TokenID: int64(w % 3), CreatedAt: base.Add(time.Duration(i) * time.Second)}
+						if err := r.Record(ev); err != nil {
+							t.Error(err)
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			if err := r.Close(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			if len(sink.stored) != 1000 || r.Stored() != 1000 || flushed.Load() != 1000 || flushes.Load() < 1000/16 || r.Lost() != 0 {
+				t.Fatalf("stored %d events (counted %d, observed %d in %d flushes, lost %d), want 1000",
+					len(sink.stored), r.Stored(), flushed.Load(), flushes.Load(), r.Lost())
+			}
+			for id := range int64(3) {
+				if want := base.Add(19 * time.Second); !sink.touched[id].Equal(want) {
+					t.Errorf("token %d last used %v, want %v", id, sink.touched[id], want)
 				}
 			}
-		}()
-	}
-	wg.Wait()
-	if err := r.Close(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	if len(sink.stored) != 1000 || r.Stored() != 1000 || flushed.Load() != 1000 || flushes.Load() < 1000/16 || r.Lost() != 0 {
-		t.Fatalf("stored %d events (counted %d, observed %d in %d flushes, lost %d), want 1000",
-			len(sink.stored), r.Stored(), flushed.Load(), flushes.Load(), r.Lost())
-	}
-	for id := range int64(3) {
-		if want := base.Add(19 * time.Second); !sink.touched[id].Equal(want) {
-			t.Errorf("token %d last used %v, want %v", id, sink.touched[id], want)
-		}
-	}
-	if err := r.Record(models.UsageEvent{RequestID: "late"}); !errors.Is(err, ErrClosed) {
-		t.Fatalf("record after close: %v", err)
+			if err := r.Record(models.UsageEvent{RequestID: "late"}); !errors.Is(err, ErrClosed) {
+				t.Fatalf("record after close: %v", err)
+			}
+		})
 	}
 }
 
