@@ -28,7 +28,8 @@ func TestBrowserBillingJourney(t *testing.T) {
 	admin, cancelAdmin := chromedp.NewContext(user, chromedp.WithNewBrowserContext())
 	defer cancelAdmin()
 	failOnCSPViolations(t, admin)
-	base, _, stop := start(t, map[string]string{"SLUICE_DATA_DIR": t.TempDir(), "SLUICE_BCRYPT_COST": "4", "SLUICE_ADMIN_PASSWORD": "admin-password"})
+	base, _, stop := start(t, map[string]string{"SLUICE_DATA_DIR": t.TempDir(), "SLUICE_BCRYPT_COST": "4", "SLUICE_ADMIN_PASSWORD": "admin-password",
+		"SLUICE_WEBHOOK_HOSTS": "hooks.example.com"})
 	defer stop()
 	c := client{t, base}
 	const (
@@ -367,6 +368,26 @@ func TestBrowserBillingJourney(t *testing.T) {
 	expectText(t, admin, row+`[data-testid=price-output]`, "$"+outPrice)
 	screenshot(t, admin, "phone-admin-prices")
 	fitsWidth(t, admin, 390, "the prices page")
+
+	// 8. A budget alert webhook, set on the phone: its signing secret is
+	// shown once, with the headers to check it by (not request signing's).
+	err = chromedp.Do(user,
+		chromedp.SetValue(chromedp.CSS(`#webhook-url`), "https://hooks.example.com/sluice"),
+		chromedp.Submit(chromedp.CSS(`[data-testid=webhook-form]`)),
+		chromedp.WaitVisible(chromedp.CSS(`[data-testid=webhook-secret]`)),
+	)
+	if err != nil {
+		t.Fatalf("set a webhook: %v", err)
+	}
+	expectText(t, user, `[data-testid=webhook-settings] [data-testid=flash]`, "Webhook saved. Budget alerts will be posted to it, signed with the secret below.")
+	expectText(t, user, `[data-testid=webhook-secret] .hint`, "Check each alert with it: its X-Sluice-Webhook-Signature header is sha256= and the hex "+
+		"HMAC-SHA256, under this secret, of the X-Sluice-Webhook-Timestamp header, a dot and the body.")
+	fitsWidth(t, user, 390, "the webhook's signing secret")
+	sectionShot(t, user, `[data-testid=webhook-settings]`, "phone-billing-webhook")
+	if err := chromedp.Do(user, chromedp.EmulateViewport(1280, 900)); err != nil {
+		t.Fatal(err)
+	}
+	sectionShot(t, user, `[data-testid=webhook-settings]`, "desktop-billing-webhook")
 }
 
 // budgetState is GET /api/budget.
