@@ -141,7 +141,8 @@ func TestBackgroundPriorityWhileKeepingUp(t *testing.T) {
 	sink := &niceSink{t: t}
 	r := NewRecorder(sink, quiet(), time.Hour, 16, WithBackgroundPriority(nice))
 	t.Cleanup(func() { _ = r.Close(context.Background()) }) // ends the thread if the test fails early
-	recordN(t, r, 0, 16)                                    // a full batch: stored at once, with nothing behind it
+
+	recordN(t, r, 0, 16) // a full batch: stored at once, with nothing behind it
 	waitUntil(t, "the batch to be stored", func() bool { return r.Stored() == 16 })
 	recordN(t, r, 16, 5) // under a batch, with an hour to the tick: Close stores it
 	if err := r.Close(context.Background()); err != nil {

@@ -78,16 +78,14 @@ func TestCloseDrainsEveryEventFromManyWritersDespiteFailures(t *testing.T) {
 			base := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 			var wg sync.WaitGroup
 			for w := range 50 {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
+				wg.Go(func() {
 					for i := range 20 {
 						ev := models.UsageEvent{RequestID: fmt.Sprintf("%d-%d", w, i), TokenID: int64(w % 3), CreatedAt: base.Add(time.Duration(i) * time.Second)}
 						if err := r.Record(ev); err != nil {
 							t.Error(err)
 						}
 					}
-				}()
+				})
 			}
 			wg.Wait()
 			if err := r.Close(context.Background()); err != nil {
