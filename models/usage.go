@@ -356,7 +356,7 @@ func copyUsageSkippingStored(ctx context.Context, pg *pgx.Conn, evs []UsageEvent
 // already, and the rollups are summed from the rows that insert added:
 // those whose id (AUTOINCREMENT, so never reused) is above the highest
 // before it. Staging the batch in a temporary table and probing
-// usage_events for each event once per rollup cost 17% more per event, CPU
+// usage_events for each event once per rollup cost 18% more per event, CPU
 // the embedded default spends on the cores that serve requests
 // (docs/BENCHMARKS.md).
 func (s *Store) insertUsageRows(ctx context.Context, evs []UsageEvent) error {
