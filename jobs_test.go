@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -16,9 +17,9 @@ import (
 )
 
 // A thousand jobs on one free-tier token: queued without a single 429,
-// worked at the bucket's pace (leaving live traffic its half), with no 429
-// from the provider, and through a restart of the node in the middle
-// nothing is lost or run twice.
+// worked at the bucket's pace while live requests of the same organization
+// pass beside them, with no 429 from the provider, and through a restart
+// of the node in the middle nothing is lost or run twice.
 func TestAThousandJobsThroughARestart(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short")
@@ -80,6 +81,58 @@ func TestAThousandJobsThroughARestart(t *testing.T) {
 	if refused.Load() != 0 {
 		t.Fatalf("%d of %d jobs were not queued", refused.Load(), n)
 	}
+	// Live traffic of the same organization while the backlog is worked:
+	// on the jobs' own token, bursts of 10 (within the half of the burst
+	// jobs leave) 100 ms apart; on another token, its whole burst at once.
+	// None of it is refused.
+	var other struct{ Token string }
+	c.call("POST", "/api/tokens", owner.Token, `{"name":"live"}`, &other)
+	// Each live prompt distinct (the weights charge repeats extra; digits
+	// do not count).
+	var liveN atomic.Int64
+	liveBody := func() string {
+		i := liveN.Add(1)
+		return `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"now, please: ` + string(rune('a'+i%26)) + string(rune('a'+i/26%26)) + `"}]}`
+	}
+	var firstRefusal atomic.Value
+	firstRefusal.Store("")
+	live := func(token string, at int) (refusedLive int64) {
+		var bad atomic.Int64
+		var wg sync.WaitGroup
+		for range at {
+			wg.Go(func() {
+				req, _ := http.NewRequest("POST", base+"/v1/chat/completions", strings.NewReader(liveBody()))
+				req.Header.Set("Authorization", "Bearer "+token)
+				req.Header.Set("Content-Type", "application/json")
+				resp, err := http.DefaultClient.Do(req)
+				if err != nil {
+					bad.Add(1)
+					return
+				}
+				defer resp.Body.Close()
+				if resp.StatusCode != 200 {
+					if bad.Add(1) == 1 {
+						b, _ := io.ReadAll(resp.Body)
+						firstRefusal.Store(fmt.Sprintf("%d %s", resp.StatusCode, b))
+					}
+				}
+			})
+		}
+		wg.Wait()
+		return bad.Load()
+	}
+	var liveRefused, liveSent int64
+	for range 10 {
+		liveRefused += live(tok.Token, 10)
+		liveSent += 10
+		time.Sleep(100 * time.Millisecond)
+	}
+	liveRefused += live(other.Token, 30)
+	liveSent += 30
+	if done := provider.Stats().Total.OK - (liveSent - liveRefused); liveRefused != 0 || done >= n {
+		t.Fatalf("live requests beside the backlog: %d of %d refused (the first: %s); jobs done meanwhile %d of %d (the backlog must outlast them)",
+			liveRefused, liveSent, firstRefusal.Load(), done, n)
+	}
 	// Restart the node while the queue is being worked.
 	waitFor(t, 30*time.Second, "a third of the jobs done", func() bool { return provider.Stats().Total.OK >= n/3 })
 	if err := stop(); err != nil {
@@ -101,7 +154,7 @@ func TestAThousandJobsThroughARestart(t *testing.T) {
 		return sum
 	}
 	deadline := time.Now().Add(90 * time.Second)
-	for metered() < n {
+	for metered() < n+liveSent {
 		if time.Now().After(deadline) {
 			statuses := map[string]int{}
 			for _, id := range ids {
@@ -140,16 +193,17 @@ func TestAThousandJobsThroughARestart(t *testing.T) {
 	}
 	st := provider.Stats().Total
 	// (1000 - 15 jobs at once) at 300 a second: at least 3.2 s.
-	if m := metered(); m != n || st.Status429 != 0 || took < 3200*time.Millisecond {
-		t.Fatalf("metered %d of %d; provider 429s %d; took %v", m, n, st.Status429, took)
+	if m := metered(); m != n+liveSent || st.Status429 != 0 || took < 3200*time.Millisecond {
+		t.Fatalf("metered %d of %d jobs and %d live requests; provider 429s %d; took %v", m, n, liveSent, st.Status429, took)
 	}
 	// The rollups count a request id once whatever happens, so duplicates
 	// show at the provider: only the attempts in flight when the node
 	// stopped (at most its 16 workers) may be asked again.
-	if st.Requests < int64(n) || st.Requests > int64(n)+16 {
-		t.Fatalf("the provider was asked %d times for %d jobs; at most %d", st.Requests, n, n+16)
+	if calls := st.Requests - liveSent; calls < n || calls > n+16 {
+		t.Fatalf("the provider was asked %d times for %d jobs; at most %d", calls, n, n+16)
 	}
-	t.Logf("%d jobs in %v through a restart; provider calls %d (%d retried after the restart)", n, took, st.Requests, st.Requests-n)
+	t.Logf("%d jobs in %v through a restart, %d live requests beside them; provider calls for jobs %d (%d retried after the restart)",
+		n, took, liveSent, st.Requests-liveSent, st.Requests-liveSent-n)
 }
 
 // callWith is call with X-Sluice-Async: true when async is set.

@@ -218,6 +218,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		return fmt.Errorf("start the job queue: %w", err)
 	}
 	go batchService.Run(ctx, queue, time.Minute)
+	go queue.ExpireEvery(ctx, time.Minute, log)
 	go func() {
 		if err := runTuner(ctx, cfg, adm, acc, store, inFlight, latency, gen.pool, log); err != nil {
 			log.Error("auto-tuner stopped", "err", err)

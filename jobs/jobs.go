@@ -115,6 +115,7 @@ type client interface {
 	InsertMany(ctx context.Context, params []river.InsertManyParams) ([]*rivertype.JobInsertResult, error)
 	JobGet(ctx context.Context, id int64) (*rivertype.JobRow, error)
 	JobCancel(ctx context.Context, id int64) (*rivertype.JobRow, error)
+	JobDeleteMany(ctx context.Context, params *river.JobDeleteManyParams) (*river.JobDeleteManyResult, error)
 	JobList(ctx context.Context, params *river.JobListParams) (*river.JobListResult, error)
 	JobRetry(ctx context.Context, id int64) (*rivertype.JobRow, error)
 	Start(ctx context.Context) error
@@ -168,12 +169,14 @@ func New(ctx context.Context, d Deps, cfg Config) (*Queue, error) {
 		return nil, err
 	}
 	rc := &river.Config{
-		Queues:                      map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: cfg.Workers}},
-		Workers:                     workers,
-		MaxAttempts:                 cfg.MaxAttempts,
-		CompletedJobRetentionPeriod: cfg.Retention,
-		CancelledJobRetentionPeriod: cfg.Retention,
-		DiscardedJobRetentionPeriod: cfg.Retention,
+		Queues:      map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: cfg.Workers}},
+		Workers:     workers,
+		MaxAttempts: cfg.MaxAttempts,
+		// Finished jobs are deleted by DeleteExpired, on the queue's clock;
+		// River's cleaner (on its own clock, every 30 s) is off.
+		CompletedJobRetentionPeriod: -1,
+		CancelledJobRetentionPeriod: -1,
+		DiscardedJobRetentionPeriod: -1,
 		FetchCooldown:               50 * time.Millisecond,
 		FetchPollInterval:           500 * time.Millisecond,
 		JobTimeout:                  -1, // the pipeline bounds provider calls; a job waiting for a bucket must not time out
@@ -313,6 +316,51 @@ func (q *Queue) Stop(ctx context.Context) error {
 	return err
 }
 
+// DeleteExpired deletes the jobs, and with them their answers, that
+// finished longer than the retention ago by the queue's clock, a chunk at a
+// time, and returns how many. Deleting is idempotent, so every node may run
+// it.
+func (q *Queue) DeleteExpired(ctx context.Context) (int, error) {
+	const chunk = 1000
+	var horizon any = q.cfg.Now().Add(-q.cfg.Retention)
+	if q.sqlite { // River's SQLite schema keeps times as text in this form
+		horizon = horizon.(time.Time).UTC().Format("2006-01-02 15:04:05.000")
+	}
+	params := river.NewJobDeleteManyParams().
+		States(rivertype.JobStateCompleted, rivertype.JobStateCancelled, rivertype.JobStateDiscarded).
+		Where("finalized_at < @horizon", river.NamedArgs{"horizon": horizon}).First(chunk)
+	deleted := 0
+	for {
+		res, err := q.client.JobDeleteMany(ctx, params)
+		if err != nil {
+			return deleted, fmt.Errorf("jobs: deleting expired jobs: %w", err)
+		}
+		deleted += len(res.Jobs)
+		if len(res.Jobs) < chunk {
+			return deleted, nil
+		}
+	}
+}
+
+// ExpireEvery runs DeleteExpired every interval until ctx ends.
+func (q *Queue) ExpireEvery(ctx context.Context, every time.Duration, log *slog.Logger) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			n, err := q.DeleteExpired(ctx)
+			if err != nil && ctx.Err() == nil {
+				log.Warn("deleting expired jobs failed; the next run tries again", "err", err)
+			} else if n > 0 {
+				log.Info("deleted expired jobs", "jobs", n)
+			}
+		}
+	}
+}
+
 // Errors of the job API.
 var (
 	ErrNoJob     = apperr.WithReason(apperr.NotFound, "job_not_found", "no such job (or it expired)")
@@ -449,7 +497,7 @@ func (q *Queue) row(ctx context.Context, orgID int64, id string) (*rivertype.Job
 		return nil, ErrNoJob
 	}
 	if row.FinalizedAt != nil && q.cfg.Now().Sub(*row.FinalizedAt) > q.cfg.Retention {
-		return nil, ErrNoJob // expired: River's cleaner deletes it soon
+		return nil, ErrNoJob // expired: DeleteExpired deletes it soon
 	}
 	return row, nil
 }

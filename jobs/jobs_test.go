@@ -211,11 +211,28 @@ func TestAJobRunsThroughThePipelineOnce(t *testing.T) {
 		if _, err := q.Get(ctx, f.caller.OrgID, "job_x"); apperr.CodeOf(err) != apperr.NotFound {
 			t.Fatalf("junk id: %v", err)
 		}
-		// Kept for the retention, then gone.
+		// Kept for the retention, then gone: hidden at once, and deleted,
+		// answer and all, by the next DeleteExpired.
+		riverID, _ := parseJobID(j.ID)
+		rows := func() (c int64) {
+			db.Gorm.Raw("SELECT COUNT(*) FROM river_job WHERE id = ?", riverID).Scan(&c)
+			return c
+		}
+		almost := time.Now().Add(7*24*time.Hour - time.Minute)
+		f.now.Store(&almost)
+		if deleted, err := q.DeleteExpired(ctx); err != nil || deleted != 0 || rows() != 1 {
+			t.Fatalf("within its retention: deleted %d (%v), rows %d", deleted, err, rows())
+		}
+		if _, err := q.Get(ctx, f.caller.OrgID, j.ID); err != nil {
+			t.Fatalf("within its retention: %v", err)
+		}
 		later := time.Now().Add(7*24*time.Hour + time.Minute)
 		f.now.Store(&later)
-		if _, err := q.Get(ctx, f.caller.OrgID, j.ID); apperr.CodeOf(err) != apperr.NotFound {
+		if _, err := q.Get(ctx, f.caller.OrgID, j.ID); apperr.CodeOf(err) != apperr.NotFound || apperr.As(err).Message != "no such job (or it expired)" {
 			t.Fatalf("past its retention: %v", err)
+		}
+		if deleted, err := q.DeleteExpired(ctx); err != nil || deleted != 1 || rows() != 0 {
+			t.Fatalf("past its retention: deleted %d (%v), rows %d", deleted, err, rows())
 		}
 	})
 }
