@@ -1,9 +1,15 @@
 package main
 
 import (
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"strconv"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/sluicehq/sluice/money"
 )
@@ -136,4 +142,76 @@ func (c client) chat(key, body string) chatResult {
 	}
 	r := c.call("POST", "/v1/chat/completions", key, body, &e)
 	return chatResult{status: r.StatusCode, code: e.Error.Code, shouldRetry: r.Header.Get("x-should-retry")}
+}
+
+// Saving the budget while a request holds its worst case frees nothing:
+// with room for exactly one request, one runs (held at the provider) while
+// the owner saves the same budget on the other node, and a second request
+// is still refused.
+func TestBudgetSavedUnderLoadFreesNoReservation(t *testing.T) {
+	redisURL := needRedis(t)
+	env := clusterEnv(t, redisURL)
+	env["SLUICE_EXPECTED_NODES"] = "2"
+	nodes := startNodes(t, 2, env)
+	held, release := make(chan struct{}), make(chan struct{})
+	var calls atomic.Int64
+	provider := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		if calls.Add(1) == 1 {
+			close(held)
+			<-release
+		}
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"id":"x","object":"chat.completion","model":"gpt-held","choices":[{"index":0,"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"}],"usage":{"prompt_tokens":6,"completion_tokens":1,"total_tokens":7}}`)
+	}))
+	t.Cleanup(provider.Close)
+	t.Cleanup(func() {
+		select {
+		case <-release:
+		default:
+			close(release)
+		}
+	})
+	key := setUpBudget(t, nodes[0], "0.000206")
+	var admin, owner struct{ Token string }
+	nodes[0].call("POST", "/api/auth/login", "", `{"email":"admin@localhost","password":"admin-password"}`, &admin)
+	nodes[1].call("POST", "/api/auth/login", "", `{"email":"spender@example.com","password":"password123"}`, &owner)
+	var e struct {
+		Error struct{ Code, Message string }
+	}
+	if r := nodes[0].call("POST", "/api/admin/upstreams", admin.Token, `{"name":"held","base_url":"`+provider.URL+`/v1","api_key":"sk-held-key","models":["gpt-held"]}`, &e); r.StatusCode != 201 {
+		t.Fatalf("provider key: %d %+v", r.StatusCode, e)
+	}
+	if r := nodes[0].call("PUT", "/api/admin/prices/gpt-held", admin.Token, `{"input_per_mtok":"1","output_per_mtok":"2"}`, nil); r.StatusCode != 200 {
+		t.Fatalf("price: %d", r.StatusCode)
+	}
+	body := strings.Replace(budgetBody, "sluice-local", "gpt-held", 1) // worst case 206 microdollars, the whole budget
+	first := make(chan chatResult, 1)
+	go func() {
+		req, _ := http.NewRequest("POST", nodes[0].base+"/v1/chat/completions", strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+key)
+		req.Header.Set("Content-Type", "application/json")
+		r, err := http.DefaultClient.Do(req)
+		if err != nil {
+			first <- chatResult{}
+			return
+		}
+		r.Body.Close()
+		first <- chatResult{status: r.StatusCode}
+	}()
+	select {
+	case <-held:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the first request never reached the provider")
+	}
+	if r := nodes[1].call("PUT", "/api/budget", owner.Token, `{"monthly_limit":"0.000206","hard_stop":true}`, nil); r.StatusCode != 200 {
+		t.Fatalf("saving the budget: %d", r.StatusCode)
+	}
+	if r := nodes[1].chat(key, body); r.status != 429 || r.code != "insufficient_quota" {
+		t.Fatalf("a second request beside the one holding the whole budget: %d %s (provider calls %d)", r.status, r.code, calls.Load())
+	}
+	close(release)
+	if r := <-first; r.status != 200 {
+		t.Fatalf("the first request: %d", r.status)
+	}
 }

@@ -267,14 +267,15 @@ func (s *Service) Notify(ctx context.Context, orgID int64, url string, body []by
 }
 
 // orgChanged makes every node forget the organization's cached tokens (so
-// the next request sees its new budget) and its ledger balance (so it is
-// counted again from the store: spending may have gone untracked while the
-// organization had no limit).
+// the next request sees its new budget) and brings its ledger balance up to
+// what the store has billed (spending may have gone untracked while the
+// organization had no limit), keeping the reservations in flight: a limit
+// changed under load must not free what running requests hold.
 func (s *Service) orgChanged(ctx context.Context, orgID int64) {
 	s.dir.ForgetOrganization(orgID)
 	s.publish(ctx, cluster.Event{Kind: cluster.OrgChanged, ID: orgID})
-	if err := s.ledger.Reset(ctx, orgID, s.now()); err != nil {
-		s.log.Warn("resetting a budget balance failed; it expires by itself", "org_id", orgID, "err", err)
+	if err := s.ledger.Resync(ctx, orgID, s.now()); err != nil {
+		s.log.Warn("bringing a budget balance up to the store failed; the balance is kept as it was", "org_id", orgID, "err", err)
 	}
 }
 

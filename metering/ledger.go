@@ -33,9 +33,16 @@ type Ledger interface {
 	Settle(ctx context.Context, orgID int64, period time.Time, reserved, actual money.Amount) (Balance, error)
 	// Balance reads the period's balance.
 	Balance(ctx context.Context, orgID int64, period time.Time) (Balance, error)
+	// Resync raises the period's spending to what the store has billed, if
+	// the store knows more (spending went untracked while the organization
+	// had no limit, or while this ledger was unreachable), and keeps the
+	// reservations in flight. Spending is only ever raised: the store lags
+	// the ledger by what the recorder has not flushed yet, so a lower figure
+	// is the store's lag, not an error.
+	Resync(ctx context.Context, orgID int64, period time.Time) error
 	// Reset forgets the period, so the next use starts again from the
-	// store: after a budget or tier change, when spending may have gone
-	// untracked.
+	// store, reservations in flight and all: only after an outage, when
+	// reservations may have been settled elsewhere.
 	Reset(ctx context.Context, orgID int64, period time.Time) error
 }
 
@@ -139,6 +146,28 @@ func (l *MemoryLedger) Balance(ctx context.Context, orgID int64, period time.Tim
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.m[k], nil
+}
+
+// Resync implements Ledger.
+func (l *MemoryLedger) Resync(ctx context.Context, orgID int64, period time.Time) error {
+	k := ledgerKey{orgID, Period(period).Unix()}
+	l.mu.Lock()
+	_, ok := l.m[k]
+	l.mu.Unlock()
+	if !ok {
+		return nil // seeded from the store on its first use
+	}
+	billed, err := l.seed(ctx, orgID, Period(period))
+	if err != nil {
+		return err
+	}
+	l.mu.Lock()
+	if b, ok := l.m[k]; ok && b.Spent < billed {
+		b.Spent = billed
+		l.m[k] = b
+	}
+	l.mu.Unlock()
+	return nil
 }
 
 // Reset implements Ledger.

@@ -72,6 +72,12 @@ func (l *FallbackLedger) Balance(ctx context.Context, orgID int64, period time.T
 	return l.local.Balance(ctx, orgID, period)
 }
 
+// Resync implements Ledger.
+func (l *FallbackLedger) Resync(ctx context.Context, orgID int64, period time.Time) error {
+	_ = l.local.Resync(ctx, orgID, period)
+	return l.shared.Resync(ctx, orgID, period)
+}
+
 // Reset implements Ledger.
 func (l *FallbackLedger) Reset(ctx context.Context, orgID int64, period time.Time) error {
 	_ = l.local.Reset(ctx, orgID, period)

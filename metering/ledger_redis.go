@@ -147,6 +147,32 @@ func (l *RedisLedger) Reset(ctx context.Context, orgID int64, period time.Time) 
 	return nil
 }
 
+// resyncScript: KEYS[1] the balance. ARGV: what the store has billed.
+// Raises spent to it when it is more; a missing balance is left to be
+// seeded.
+var resyncScript = redis.NewScript(ledgerLua + `
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+local sh, sl = split(redis.call('HGET', KEYS[1], 'spent'))
+local bh, bl = split(ARGV[1])
+if sh < bh or (sh == bh and sl < bl) then
+  redis.call('HSET', KEYS[1], 'spent', ARGV[1])
+  return 1
+end
+return 0
+`)
+
+// Resync implements Ledger.
+func (l *RedisLedger) Resync(ctx context.Context, orgID int64, period time.Time) error {
+	billed, err := l.seed(ctx, orgID, Period(period))
+	if err != nil {
+		return err
+	}
+	if err := resyncScript.Run(ctx, l.client, []string{l.key(orgID, period)}, int64(billed)).Err(); err != nil {
+		return fmt.Errorf("ledger: %w", err)
+	}
+	return nil
+}
+
 // run calls script, and once more with the store's seed if the balance did
 // not exist yet.
 func (l *RedisLedger) run(ctx context.Context, orgID int64, period time.Time, script *redis.Script, read func([]any) error, a, b int64) error {

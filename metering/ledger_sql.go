@@ -44,6 +44,15 @@ func (l *SQLLedger) Balance(ctx context.Context, orgID int64, period time.Time) 
 	return Balance(b), err
 }
 
+// Resync implements Ledger.
+func (l *SQLLedger) Resync(ctx context.Context, orgID int64, period time.Time) error {
+	billed, err := l.seed(ctx, orgID, Period(period))
+	if err != nil {
+		return err
+	}
+	return l.store.LedgerRaiseSpent(ctx, orgID, Period(period), billed)
+}
+
 // Reset implements Ledger.
 func (l *SQLLedger) Reset(ctx context.Context, orgID int64, period time.Time) error {
 	return l.store.LedgerReset(ctx, orgID, period)

@@ -17,7 +17,11 @@ import (
 // Postgres when TEST_DATABASE_URL is set) and in Redis (TEST_REDIS_URL).
 // seed is what the store has billed before the ledger starts.
 func eachLedger(t *testing.T, seed money.Amount, fn func(t *testing.T, l Ledger)) {
-	s := func(context.Context, int64, time.Time) (money.Amount, error) { return seed, nil }
+	eachLedgerSeeded(t, func(context.Context, int64, time.Time) (money.Amount, error) { return seed, nil }, fn)
+}
+
+// eachLedgerSeeded is eachLedger with the store's figure read from s.
+func eachLedgerSeeded(t *testing.T, s Seed, fn func(t *testing.T, l Ledger)) {
 	t.Run("memory", func(t *testing.T) { fn(t, NewMemoryLedger(s)) })
 	testdb.Each(t, func(t *testing.T, db *models.DB) { fn(t, NewSQLLedger(models.NewStore(db), s)) })
 	t.Run("redis", func(t *testing.T) { fn(t, NewRedisLedger(testredis.Client(t), testredis.Prefix()+"budget:", s)) })
@@ -67,6 +71,51 @@ func TestLedgerReservesWithinTheLimitAndSettles(t *testing.T) {
 		}
 		if b, _ := l.Balance(ctx, 1, nov); b != (Balance{Spent: 3 * money.Dollar}) {
 			t.Fatalf("after reset: %+v", b)
+		}
+	})
+}
+
+// Resync brings spending up to the store's figure when the store knows
+// more, never down, and keeps what requests in flight hold: a budget
+// changed under load frees nothing they reserved.
+func TestLedgerResyncKeepsReservationsInFlight(t *testing.T) {
+	var billed atomic.Int64
+	seed := func(context.Context, int64, time.Time) (money.Amount, error) { return money.Amount(billed.Load()), nil }
+	eachLedgerSeeded(t, seed, func(t *testing.T, l Ledger) {
+		ctx := context.Background()
+		billed.Store(int64(2 * money.Dollar))
+		limit := 10 * money.Dollar
+		if _, ok, err := l.Reserve(ctx, 5, nov, 6*money.Dollar, limit); err != nil || !ok {
+			t.Fatalf("reserve: %v %v", ok, err)
+		}
+		// Spending the ledger did not see (the organization had no limit
+		// for a while) reached the store: resync takes it, keeps the 6.00.
+		billed.Store(int64(3*money.Dollar + money.Picodollar))
+		if err := l.Resync(ctx, 5, nov); err != nil {
+			t.Fatal(err)
+		}
+		if b, _ := l.Balance(ctx, 5, nov); b != (Balance{Spent: 3*money.Dollar + money.Picodollar, Reserved: 6 * money.Dollar}) {
+			t.Fatalf("after resync: %+v", b)
+		}
+		if _, ok, _ := l.Reserve(ctx, 5, nov, money.Dollar, limit); ok {
+			t.Fatal("3.00 spent + 6.00 held + 1.00 passed a 10.00 limit after a resync")
+		}
+		// The store lagging behind (events not flushed yet) lowers nothing.
+		if _, err := l.Settle(ctx, 5, nov, 6*money.Dollar, 5*money.Dollar); err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Resync(ctx, 5, nov); err != nil {
+			t.Fatal(err)
+		}
+		if b, _ := l.Balance(ctx, 5, nov); b != (Balance{Spent: 8*money.Dollar + money.Picodollar}) {
+			t.Fatalf("a lagging store lowered spending: %+v", b)
+		}
+		// A balance never used is left to be seeded.
+		if err := l.Resync(ctx, 6, nov); err != nil {
+			t.Fatal(err)
+		}
+		if b, _ := l.Balance(ctx, 6, nov); b != (Balance{Spent: 3*money.Dollar + money.Picodollar}) {
+			t.Fatalf("unused balance: %+v", b)
 		}
 	})
 }

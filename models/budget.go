@@ -65,6 +65,14 @@ func (s *Store) LedgerReset(ctx context.Context, orgID int64, period time.Time) 
 	return dbErr(err, "budget ledger")
 }
 
+// LedgerRaiseSpent raises the period's spending to at least spent, keeping
+// what is reserved; a period without a row is left to be seeded.
+func (s *Store) LedgerRaiseSpent(ctx context.Context, orgID int64, period time.Time, spent money.Amount) error {
+	err := s.db.WithContext(ctx).Exec(`UPDATE budget_ledgers SET spent = ? WHERE org_id = ? AND period = ? AND spent < ?`,
+		spent, orgID, MonthOf(period), spent).Error
+	return dbErr(err, "budget ledger")
+}
+
 // withLedgerRow makes sure the row exists (seeded once: a concurrent seed
 // loses to the first), then runs op.
 func (s *Store) withLedgerRow(ctx context.Context, orgID int64, period time.Time, seed func() (money.Amount, error), op func(*gorm.DB) error) error {
