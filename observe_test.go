@@ -17,7 +17,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/goccy/go-yaml"
 	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/promql/parser"
 	"github.com/redis/go-redis/v9"
@@ -134,55 +133,34 @@ func TestMetricsAnOperatorCanPageOn(t *testing.T) {
 	}
 
 	// The alert rules parse, and every series they use is one Sluice exports.
-	raw, err := os.ReadFile("deploy/prometheus/alerts.yml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var rules struct {
-		Groups []struct {
-			Name  string
-			Rules []struct {
-				Alert       string
-				Expr        string
-				For         string
-				Labels      map[string]string
-				Annotations map[string]string
-			}
-		}
-	}
-	if err := yaml.UnmarshalWithOptions(raw, &rules, yaml.Strict()); err != nil {
-		t.Fatalf("alerts.yml: %v", err)
-	}
 	var alerts []string
-	for _, g := range rules.Groups {
-		for _, r := range g.Rules {
-			alerts = append(alerts, r.Alert)
-			if r.Alert == "" || r.Expr == "" || r.Labels["severity"] == "" || r.Annotations["summary"] == "" {
-				t.Errorf("rule %+v lacks alert, expr, severity or summary", r)
-			}
-			if _, err := model.ParseDuration(r.For); r.For != "" && err != nil {
-				t.Errorf("%s: for: %v", r.Alert, err)
-			}
-			expr, err := parser.ParseExpr(r.Expr)
-			if err != nil {
-				t.Errorf("%s: %v", r.Alert, err)
-				continue
-			}
-			if typ := expr.Type(); typ != parser.ValueTypeVector && typ != parser.ValueTypeScalar {
-				t.Errorf("%s: an alert's expression must be a vector, not a %s", r.Alert, typ)
-			}
-			parser.Inspect(expr, func(node parser.Node, _ []parser.Node) error {
-				vs, ok := node.(*parser.VectorSelector)
-				if !ok {
-					return nil
-				}
-				s := vs.Name
-				if !strings.HasPrefix(s, "sluice_") || !names[s] && !names[strings.TrimSuffix(s, "_bucket")+"_bucket"] && s != "sluice_limiter_degraded" {
-					t.Errorf("%s uses %s, which Sluice does not export", r.Alert, s)
-				}
-				return nil
-			})
+	for _, r := range loadAlertRules(t) {
+		alerts = append(alerts, r.Alert)
+		if r.Alert == "" || r.Expr == "" || r.Labels["severity"] == "" || r.Annotations["summary"] == "" {
+			t.Errorf("rule %+v lacks alert, expr, severity or summary", r)
 		}
+		if _, err := model.ParseDuration(r.For); r.For != "" && err != nil {
+			t.Errorf("%s: for: %v", r.Alert, err)
+		}
+		expr, err := parser.ParseExpr(r.Expr)
+		if err != nil {
+			t.Errorf("%s: %v", r.Alert, err)
+			continue
+		}
+		if typ := expr.Type(); typ != parser.ValueTypeVector && typ != parser.ValueTypeScalar {
+			t.Errorf("%s: an alert's expression must be a vector, not a %s", r.Alert, typ)
+		}
+		parser.Inspect(expr, func(node parser.Node, _ []parser.Node) error {
+			vs, ok := node.(*parser.VectorSelector)
+			if !ok {
+				return nil
+			}
+			s := vs.Name
+			if !strings.HasPrefix(s, "sluice_") || !names[s] && !names[strings.TrimSuffix(s, "_bucket")+"_bucket"] && s != "sluice_limiter_degraded" {
+				t.Errorf("%s uses %s, which Sluice does not export", r.Alert, s)
+			}
+			return nil
+		})
 	}
 	// sluice_limiter_degraded exists only with Redis: it is checked against
 	// the source instead.
