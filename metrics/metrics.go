@@ -7,6 +7,8 @@
 package metrics
 
 import (
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -22,6 +24,37 @@ type Gateway struct {
 	tokens     *prometheus.CounterVec
 	rejections *prometheus.CounterVec
 	cache      *prometheus.CounterVec
+	models     modelLabels
+}
+
+// MaxModels bounds the model label. A model becomes a label value once it
+// has been answered with a 2xx (a client can name any model, and a key
+// serving "*" passes the name to the provider, which refuses it: those
+// refusals must not make a series each), up to MaxModels of them; any
+// other model is counted as "other".
+const MaxModels = 200
+
+// modelLabels are the models that may be label values.
+type modelLabels struct {
+	known sync.Map // model → struct{}
+	n     atomic.Int64
+}
+
+// label is model's label value; served says it was answered with a 2xx.
+func (m *modelLabels) label(model string, served bool) string {
+	if model == "" {
+		return ""
+	}
+	if _, ok := m.known.Load(model); ok {
+		return model
+	}
+	if !served || m.n.Load() >= MaxModels {
+		return "other"
+	}
+	if _, loaded := m.known.LoadOrStore(model, struct{}{}); !loaded {
+		m.n.Add(1)
+	}
+	return model
 }
 
 // Buckets of the request histograms: from a cache hit to a long stream.
@@ -49,8 +82,8 @@ func NewGateway(reg prometheus.Registerer) *Gateway {
 }
 
 // Request records one answered request. route is the route template ("" for
-// no route), model the model that answered ("" for none), provider the part
-// of total spent on a provider.
+// no route), model the model asked for ("" for none; see MaxModels),
+// provider the part of total spent on a provider.
 func (g *Gateway) Request(route string, status int, tier, model string, total, provider time.Duration) {
 	if g == nil {
 		return
@@ -58,7 +91,7 @@ func (g *Gateway) Request(route string, status int, tier, model string, total, p
 	if route == "" {
 		route = "unmatched"
 	}
-	g.requests.WithLabelValues(route, statusClass(status), tier, model).Inc()
+	g.requests.WithLabelValues(route, statusClass(status), tier, g.models.label(model, status >= 200 && status < 300)).Inc()
 	g.duration.WithLabelValues(route, "total").Observe(total.Seconds())
 	if provider > 0 {
 		g.duration.WithLabelValues(route, "provider").Observe(provider.Seconds())
@@ -79,6 +112,7 @@ func (g *Gateway) Tokens(tier, model string, u chat.Usage) {
 	if g == nil {
 		return
 	}
+	model = g.models.label(model, true)
 	g.tokens.WithLabelValues("prompt", tier, model).Add(float64(u.PromptTokens))
 	g.tokens.WithLabelValues("completion", tier, model).Add(float64(u.CompletionTokens))
 	if u.CachedTokens > 0 {
