@@ -28,6 +28,7 @@ const (
 	NoCredit      Code = "insufficient_quota" // budget or included credit spent; retrying will not help: 429
 	Unavailable   Code = "unavailable"        // dependency down: 503
 	BadUpstream   Code = "bad_upstream"       // a provider answered something unusable: 502
+	Timeout       Code = "timeout"            // the providers did not answer in time: 504
 	Internal      Code = "internal"           // a bug or an unexpected failure: 500
 )
 
@@ -118,6 +119,8 @@ func Status(code Code) int {
 		return http.StatusServiceUnavailable
 	case BadUpstream:
 		return http.StatusBadGateway
+	case Timeout:
+		return http.StatusGatewayTimeout
 	default:
 		return http.StatusInternalServerError
 	}

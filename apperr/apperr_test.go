@@ -12,7 +12,7 @@ func TestStatus(t *testing.T) {
 	want := map[Code]int{
 		Invalid: 400, Unprocessable: 422, TooLarge: 413, Unauthorized: 401, Forbidden: 403,
 		NotFound: 404, NotAllowed: 405, Conflict: 409, RateLimited: 429, Frozen: 429, NoCredit: 429,
-		Unavailable: 503, BadUpstream: 502, Internal: 500, Code("made-up"): 500,
+		Unavailable: 503, BadUpstream: 502, Timeout: 504, Internal: 500, Code("made-up"): 500,
 	}
 	for code, status := range want {
 		if got := Status(code); got != status {

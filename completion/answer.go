@@ -118,6 +118,10 @@ func (p *Pipeline) providersFailed(ctx context.Context, c *call, err error) (Ser
 		p.Log.Warn("providers unavailable", "request_id", c.req.ID, "model", c.req.Model, "err", err)
 		e := apperr.WithReason(apperr.Unavailable, "upstream_unavailable",
 			"every provider for '"+c.req.Model+"' is unavailable right now; retry later")
+		if errors.Is(err, upstream.ErrTimeout) { // the last attempt got no answer in time
+			e = apperr.WithReason(apperr.Timeout, "upstream_timeout",
+				"no provider for '"+c.req.Model+"' answered in time; retry later")
+		}
 		e.RetryAfter = fallbackRetryAfter
 		return Served{}, e
 	}

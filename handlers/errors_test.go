@@ -3,6 +3,7 @@ package handlers
 import (
 	"context"
 	"errors"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -44,6 +45,17 @@ func TestServerErrorsSayWhatFailedAndAreLoggedOnce(t *testing.T) {
 		w.Write([]byte(`"}}]}`))
 	}))
 	defer huge.Close()
+	silent := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body) // then the server sees the client leave
+		select {                    // never answers in time
+		case <-r.Context().Done():
+		case <-time.After(5 * time.Second):
+		}
+	}))
+	defer silent.Close()
+	slowPool := upstream.NewPool(upstream.PoolOptions{Log: discardLog(), AttemptTimeout: 50 * time.Millisecond, Budget: 300 * time.Millisecond,
+		BaseBackoff: time.Millisecond, MaxBackoff: 5 * time.Millisecond})
+	slowPool.SetKeys([]upstream.Key{{ID: 98, Name: "silent", BaseURL: silent.URL + "/v1", Secret: "sk-silent-key", Models: []string{"slow-model"}}})
 	g.addKey(t, admin, "dead", dead.URL+"/v1", "sk-dead-key")
 	// The test env's pool has a short budget; reading 16 MiB needs longer.
 	hugePool := upstream.NewPool(upstream.PoolOptions{Log: discardLog()})
@@ -68,6 +80,9 @@ func TestServerErrorsSayWhatFailedAndAreLoggedOnce(t *testing.T) {
 		{"an unusable provider answer", func() { g.pipe.Providers = hugePool },
 			request{method: "POST", path: "/v1/chat/completions", bearer: key, body: `{"model":"big-model","messages":[{"role":"user","content":"hi"}]}`},
 			502, "upstream_error", "the provider's answer could not be used; retry later", false},
+		{"no provider answering in time", func() { g.pipe.Providers = slowPool },
+			request{method: "POST", path: "/v1/chat/completions", bearer: key, body: `{"model":"slow-model","messages":[{"role":"user","content":"hi"}]}`},
+			504, "upstream_timeout", "no provider for 'slow-model' answered in time; retry later", true},
 		{"the conversation store down", func() { g.pipe.Conversations, g.api.Conversations = brokenConversations{}, brokenConversations{} },
 			request{method: "POST", path: "/v1/chat/completions", bearer: key, body: chatBody, header: map[string]string{"X-Sluice-Session": "s1"}},
 			503, "session_store_unavailable", "the session store is unavailable right now; retry, or send the request without X-Sluice-Session", false},

@@ -180,7 +180,11 @@ func New(ctx context.Context, d Deps, cfg Config) (*Queue, error) {
 		FetchCooldown:               50 * time.Millisecond,
 		FetchPollInterval:           500 * time.Millisecond,
 		JobTimeout:                  -1, // the pipeline bounds provider calls; a job waiting for a bucket must not time out
-		Logger:                      d.Log,
+		// A job left running by a lost node is run again after this: far
+		// longer than an attempt can take (MaxWait, then the provider
+		// budget, 30 s by default), far shorter than River's hour.
+		RescueStuckJobsAfter: 5 * time.Minute,
+		Logger:               d.Log,
 	}
 	q := &Queue{cfg: cfg, close: func() {}}
 	sqlDB, err := d.DB.SQL()

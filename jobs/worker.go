@@ -110,7 +110,7 @@ func (w *worker) Work(ctx context.Context, job *river.Job[Args]) error {
 
 // retryable says whether another attempt, later, may succeed.
 func retryable(c apperr.Code) bool {
-	return c == apperr.Unavailable || c == apperr.BadUpstream || c == apperr.Internal
+	return c == apperr.Unavailable || c == apperr.Timeout || c == apperr.BadUpstream || c == apperr.Internal
 }
 
 // fail ends a job with an error no retry can fix.
