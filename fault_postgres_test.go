@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -174,6 +175,20 @@ func TestFaultPostgresCut(t *testing.T) {
 	}
 	r, body = send("POST", "/api/tokens", user.Token, "application/json", `{"name":"during the cut"}`)
 	unavailable("token creation", r, body)
+	// The failure is logged once (JSON: a database means production), with
+	// its request id and its cause, beside the access log's line.
+	rid := r.Header.Get("X-Request-Id")
+	var failures []map[string]any
+	for line := range strings.Lines(out.String()) {
+		var rec map[string]any
+		if json.Unmarshal([]byte(line), &rec) == nil && rec["request_id"] == rid && rec["msg"] != "request" {
+			failures = append(failures, rec)
+		}
+	}
+	if len(failures) != 1 || failures[0]["msg"] != "request failed" || failures[0]["code"] != "database_unavailable" ||
+		!strings.Contains(fmt.Sprint(failures[0]["err"]), "connect") {
+		t.Errorf("token creation with the database cut: want one failure line with its code and cause, got %v", failures)
+	}
 	r, body = send("POST", "/api/auth/signup", "", "application/json", `{"email":"bob@example.com","password":"password123","organization":"B"}`)
 	unavailable("API sign-up", r, body)
 	r, body = send("POST", "/login", "", "application/x-www-form-urlencoded", "email=ada%40example.com&password=password123")

@@ -34,8 +34,10 @@ type openAIErrorBody struct {
 // publicError returns what may be shown of err. Only internal errors hide
 // their message: they are logged here, once, with their cause, which never
 // reaches the client. Every other error was written for the client (a 503
-// says what is unavailable) and, if worth logging, was logged where it
-// happened. A Retry-After hint becomes the Retry-After headers.
+// says what is unavailable); a server-side one that carries a cause (the
+// database unreachable) is logged here once with it, and one without was
+// logged where it happened. A Retry-After hint becomes the Retry-After
+// headers.
 func publicError(c *gin.Context, log *slog.Logger, err error) (e *apperr.Error, status int, code, message string) {
 	e = apperr.As(err)
 	status = apperr.Status(e.Code)
@@ -44,10 +46,13 @@ func publicError(c *gin.Context, log *slog.Logger, err error) (e *apperr.Error, 
 		code = e.Reason
 	}
 	message = e.Message
-	if e.Code == apperr.Internal {
+	switch {
+	case e.Code == apperr.Internal:
 		rid := requestID(c)
 		log.Error("request failed", "request_id", rid, "method", c.Request.Method, "path", c.FullPath(), "err", err)
 		message = "internal error; quote request id " + rid + " when reporting it"
+	case status >= 500 && e.Cause != nil:
+		log.Warn("request failed", "request_id", requestID(c), "method", c.Request.Method, "path", c.FullPath(), "code", code, "err", err)
 	}
 	if e.RetryAfter > 0 {
 		setRetryAfter(c, e.RetryAfter)
