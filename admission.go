@@ -38,15 +38,16 @@ type admission struct {
 }
 
 // nonces is where signed requests' nonces are remembered: Redis, so a
-// replay sent to another node is caught, falling back to this node's memory
-// while Redis is down (signed traffic goes on; a replay across nodes during
-// the outage would pass); memory alone without Redis.
+// replay sent to another node is caught, and this node's memory too, which
+// carries signed traffic through a Redis outage (a replay across nodes
+// during the outage would pass; see signing.FallbackNonces); memory alone
+// without Redis.
 func (a *admission) nonces(cfg config.Config) signing.Nonces {
 	local := signing.NewMemoryNonces(nil)
 	if a.redis == nil {
 		return local
 	}
-	return signing.FallbackNonces{Shared: signing.NewRedisNonces(a.redis, cfg.RedisPrefix+"sign:"), Local: local, Timeout: cfg.RedisTimeout}
+	return signing.NewFallbackNonces(signing.NewRedisNonces(a.redis, cfg.RedisPrefix+"sign:"), local, cfg.RedisTimeout, nil)
 }
 
 // newAdmission builds the limiter, rejection window, invalidation bus and

@@ -149,8 +149,8 @@ func TestReplayOnAnotherNode(t *testing.T) {
 	prefix := testredis.Prefix()
 	nodes := []*env{newEnv(t, db), newEnv(t, db)}
 	for _, n := range nodes {
-		n.api.Signatures = signing.NewVerifier(signing.FallbackNonces{Shared: signing.NewRedisNonces(client, prefix),
-			Local: signing.NewMemoryNonces(n.clock.Now), Timeout: time.Second}, n.clock.Now)
+		n.api.Signatures = signing.NewVerifier(signing.NewFallbackNonces(signing.NewRedisNonces(client, prefix),
+			signing.NewMemoryNonces(n.clock.Now), time.Second, n.clock.Now), n.clock.Now)
 		n.rebuild()
 	}
 	owner := nodes[0].signup("nodes@example.com", "Nodes")

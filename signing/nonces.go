@@ -87,25 +87,89 @@ func (r *RedisNonces) Claim(ctx context.Context, tokenID int64, nonce string, tt
 	return r.client.SetNX(ctx, key, 1, ttl).Result()
 }
 
-// FallbackNonces claims in Shared and, when that fails (Redis down), in
-// Local, so signed requests keep being served during an outage. The price:
-// while Shared is down, a nonce is only remembered by the node that saw it,
-// so a replay sent to another node within the window would pass.
+// FallbackNonces remembers every nonce in Local (this node) and in Shared
+// (Redis), so signed requests keep being served while Shared is down:
+//   - a nonce this node has seen is a replay whatever Shared says, so a
+//     replay sent to the same node is caught through an outage;
+//   - the nonces claimed while Shared was down are handed to it once it
+//     answers again (SET NX, with what is left of their window), so a
+//     replay of one of them sent to any node after the outage is caught.
+//
+// What remains: during the outage, a replay sent to another node (which
+// never saw the nonce) passes.
 type FallbackNonces struct {
-	Shared  Nonces
-	Local   Nonces
-	Timeout time.Duration // budget for one shared claim
+	shared  Nonces
+	local   Nonces
+	timeout time.Duration // budget for one shared claim
+	now     func() time.Time
+
+	mu      sync.Mutex
+	pending []pendingNonce // claimed while shared was down
+	handing bool           // a hand-back is running
 }
 
-var _ Nonces = FallbackNonces{}
+type pendingNonce struct {
+	key   nonceKey
+	until time.Time
+}
+
+var _ Nonces = (*FallbackNonces)(nil)
+
+// NewFallbackNonces claims in shared within timeout for each call, and
+// always in local; now is the clock (time.Now when nil).
+func NewFallbackNonces(shared, local Nonces, timeout time.Duration, now func() time.Time) *FallbackNonces {
+	if now == nil {
+		now = time.Now
+	}
+	return &FallbackNonces{shared: shared, local: local, timeout: timeout, now: now}
+}
 
 // Claim implements Nonces.
-func (f FallbackNonces) Claim(ctx context.Context, tokenID int64, nonce string, ttl time.Duration) (bool, error) {
-	sctx, cancel := context.WithTimeout(ctx, f.Timeout)
-	fresh, err := f.Shared.Claim(sctx, tokenID, nonce, ttl)
-	cancel()
-	if err == nil {
-		return fresh, nil
+func (f *FallbackNonces) Claim(ctx context.Context, tokenID int64, nonce string, ttl time.Duration) (bool, error) {
+	if fresh, err := f.local.Claim(ctx, tokenID, nonce, ttl); err != nil || !fresh {
+		return fresh, err
 	}
-	return f.Local.Claim(ctx, tokenID, nonce, ttl)
+	sctx, cancel := context.WithTimeout(ctx, f.timeout)
+	fresh, err := f.shared.Claim(sctx, tokenID, nonce, ttl)
+	cancel()
+	if err != nil {
+		f.mu.Lock()
+		f.pending = append(f.pending, pendingNonce{nonceKey{tokenID, nonce}, f.now().Add(ttl)})
+		f.mu.Unlock()
+		return true, nil // this node remembers it
+	}
+	f.handBack()
+	return fresh, nil
+}
+
+// handBack hands the nonces claimed during an outage to shared, in the
+// background, once shared answers again.
+func (f *FallbackNonces) handBack() {
+	f.mu.Lock()
+	if f.handing || len(f.pending) == 0 {
+		f.mu.Unlock()
+		return
+	}
+	pending := f.pending
+	f.pending, f.handing = nil, true
+	f.mu.Unlock()
+	go func() {
+		var failed []pendingNonce
+		for _, p := range pending {
+			left := p.until.Sub(f.now())
+			if left <= 0 {
+				continue
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), f.timeout)
+			_, err := f.shared.Claim(ctx, p.key.token, p.key.nonce, left)
+			cancel()
+			if err != nil {
+				failed = append(failed, p)
+			}
+		}
+		f.mu.Lock()
+		f.pending = append(f.pending, failed...) // down again: the next answer retries them
+		f.handing = false
+		f.mu.Unlock()
+	}()
 }

@@ -294,17 +294,60 @@ func (failing) Claim(context.Context, int64, string, time.Duration) (bool, error
 	return false, errors.New("connection refused")
 }
 
-// TestFallbackNoncesUseLocalWhenSharedFails: during a Redis outage nonces are
-// still checked, per node.
-func TestFallbackNoncesUseLocalWhenSharedFails(t *testing.T) {
-	ctx := context.Background()
-	local := signing.NewMemoryNonces(nil)
-	f := signing.FallbackNonces{Shared: failing{}, Local: local, Timeout: time.Second}
-	if fresh, err := f.Claim(ctx, 1, "n", time.Minute); err != nil || !fresh {
-		t.Fatalf("first: %v %v", fresh, err)
+// switchable is a nonce store that can be taken down and brought back.
+type switchable struct {
+	signing.Nonces
+	down atomic.Bool
+}
+
+func (s *switchable) Claim(ctx context.Context, token int64, nonce string, ttl time.Duration) (bool, error) {
+	if s.down.Load() {
+		return false, errors.New("connection refused")
 	}
-	if fresh, err := f.Claim(ctx, 1, "n", time.Minute); err != nil || fresh {
-		t.Fatalf("replay during the outage: fresh=%v err=%v", fresh, err)
+	return s.Nonces.Claim(ctx, token, nonce, ttl)
+}
+
+// Through a Redis outage nonces are still checked: a replay to the same
+// node is caught during the outage, also of a nonce first seen before it;
+// and once Redis answers again, the nonces of the outage are in it, so a
+// replay to any node is caught.
+func TestFallbackNoncesThroughAnOutage(t *testing.T) {
+	ctx := context.Background()
+	sharedMemory := signing.NewMemoryNonces(nil)
+	shared := &switchable{Nonces: sharedMemory}
+	node := signing.NewFallbackNonces(shared, signing.NewMemoryNonces(nil), time.Second, nil)
+	other := signing.NewFallbackNonces(shared, signing.NewMemoryNonces(nil), time.Second, nil)
+	claim := func(f *signing.FallbackNonces, nonce string) bool {
+		t.Helper()
+		fresh, err := f.Claim(ctx, 1, nonce, time.Minute)
+		if err != nil {
+			t.Fatalf("%s: %v", nonce, err)
+		}
+		return fresh
+	}
+	if !claim(node, "before") {
+		t.Fatal("a new nonce before the outage")
+	}
+	shared.down.Store(true)
+	if !claim(node, "during") {
+		t.Fatal("a new nonce during the outage")
+	}
+	if claim(node, "during") || claim(node, "before") {
+		t.Fatal("a replay to the same node during the outage passed")
+	}
+	shared.down.Store(false)
+	if !claim(node, "after") { // the first answer hands the outage's nonces back
+		t.Fatal("a new nonce after the outage")
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for sharedMemory.Len() != 3 { // before, after, and during once handed back
+		if time.Now().After(deadline) {
+			t.Fatalf("the outage's nonce never reached the shared store: it holds %d", sharedMemory.Len())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if claim(other, "during") {
+		t.Fatal("after the outage, a replay of its nonce to another node passed")
 	}
 }
 
