@@ -155,6 +155,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	ops := handlers.Ops{Ready: readiness(cfg, db, adm, recorder), Gateway: gateway, MetricsToken: cfg.MetricsToken}
 	if cfg.MetricsAddr == "" {
 		ops.Metrics = metricsHandler
+		if cfg.MetricsToken == "" && cfg.DatabaseURL != "" {
+			// Production (a shared database) with /metrics open to whoever
+			// reaches the API: said once, at start.
+			log.Warn("/metrics is served on the public address without a token; set SLUICE_METRICS_TOKEN or SLUICE_METRICS_ADDR")
+		}
 	}
 	sessions := accounts.NewSessions([]byte(secret), cfg.SessionTTL, nil)
 	handler := handlers.New(log,

@@ -249,6 +249,27 @@ func TestMetricsOnTheirOwnAddress(t *testing.T) {
 	}
 }
 
+// In production (a database URL) an open /metrics on the public address
+// is said once at start; a token, or an address of its own, silences it.
+func TestOpenMetricsInProductionAreSaidOnce(t *testing.T) {
+	dsn := testdb.PostgresURL(t)
+	const warning = "/metrics is served on the public address without a token"
+	for _, tc := range []struct {
+		token string
+		want  int
+	}{{"", 1}, {"metrics-token-0123456789", 0}} {
+		env := map[string]string{"DATABASE_URL": dsn, "SLUICE_AUTO_MIGRATE": "true", "SLUICE_MASTER_KEY": testMasterKey,
+			"SLUICE_DATA_DIR": t.TempDir(), "SLUICE_BCRYPT_COST": "4", "SLUICE_METRICS_TOKEN": tc.token}
+		_, out, stop := start(t, env)
+		if err := stop(); err != nil {
+			t.Fatal(err)
+		}
+		if n := strings.Count(out.String(), warning); n != tc.want {
+			t.Errorf("token %q: the warning said %d times, want %d:\n%s", tc.token, n, tc.want, out.String())
+		}
+	}
+}
+
 // stuckSink never finishes storing, as a database that hangs would.
 type stuckSink struct{ release chan struct{} }
 
