@@ -1,9 +1,11 @@
 package main
 
 import (
+	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -12,6 +14,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/money"
+	"github.com/sluicehq/sluice/webhook"
 )
 
 // setUpBudget signs up an organization on the premium tier (overage billed,
@@ -213,5 +216,95 @@ func TestBudgetSavedUnderLoadFreesNoReservation(t *testing.T) {
 	close(release)
 	if r := <-first; r.status != 200 {
 		t.Fatalf("the first request: %d", r.status)
+	}
+}
+
+// Spending crossing 50%, 80% and 100% of a budget is told once per
+// threshold: an audit entry each, and a POST each to the organization's
+// webhook, signed with the secret it was shown.
+func TestBudgetAlertsAreAuditedAndPostedSigned(t *testing.T) {
+	type post struct {
+		body          []byte
+		signature, ts string
+	}
+	posts := make(chan post, 10)
+	hooks := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		posts <- post{b, r.Header.Get(webhook.HeaderSignature), r.Header.Get(webhook.HeaderTimestamp)}
+	}))
+	t.Cleanup(hooks.Close)
+	base, _, stop := start(t, map[string]string{"SLUICE_DATA_DIR": t.TempDir(), "SLUICE_BCRYPT_COST": "4",
+		"SLUICE_ADMIN_PASSWORD": "admin-password", "SLUICE_WEBHOOK_HOSTS": "127.0.0.1"})
+	t.Cleanup(func() { stop() })
+	c := client{t, base}
+	key := setUpBudget(t, c, "0.0002")
+	var owner, admin struct{ Token string }
+	c.call("POST", "/api/auth/login", "", `{"email":"spender@example.com","password":"password123"}`, &owner)
+	c.call("POST", "/api/auth/login", "", `{"email":"admin@localhost","password":"admin-password"}`, &admin)
+	// Alerts only: spending goes on past the budget.
+	if r := c.call("PUT", "/api/budget", owner.Token, `{"monthly_limit":"0.0002","hard_stop":false}`, nil); r.StatusCode != 200 {
+		t.Fatalf("budget: %d", r.StatusCode)
+	}
+	var org struct {
+		WebhookSecret string `json:"webhook_secret"`
+		Organization  struct{ ID int64 }
+	}
+	if r := c.call("PUT", "/api/organization", owner.Token, `{"webhook_url":"`+hooks.URL+`/budget"}`, &org); r.StatusCode != 200 || org.WebhookSecret == "" {
+		t.Fatalf("webhook: %d %+v", r.StatusCode, org)
+	}
+	var b struct{ Spent string }
+	for spent := money.Amount(0); spent <= 2*money.Dollar/10_000; { // twice the budget
+		if r := c.chat(key, budgetBody); r.status != 200 {
+			t.Fatalf("a request under an alerts-only budget: %d %s", r.status, r.code)
+		}
+		c.call("GET", "/api/budget", owner.Token, "", &b)
+		var err error
+		if spent, err = money.ParseAmount(b.Spent); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var percents []int
+	for range 3 {
+		select {
+		case p := <-posts:
+			ts, _ := strconv.ParseInt(p.ts, 10, 64)
+			if want := webhook.Sign(org.WebhookSecret, time.Unix(ts, 0), p.body); p.signature != want {
+				t.Fatalf("signature %q, want %q", p.signature, want)
+			}
+			var alert struct {
+				Type           string
+				OrganizationID int64 `json:"organization_id"`
+				Percent        int
+				Limit          string `json:"monthly_limit"`
+			}
+			if err := json.Unmarshal(p.body, &alert); err != nil || alert.Type != "budget.threshold" ||
+				alert.OrganizationID != org.Organization.ID || alert.Limit != "0.0002" {
+				t.Fatalf("alert %s: %v", p.body, err)
+			}
+			percents = append(percents, alert.Percent)
+		case <-time.After(10 * time.Second):
+			t.Fatalf("after spending %s of 0.0002: alerts posted %v, want 50, 80 and 100", b.Spent, percents)
+		}
+	}
+	slices.Sort(percents)
+	if !slices.Equal(percents, []int{50, 80, 100}) {
+		t.Fatalf("alerts posted for %v, want 50, 80 and 100", percents)
+	}
+	select {
+	case p := <-posts:
+		t.Fatalf("a fourth alert: %s", p.body)
+	case <-time.After(200 * time.Millisecond):
+	}
+	var audit struct {
+		Data []struct{ Action, Detail string }
+	}
+	c.call("GET", "/api/admin/audit?action=budget.alert&organization_id="+strconv.FormatInt(org.Organization.ID, 10), admin.Token, "", &audit)
+	if len(audit.Data) != 3 {
+		t.Fatalf("audit entries %+v, want three budget.alert", audit.Data)
+	}
+	for _, e := range audit.Data {
+		if e.Action != "budget.alert" || !strings.Contains(e.Detail, "of the monthly budget") {
+			t.Fatalf("audit entry %+v", e)
+		}
 	}
 }
