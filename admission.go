@@ -19,9 +19,12 @@ import (
 	"github.com/sluicehq/sluice/upstream"
 )
 
-// tunerLockKey is the Postgres advisory lock that elects the tuner's leader
-// when there is no Redis.
-const tunerLockKey = 7234612
+// Postgres advisory locks that elect a node: the tuner's leader when there
+// is no Redis, and the node that closes months' invoices.
+const (
+	tunerLockKey   = 7234612
+	invoiceLockKey = 7234613
+)
 
 // admission is a node's quota machinery: in process for a single node, or
 // shared through Redis for a cluster.

@@ -218,7 +218,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	go gen.providers.PersistRefusals(ctx, gen.pool.Refusals())
 	go gen.pool.Run(ctx)
 	go bill.alerts.Run(ctx)
-	go bill.billing.RunFinalizer(ctx, cfg.FinalizeInterval)
+	invoicer := models.NewAdvisoryLeader(db, invoiceLockKey)
+	defer invoicer.Resign()
+	go bill.billing.RunFinalizer(ctx, cfg.FinalizeInterval, invoicer)
 	if err := queue.Start(ctx); err != nil {
 		return fmt.Errorf("start the job queue: %w", err)
 	}

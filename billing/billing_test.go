@@ -230,3 +230,41 @@ func TestDaysAreCountedInTheOrganizationsTimeZone(t *testing.T) {
 		t.Fatalf("bad zone: %v", err)
 	}
 }
+
+// leads is a Leader that leads or not, as told.
+type leads bool
+
+func (l leads) Lead(context.Context) (bool, error) { return bool(l), nil }
+
+// A node that does not lead closes no month; the leading node does.
+func TestOnlyTheLeadingNodeClosesAMonth(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, db *models.DB) {
+		ctx := context.Background()
+		nov := time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
+		f := newFixture(t, db, nov)
+		org, owner, err := f.store.CreateOrganizationWithOwner(ctx, "Acme", "premium", "owner@acme.example", "h", models.RoleOwner)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tok, _, _ := f.store.CreateAPIToken(ctx, org.ID, owner.ID, "t", nil)
+		f.setPrice("gpt-x", "0.50", "1.50", "0.25")
+		f.event(org, tok, "a", "gpt-x", nov.Add(time.Hour), chat.Usage{PromptTokens: 1000, CompletionTokens: 100}, false)
+		status := func() string { // November's
+			list, err := f.svc.Invoices(ctx, org.ID)
+			if err != nil || len(list) == 0 {
+				t.Fatalf("%+v %v", list, err)
+			}
+			return list[len(list)-1].Status
+		}
+		if status() != Draft {
+			t.Fatal("November's live draft")
+		}
+		f.clock.Advance(30*24*time.Hour + time.Hour) // December 1st, 01:00
+		if n, err := f.svc.FinalizeIfLeading(ctx, leads(false)); err != nil || n != 0 || status() != Draft {
+			t.Fatalf("a node that does not lead: finalized %d (%v), November %s", n, err, status())
+		}
+		if n, err := f.svc.FinalizeIfLeading(ctx, leads(true)); err != nil || n < 1 || status() != Final {
+			t.Fatalf("the leading node: finalized %d (%v), November %s", n, err, status())
+		}
+	})
+}

@@ -93,10 +93,22 @@ func (s *Service) build(ctx context.Context, orgID int64, period time.Time) (Inv
 	return Build(period, Plan{Tier: o.Tier.Name, MonthlyFee: o.Tier.MonthlyFee, IncludedCredit: o.Tier.IncludedCredit}, usage), nil
 }
 
+// FinalizeIfLeading runs FinalizeDue when this node leads, so one node
+// builds the invoices of a month (FinalizeDue's conditional update would
+// keep the outcome single anyway).
+func (s *Service) FinalizeIfLeading(ctx context.Context, leader Leader) (int, error) {
+	lead, err := leader.Lead(ctx)
+	if err != nil || !lead {
+		return 0, err
+	}
+	return s.FinalizeDue(ctx)
+}
+
 // FinalizeDue closes every month that ended at least FinalizeAfter ago:
 // each organization's draft gets its lines and total stored and becomes
-// final. Every node may run it; a draft is finalized once (a conditional
-// update), and a restart simply finds what is still due. It returns how
+// final. The leading node runs it (FinalizeIfLeading); a draft is finalized
+// once whoever runs it (a conditional update), and a restart simply finds
+// what is still due. It returns how
 // many invoices this call finalized.
 func (s *Service) FinalizeDue(ctx context.Context) (int, error) {
 	cutoff := s.now().Add(-FinalizeAfter)
@@ -131,12 +143,19 @@ func (s *Service) FinalizeDue(ctx context.Context) (int, error) {
 	return done, nil
 }
 
-// RunFinalizer finalizes due invoices every interval until ctx ends.
-func (s *Service) RunFinalizer(ctx context.Context, interval time.Duration) {
+// Leader elects the one node that closes months (a Postgres advisory lock
+// in a cluster; a single node always leads).
+type Leader interface {
+	Lead(ctx context.Context) (bool, error)
+}
+
+// RunFinalizer finalizes due invoices every interval, while this node
+// leads, until ctx ends.
+func (s *Service) RunFinalizer(ctx context.Context, interval time.Duration, leader Leader) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
-		if n, err := s.FinalizeDue(ctx); err != nil && ctx.Err() == nil {
+		if n, err := s.FinalizeIfLeading(ctx, leader); err != nil && ctx.Err() == nil {
 			s.log.Warn("finalizing invoices failed; retrying at the next interval", "err", err)
 		} else if n > 0 {
 			s.log.Info("invoices finalized", "count", n)
