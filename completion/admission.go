@@ -339,9 +339,9 @@ var (
 // setLimitHeaders writes a bucket's x-ratelimit-{limit,remaining,reset}-*.
 func setLimitHeaders(sink Sink, names limitHeaders, d quota.Decision) {
 	h := sink.Header()
-	h[names.limit] = []string{strconv.FormatInt(d.Limit, 10)}
-	h[names.remaining] = []string{strconv.FormatInt(d.Remaining, 10)}
-	h[names.reset] = []string{formatReset(d.ResetAfter)}
+	// One backing array for the three values: one allocation, not three.
+	v := []string{strconv.FormatInt(d.Limit, 10), strconv.FormatInt(d.Remaining, 10), formatReset(d.ResetAfter)}
+	h[names.limit], h[names.remaining], h[names.reset] = v[0:1:1], v[1:2:2], v[2:3:3]
 }
 
 // formatReset writes a duration the way OpenAI's reset headers do ("2s",

@@ -3,6 +3,7 @@ package completion
 import (
 	"bytes"
 	"strconv"
+	"sync"
 
 	"github.com/go-json-experiment/json/jsontext"
 
@@ -31,8 +32,10 @@ var (
 // when escaped), values Sluice does not look into are skipped whole, and a
 // field's path is built only for an error.
 func checkKeys(body []byte) error {
-	c := keyChecker{dec: jsontext.NewDecoder(bytes.NewReader(body),
-		jsontext.AllowDuplicateNames(true), jsontext.AllowInvalidUTF8(true))}
+	c := keyCheckers.Get().(*keyChecker)
+	defer keyCheckers.Put(c)
+	c.body.Reset(body)
+	c.dec.Reset(&c.body, jsontext.AllowDuplicateNames(true), jsontext.AllowInvalidUTF8(true))
 	err := c.object(requestFields, func(f int) error {
 		switch requestFields[f] {
 		case "messages":
@@ -61,9 +64,14 @@ func itoa(i int) string { return strconv.Itoa(i) }
 
 // keyChecker walks a body's objects; name is a buffer for escaped names.
 type keyChecker struct {
+	body bytes.Reader
 	dec  *jsontext.Decoder
 	name []byte
 }
+
+// keyCheckers keeps decoders for reuse: a fresh one costs several
+// allocations per request (its buffers and name stacks).
+var keyCheckers = sync.Pool{New: func() any { return &keyChecker{dec: new(jsontext.Decoder)} }}
 
 // object reads an object (or skips any other value), checking each name
 // against fields and handing the value of each one of them to value (nil:

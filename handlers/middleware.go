@@ -101,25 +101,34 @@ func accessLog(log *slog.Logger, m *metrics.Gateway) gin.HandlerFunc {
 		c.Next()
 		took := time.Since(start)
 		route, status := c.FullPath(), c.Writer.Status()
+		var caller *accounts.Caller
+		var served *completion.Served
 		var tier, model string
 		var provider time.Duration
+		if v, ok := c.Get(callerKey); ok {
+			cl := v.(accounts.Caller)
+			caller, tier = &cl, cl.Tier.Name
+		}
+		if v, ok := c.Get(servedKey); ok {
+			s := v.(completion.Served)
+			served, model, provider = &s, s.Model, s.ProviderTime
+		}
+		m.Request(route, status, tier, model, took, provider)
+		if !log.Enabled(c, slog.LevelInfo) {
+			return // an operator at warn level pays nothing for the line
+		}
 		attrs := make([]slog.Attr, 0, 12)
 		attrs = append(attrs, slog.String("request_id", requestID(c)), slog.String("method", c.Request.Method),
 			slog.String("route", route), slog.Int("status", status), slog.Duration("duration", took))
 		if code := c.GetString(errorCodeKey); code != "" {
 			attrs = append(attrs, slog.String("error_code", code))
 		}
-		if v, ok := c.Get(callerKey); ok {
-			caller := v.(accounts.Caller)
-			tier = caller.Tier.Name
+		if caller != nil {
 			attrs = append(attrs, slog.String("token", caller.TokenPrefix), slog.Int64("org_id", caller.OrgID), slog.String("tier", tier))
 		}
-		if v, ok := c.Get(servedKey); ok {
-			served := v.(completion.Served)
-			model, provider = served.Model, served.ProviderTime
+		if served != nil {
 			attrs = append(attrs, slog.String("model", model), slog.Int("retries", max(served.Attempts-1, 0)))
 		}
-		m.Request(route, status, tier, model, took, provider)
 		log.LogAttrs(c, slog.LevelInfo, "request", attrs...)
 	}
 }

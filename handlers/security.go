@@ -56,6 +56,18 @@ const (
 	hsts = "max-age=31536000"
 )
 
+// securityHeaders are the values hardened sets, one slice each shared by
+// every response: nothing writes into a header's slice in place (Add
+// appends, and a full slice is copied first), so sharing them is safe.
+var securityHeaders = struct {
+	nosniff, deny, apiCSP, noReferrer, pageCSP, sameOrigin, hsts []string
+}{
+	nosniff: []string{"nosniff"}, deny: []string{"DENY"},
+	apiCSP: []string{apiContentSecurityPolicy}, noReferrer: []string{"no-referrer"},
+	pageCSP: []string{web.ContentSecurityPolicy}, sameOrigin: []string{"same-origin"},
+	hsts: []string{hsts},
+}
+
 // hardened sets the security headers of every answer, error pages and
 // static files included, and marks requests a trusted proxy received over
 // TLS so the pages' cookies are Secure behind it (X-Forwarded-Proto from
@@ -71,18 +83,17 @@ func hardened(proxies []netip.Prefix) gin.HandlerFunc {
 		if fromProxy(c, proxies) && forwardedHTTPS(c.GetHeader("X-Forwarded-Proto")) {
 			web.MarkForwardedTLS(c)
 		}
+		// The names are canonical and the values shared (see
+		// securityHeaders), so setting them allocates nothing.
 		h := c.Writer.Header()
-		h.Set("X-Content-Type-Options", "nosniff")
-		h.Set("X-Frame-Options", "DENY")
+		h["X-Content-Type-Options"], h["X-Frame-Options"] = securityHeaders.nosniff, securityHeaders.deny
 		if isAPIPath(c.Request.URL.Path) {
-			h.Set("Content-Security-Policy", apiContentSecurityPolicy)
-			h.Set("Referrer-Policy", "no-referrer")
+			h["Content-Security-Policy"], h["Referrer-Policy"] = securityHeaders.apiCSP, securityHeaders.noReferrer
 		} else {
-			h.Set("Content-Security-Policy", web.ContentSecurityPolicy)
-			h.Set("Referrer-Policy", "same-origin")
+			h["Content-Security-Policy"], h["Referrer-Policy"] = securityHeaders.pageCSP, securityHeaders.sameOrigin
 		}
 		if web.OverTLS(c) {
-			h.Set("Strict-Transport-Security", hsts)
+			h["Strict-Transport-Security"] = securityHeaders.hsts
 		}
 		c.Next()
 	}
