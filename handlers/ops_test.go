@@ -4,11 +4,17 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 
+	"github.com/gin-gonic/gin"
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/sluicehq/sluice/internal/testdb"
 	"github.com/sluicehq/sluice/logging"
+	"github.com/sluicehq/sluice/metrics"
 )
 
 // /readyz names what fails, and logs each change once, not each probe.
@@ -93,5 +99,35 @@ func TestAccessLogSaysWhatHappenedAndNothingPrivate(t *testing.T) {
 		body: `{"model":"sluice-local","messages":[{"role":"user","content":"` + secretPrompt + ` mail me at x@y.org"}]}`})
 	if s := b.String(); !strings.Contains(s, `"msg":"exchange"`) || !strings.Contains(s, "my card is [card]") || strings.Contains(s, "x@y.org") {
 		t.Fatalf("prompt logging:\n%s", s)
+	}
+}
+
+// With info off (an operator at warn level) no access line is written,
+// and the request is still counted in the metrics.
+func TestAccessLogOffStillCounts(t *testing.T) {
+	var b syncBuffer
+	reg := prometheus.NewRegistry()
+	gin.SetMode(gin.ReleaseMode)
+	r := gin.New()
+	r.Use(accessLog(logging.New(&b, "warn", "json"), metrics.NewGateway(reg)))
+	r.GET("/v1/models", func(c *gin.Context) { c.Status(http.StatusOK) })
+	r.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", "/v1/models", nil))
+	if b.String() != "" {
+		t.Fatalf("an access line at warn level: %s", b.String())
+	}
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var counted float64
+	for _, f := range families {
+		if f.GetName() == "sluice_requests_total" {
+			for _, m := range f.GetMetric() {
+				counted += m.GetCounter().GetValue()
+			}
+		}
+	}
+	if counted != 1 {
+		t.Fatalf("requests counted: %v, want 1", counted)
 	}
 }
