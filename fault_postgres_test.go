@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/faultproxy"
+	"github.com/sluicehq/sluice/internal/testdb"
 	"github.com/sluicehq/sluice/models"
 )
 
@@ -67,12 +68,10 @@ func completions(t *testing.T, base, key string, workers int, stop <-chan struct
 	}
 }
 
-// TestFaultPostgresCut runs one node (Postgres and Redis, as in
-// production) on a Postgres it reaches through a proxy, and cuts the
-// proxy for 3 s under load: every open connection dropped, every new one
-// hung up on. The shared Postgres is never touched; other tests use it.
+// The Postgres faults: one node (Postgres and Redis, as in production)
+// under load loses its database for about 3 s, two ways.
 //
-// While it is cut, API calls with a token already in the token cache keep
+// While it is down, API calls with a token already in the token cache keep
 // succeeding (the request path reads no database: limits and budgets are
 // in Redis, usage is queued); sign-in (API and page), sign-up, token
 // creation, a signed-in browser's page and a token not cached yet answer
@@ -81,6 +80,10 @@ func completions(t *testing.T, base, key string, workers int, stop <-chan struct
 // is back, those work again, and every completion the client saw succeed
 // has exactly one usage row (request ids compared), billed, and is counted
 // once in the rollups: the recorder kept the events and retried.
+
+// TestFaultPostgresCut reaches the shared Postgres through a proxy and cuts
+// the proxy: every open connection dropped, every new one hung up on. The
+// shared Postgres is never touched; other tests use it.
 func TestFaultPostgresCut(t *testing.T) {
 	env := clusterEnv(t, needRedis(t))
 	direct := env["DATABASE_URL"]
@@ -91,8 +94,25 @@ func TestFaultPostgresCut(t *testing.T) {
 	proxy := faultproxy.Start(t, u.Host)
 	u.Host = proxy.Addr()
 	env["DATABASE_URL"] = u.String()
+	postgresFault(t, env, direct, "cut", func() { proxy.Set(faultproxy.Refuse) }, func() { proxy.Set(faultproxy.Up) })
+}
+
+// TestFaultPostgresRestarted runs the node on a Postgres server of the
+// test's own and restarts it: a fast shutdown (every session ended by the
+// server), 3 s down, started again.
+func TestFaultPostgresRestarted(t *testing.T) {
+	env := clusterEnv(t, needRedis(t))
+	server := testdb.StartServer(t)
+	env["DATABASE_URL"] = server.URL()
+	postgresFault(t, env, server.URL(), "restarted", func() { server.Stop(t) }, func() { server.Start(t) })
+}
+
+// postgresFault runs the scenario on env, whose database is direct, with
+// the database taken down by down and brought back by up; how names the
+// fault in messages.
+func postgresFault(t *testing.T, env map[string]string, direct, how string, down, up func()) {
 	env["SLUICE_DATA_DIR"] = t.TempDir()
-	env["SLUICE_TOKEN_CACHE_TTL"] = "1m" // longer than the test: no entry expires during the cut
+	env["SLUICE_TOKEN_CACHE_TTL"] = "1m" // longer than the test: no entry expires while it is down
 	base, out, stop := start(t, env)
 	c := client{t, base}
 
@@ -121,7 +141,7 @@ func TestFaultPostgresCut(t *testing.T) {
 		t.Fatalf("first completion: %d", warm.StatusCode)
 	}
 
-	// A browser signed in before the cut.
+	// A browser signed in before the fault.
 	noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	signedIn, err := noRedirect.PostForm(base+"/login", url.Values{"email": {"ada@example.com"}, "password": {"password123"}})
 	if err != nil {
@@ -136,16 +156,16 @@ func TestFaultPostgresCut(t *testing.T) {
 	stopLoad := make(chan struct{})
 	loadDone := completions(t, base, cached.Token, 3, stopLoad)
 	time.Sleep(time.Second)
-	proxy.Set(faultproxy.Refuse)
-	cut := time.Now()
+	down()
+	wentDown := time.Now()
 
-	// unavailable checks one answer given while the database is cut.
+	// unavailable checks one answer given while the database is down.
 	retryAfter := strconv.Itoa(int(models.DatabaseRetryAfter / time.Second))
 	unavailable := func(what string, r *http.Response, body string) {
 		t.Helper()
 		if r.StatusCode != 503 || r.Header.Get("Retry-After") != retryAfter ||
 			!strings.Contains(body, "the database is unavailable right now; retry shortly") {
-			t.Errorf("%s with the database cut: %d, Retry-After %q, %s; want 503, Retry-After %s and the database's message",
+			t.Errorf("%s with the database down: %d, Retry-After %q, %s; want 503, Retry-After %s and the database's message",
 				what, r.StatusCode, r.Header.Get("Retry-After"), body, retryAfter)
 		}
 	}
@@ -171,9 +191,9 @@ func TestFaultPostgresCut(t *testing.T) {
 	r, body := send("POST", "/api/auth/login", "", "application/json", `{"email":"ada@example.com","password":"password123"}`)
 	unavailable("API sign-in", r, body)
 	if strings.TrimSpace(body) != apiShape {
-		t.Errorf("API sign-in with the database cut: %s, want %s", body, apiShape)
+		t.Errorf("API sign-in with the database down: %s, want %s", body, apiShape)
 	}
-	r, body = send("POST", "/api/tokens", user.Token, "application/json", `{"name":"during the cut"}`)
+	r, body = send("POST", "/api/tokens", user.Token, "application/json", `{"name":"while it is down"}`)
 	unavailable("token creation", r, body)
 	// The failure is logged once (JSON: a database means production), with
 	// its request id and its cause, beside the access log's line.
@@ -187,27 +207,27 @@ func TestFaultPostgresCut(t *testing.T) {
 	}
 	if len(failures) != 1 || failures[0]["msg"] != "request failed" || failures[0]["code"] != "database_unavailable" ||
 		!strings.Contains(fmt.Sprint(failures[0]["err"]), "connect") {
-		t.Errorf("token creation with the database cut: want one failure line with its code and cause, got %v", failures)
+		t.Errorf("token creation with the database down: want one failure line with its code and cause, got %v", failures)
 	}
 	r, body = send("POST", "/api/auth/signup", "", "application/json", `{"email":"bob@example.com","password":"password123","organization":"B"}`)
 	unavailable("API sign-up", r, body)
 	r, body = send("POST", "/login", "", "application/x-www-form-urlencoded", "email=ada%40example.com&password=password123")
 	unavailable("the sign-in page", r, body)
 	if !strings.Contains(r.Header.Get("Content-Type"), "text/html") || !strings.Contains(body, `data-testid="error-page"`) {
-		t.Errorf("the sign-in page with the database cut is not the error page: %s", body)
+		t.Errorf("the sign-in page with the database down is not the error page: %s", body)
 	}
 	r, body = send("GET", "/tokens", "", "", "", cookies...)
 	unavailable("the tokens page of a signed-in browser", r, body) // never sent back to sign in
 	if !strings.Contains(body, `data-testid="error-page"`) {
-		t.Errorf("the tokens page with the database cut is not the error page: %s", body)
+		t.Errorf("the tokens page with the database down is not the error page: %s", body)
 	}
 	r, body = send("POST", "/v1/chat/completions", uncached.Token, "application/json", `{"model":"sluice-local","messages":[{"role":"user","content":"hi"}]}`)
 	unavailable("a token not in the cache", r, body) // never a 401: the key may be good
 	if !strings.Contains(body, `"type":"server_error"`) || !strings.Contains(body, `"code":"database_unavailable"`) {
 		t.Errorf("the /v1 answer is not in OpenAI's error shape: %s", body)
 	}
-	time.Sleep(time.Until(cut.Add(3 * time.Second)))
-	proxy.Set(faultproxy.Up)
+	time.Sleep(time.Until(wentDown.Add(3 * time.Second)))
+	up()
 	restored := time.Now()
 
 	// Back: sign-in works again as soon as the pool reconnects.
@@ -219,11 +239,11 @@ func TestFaultPostgresCut(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	loginBack := time.Since(restored)
-	if r := c.call("POST", "/api/tokens", back.Token, `{"name":"after the cut"}`, nil); r.StatusCode != 201 {
-		t.Errorf("token creation after the cut: %d", r.StatusCode)
+	if r := c.call("POST", "/api/tokens", back.Token, `{"name":"after it came back"}`, nil); r.StatusCode != 201 {
+		t.Errorf("token creation after it came back: %d", r.StatusCode)
 	}
 	if r := c.call("POST", "/v1/chat/completions", uncached.Token, `{"model":"sluice-local","messages":[{"role":"user","content":"hi"}]}`, nil); r.StatusCode != 200 {
-		t.Errorf("the uncached token after the cut: %d", r.StatusCode)
+		t.Errorf("the uncached token after it came back: %d", r.StatusCode)
 	}
 	time.Sleep(time.Second)
 	close(stopLoad)
@@ -262,9 +282,9 @@ func TestFaultPostgresCut(t *testing.T) {
 	slices.Sort(stored)
 	lost, extra := difference(ids, stored), difference(stored, ids)
 	retries := strings.Count(out.String(), "storing usage events failed; retrying")
-	t.Logf("Postgres cut for %v under load: %d completions succeeded with a cached token (none failed), %d usage rows, %d counted in the rollups; "+
-		"the recorder retried %d times; sign-in worked again %v after the cut ended",
-		restored.Sub(cut).Round(time.Millisecond), len(ids), len(stored), rolled, retries, loginBack.Round(time.Millisecond))
+	t.Logf("Postgres %s for %v under load: %d completions succeeded with a cached token (none failed), %d usage rows, %d counted in the rollups; "+
+		"the recorder retried %d times; sign-in worked again %v after it came back",
+		how, restored.Sub(wentDown).Round(time.Millisecond), len(ids), len(stored), rolled, retries, loginBack.Round(time.Millisecond))
 	if len(lost) > 0 || len(extra) > 0 || len(stored) != len(slices.Compact(slices.Clone(stored))) {
 		t.Errorf("usage rows: %d lost (%v), %d not seen by the client, %d stored for %d successes", len(lost), lost, len(extra), len(stored), len(ids))
 	}
@@ -275,7 +295,7 @@ func TestFaultPostgresCut(t *testing.T) {
 		t.Errorf("the hourly rollup counts %d requests for %d successes", rolled, len(ids))
 	}
 	if retries == 0 {
-		t.Error("the recorder never had to retry: the cut did not reach it")
+		t.Error("the recorder never had to retry: the fault did not reach it")
 	}
 	if lostEvents := metric(t, c, "sluice_recorder_lost_events_total"); lostEvents != 0 {
 		t.Errorf("the recorder lost %v events", lostEvents)

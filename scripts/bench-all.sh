@@ -735,11 +735,12 @@ row("#11: Redis killed and restarted under load: no 5xx, per-node shares, back o
     "bound %s admitted locally (README)" % rk.group(4) if rk else "-",
     "%s admitted locally over %s s; in all %s vs %s (%s); %s 5xx; back after ≤ %d ms" % (rk.group(1), rk.group(2), rk.group(5), rk.group(7), rk.group(8), rk.group(9), max(kb) if kb else -1) if rk else status("TestFaultRedisKilled"),
     "-", v("TestFaultRedisKilled"), "cluster")
-pc = re.search(r"Postgres cut for (\S+) under load: (\d+) completions succeeded.*?\((.*?)\), (\d+) usage rows, (\d+) counted in the rollups", t)
-row("#11: Postgres cut under load: cached tokens keep working, no usage row lost or doubled",
-    "%s completions succeeded" % pc.group(2) if pc else "-",
-    "%s usage rows, %s in the rollups (%s)" % (pc.group(4), pc.group(5), pc.group(3)) if pc else status("TestFaultPostgresCut"),
-    "-", v("TestFaultPostgresCut"), "cluster")
+for how, test in (("cut", "TestFaultPostgresCut"), ("restarted", "TestFaultPostgresRestarted")):
+    pc = re.search(r"Postgres " + how + r" for (\S+) under load: (\d+) completions succeeded.*?\((.*?)\), (\d+) usage rows, (\d+) counted in the rollups", t)
+    row("#11: Postgres " + how + " under load: cached tokens keep working, no usage row lost or doubled",
+        "%s completions succeeded" % pc.group(2) if pc else "-",
+        "%s usage rows, %s in the rollups (%s)" % (pc.group(4), pc.group(5), pc.group(3)) if pc else status(test),
+        "-", v(test), "cluster")
 ps = re.search(r"(\d+) provider attempts in all, at most (\d+) for one request \(limit (\d+)\)", t)
 hm = re.search(r"heap in use after GC: ([0-9.]+) MiB after the warm-up, ([0-9.]+) MiB after the storm \(([0-9.]+)x\)", t)
 row("#11: provider storm (429s, 5xx, slow, stalled, resets): bounded retries, memory flat, no goroutine leak",
