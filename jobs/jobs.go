@@ -326,9 +326,10 @@ func (q *Queue) Stop(ctx context.Context) error {
 // it.
 func (q *Queue) DeleteExpired(ctx context.Context) (int, error) {
 	const chunk = 1000
-	var horizon any = q.cfg.Now().Add(-q.cfg.Retention)
+	cutoff := q.cfg.Now().Add(-q.cfg.Retention)
+	var horizon any = cutoff
 	if q.sqlite { // River's SQLite schema keeps times as text in this form
-		horizon = horizon.(time.Time).UTC().Format("2006-01-02 15:04:05.000")
+		horizon = cutoff.UTC().Format("2006-01-02 15:04:05.000")
 	}
 	params := river.NewJobDeleteManyParams().
 		States(rivertype.JobStateCompleted, rivertype.JobStateCancelled, rivertype.JobStateDiscarded).
