@@ -225,7 +225,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		return fmt.Errorf("start the job queue: %w", err)
 	}
 	go batchService.Run(ctx, queue, time.Minute)
-	go queue.ExpireEvery(ctx, time.Minute, log)
+	go expireJobsEvery(ctx, queue, time.Minute, log)
 	go func() {
 		if err := runTuner(ctx, cfg, adm, acc, store, inFlight, latency, gen.pool, log); err != nil {
 			log.Error("auto-tuner stopped", "err", err)
@@ -292,18 +292,37 @@ func prepareSchema(ctx context.Context, cfg config.Config, db *models.DB, stdout
 // reloadEvery refreshes tiers, freezes and prices from the database, so a
 // change made on another node is picked up within one interval even if its
 // invalidation message was lost.
-func reloadEvery(ctx context.Context, dir *accounts.Directory, bill *billing.Service, every time.Duration, log *slog.Logger) {
-	t := time.NewTicker(every)
+func reloadEvery(ctx context.Context, dir *accounts.Directory, bill *billing.Service, interval time.Duration, log *slog.Logger) {
+	every(ctx, interval, func(ctx context.Context) {
+		err := errors.Join(dir.ReloadTiers(ctx), dir.ReloadFreezes(ctx), bill.ReloadPrices(ctx))
+		if err != nil && ctx.Err() == nil {
+			log.Warn("reloading tiers, freezes and prices failed; keeping the last ones", "err", err)
+		}
+	})
+}
+
+// expireJobsEvery deletes the jobs past their retention every interval.
+func expireJobsEvery(ctx context.Context, queue *jobs.Queue, interval time.Duration, log *slog.Logger) {
+	every(ctx, interval, func(ctx context.Context) {
+		n, err := queue.DeleteExpired(ctx)
+		if err != nil && ctx.Err() == nil {
+			log.Warn("deleting expired jobs failed; the next run tries again", "err", err)
+		} else if n > 0 {
+			log.Info("deleted expired jobs", "jobs", n)
+		}
+	})
+}
+
+// every runs fn every interval until ctx ends.
+func every(ctx context.Context, interval time.Duration, fn func(context.Context)) {
+	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			err := errors.Join(dir.ReloadTiers(ctx), dir.ReloadFreezes(ctx), bill.ReloadPrices(ctx))
-			if err != nil && ctx.Err() == nil {
-				log.Warn("reloading tiers, freezes and prices failed; keeping the last ones", "err", err)
-			}
+			fn(ctx)
 		}
 	}
 }

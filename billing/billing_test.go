@@ -58,6 +58,21 @@ func newFixture(t *testing.T, db *models.DB, start time.Time) *fixture {
 	return f
 }
 
+// customer makes a premium organization, Acme, with an owner and a token.
+func (f *fixture) customer() (models.Organization, models.APIToken) {
+	f.t.Helper()
+	ctx := context.Background()
+	org, owner, err := f.store.CreateOrganizationWithOwner(ctx, "Acme", "premium", "owner@acme.example", "h", models.RoleOwner)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	tok, _, err := f.store.CreateAPIToken(ctx, org.ID, owner.ID, "t", nil)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return org, tok
+}
+
 // setPrice sets a price at the clock's time.
 func (f *fixture) setPrice(model, in, out, cached string) {
 	f.t.Helper()
@@ -88,11 +103,7 @@ func TestInvoiceGolden(t *testing.T) {
 		ctx := context.Background()
 		nov := time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
 		f := newFixture(t, db, nov)
-		org, owner, err := f.store.CreateOrganizationWithOwner(ctx, "Acme", "premium", "owner@acme.example", "h", models.RoleOwner)
-		if err != nil {
-			t.Fatal(err)
-		}
-		tok, _, _ := f.store.CreateAPIToken(ctx, org.ID, owner.ID, "t", nil)
+		org, tok := f.customer()
 		f.setPrice("gpt-x", "0.50", "1.50", "0.25")
 		// Before the change: 10M uncached + 2M cached prompt, 4.23M completion,
 		// over ten requests: 5.00 + 0.50 + 6.345 = 11.845, rounded once to 11.85.
@@ -242,11 +253,7 @@ func TestOnlyTheLeadingNodeClosesAMonth(t *testing.T) {
 		ctx := context.Background()
 		nov := time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
 		f := newFixture(t, db, nov)
-		org, owner, err := f.store.CreateOrganizationWithOwner(ctx, "Acme", "premium", "owner@acme.example", "h", models.RoleOwner)
-		if err != nil {
-			t.Fatal(err)
-		}
-		tok, _, _ := f.store.CreateAPIToken(ctx, org.ID, owner.ID, "t", nil)
+		org, tok := f.customer()
 		f.setPrice("gpt-x", "0.50", "1.50", "0.25")
 		f.event(org, tok, "a", "gpt-x", nov.Add(time.Hour), chat.Usage{PromptTokens: 1000, CompletionTokens: 100}, false)
 		status := func() string { // November's

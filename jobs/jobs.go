@@ -347,25 +347,6 @@ func (q *Queue) DeleteExpired(ctx context.Context) (int, error) {
 	}
 }
 
-// ExpireEvery runs DeleteExpired every interval until ctx ends.
-func (q *Queue) ExpireEvery(ctx context.Context, every time.Duration, log *slog.Logger) {
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			n, err := q.DeleteExpired(ctx)
-			if err != nil && ctx.Err() == nil {
-				log.Warn("deleting expired jobs failed; the next run tries again", "err", err)
-			} else if n > 0 {
-				log.Info("deleted expired jobs", "jobs", n)
-			}
-		}
-	}
-}
-
 // Errors of the job API.
 var (
 	ErrNoJob     = apperr.WithReason(apperr.NotFound, "job_not_found", "no such job (or it expired)")
