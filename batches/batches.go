@@ -74,6 +74,8 @@ type Queue interface {
 	EnqueueBatch(ctx context.Context, caller accounts.Caller, batchID int64, lines []jobs.Line) error
 	// WakeBatch makes the batch's lines that wait run now.
 	WakeBatch(ctx context.Context, batchID int64) error
+	// HasBatchLines says whether any of the batch's lines was queued.
+	HasBatchLines(ctx context.Context, batchID int64) (bool, error)
 }
 
 // Create is a new batch as POST /v1/batches asks for it.
@@ -125,12 +127,7 @@ func (s *Service) Create(ctx context.Context, q Queue, caller accounts.Caller, i
 		m, _ := json.Marshal(in.Metadata)
 		b.Metadata = string(m)
 	}
-	var queued []jobs.Line
-	for _, l := range lines {
-		if l.failure == nil {
-			queued = append(queued, jobs.Line{CustomID: l.customID, Body: l.body})
-		}
-	}
+	queued := runnable(lines)
 	// The lines are stored before their jobs exist, so no job can finish
 	// before its line can hear it.
 	err = s.store.CreateBatch(ctx, &b, func(batchID int64) []models.BatchResult {
@@ -158,6 +155,17 @@ func (s *Service) Create(ctx context.Context, q Queue, caller accounts.Caller, i
 		return models.Batch{}, err
 	}
 	return b, nil
+}
+
+// runnable are the lines to queue: those that did not fail on reading.
+func runnable(lines []inputLine) []jobs.Line {
+	var queued []jobs.Line
+	for _, l := range lines {
+		if l.failure == nil {
+			queued = append(queued, jobs.Line{CustomID: l.customID, Body: l.body})
+		}
+	}
+	return queued
 }
 
 // check says what is wrong with a new batch's parameters.

@@ -628,14 +628,14 @@ func TestBatchesAndFilesExpire(t *testing.T) {
 			t.Fatalf("a line past the window: %+v", st)
 		}
 		// The sweep waits a grace for lines still running, then fails the rest.
-		if err := f.svc.Sweep(ctx); err != nil {
+		if err := f.svc.Sweep(ctx, held); err != nil {
 			t.Fatal(err)
 		}
 		if got, _ := f.svc.Get(ctx, f.caller.OrgID, batches.ID(b.ID)); got.Status != "in_progress" {
 			t.Fatalf("swept within the grace: %+v", got)
 		}
 		f.clock.Advance(16 * time.Minute)
-		if err := f.svc.Sweep(ctx); err != nil {
+		if err := f.svc.Sweep(ctx, held); err != nil {
 			t.Fatal(err)
 		}
 		done, _ := f.svc.Get(ctx, f.caller.OrgID, batches.ID(b.ID))
@@ -659,7 +659,7 @@ func TestBatchesAndFilesExpire(t *testing.T) {
 		if _, err := f.svc.FileContent(ctx, f.caller.OrgID, batches.FileID(*done.OutputFileID)); apperr.CodeOf(err) != apperr.NotFound {
 			t.Fatalf("an expired file: %v", err)
 		}
-		if err := f.svc.Sweep(ctx); err != nil {
+		if err := f.svc.Sweep(ctx, held); err != nil {
 			t.Fatal(err)
 		}
 		var files, left int64
@@ -685,6 +685,60 @@ func (h *heldQueue) EnqueueBatch(_ context.Context, _ accounts.Caller, _ int64, 
 }
 
 func (*heldQueue) WakeBatch(context.Context, int64) error { return nil }
+
+func (h *heldQueue) HasBatchLines(context.Context, int64) (bool, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.lines) > 0, nil
+}
+
+// lostQueue stands for a node lost between storing a batch and queueing
+// its lines: the lines never reach any queue.
+type lostQueue struct{}
+
+func (lostQueue) EnqueueBatch(context.Context, accounts.Caller, int64, []jobs.Line) error { return nil }
+func (lostQueue) WakeBatch(context.Context, int64) error                                  { return nil }
+func (lostQueue) HasBatchLines(context.Context, int64) (bool, error)                      { return false, nil }
+
+// A batch stored by a node lost before it queued the lines is found by the
+// sweep once it is old enough, and its pending lines are queued, once:
+// the batch completes, each line asked of the provider one time.
+func TestAStrandedBatchIsQueuedBySweep(t *testing.T) {
+	each(t, func(t *testing.T, db *models.DB, url string) {
+		f := newFixture(t, db, url)
+		ctx := context.Background()
+		q := f.queue(f.svc)
+		b := f.create(lostQueue{}, f.caller, line("a", "x")+"\n"+line("b", "y")+"\nnot json")
+		if err := f.svc.Sweep(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+		if queued, err := q.HasBatchLines(ctx, b.ID); err != nil || queued {
+			t.Fatalf("a batch still being created was queued by the sweep: %v %v", queued, err)
+		}
+		f.clock.Advance(11 * time.Minute)
+		for range 2 { // a second sweep, or a second node's, queues nothing more
+			if err := f.svc.Sweep(ctx, q); err != nil {
+				t.Fatal(err)
+			}
+		}
+		done := f.wait(f.caller, b.ID, 20*time.Second)
+		if done.Status != "completed" || done.Completed != 2 || done.Failed != 1 {
+			t.Fatalf("the stranded batch: %+v", done)
+		}
+		if err := f.svc.Sweep(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+		var lineJobs int64
+		db.Gorm.Raw("SELECT COUNT(*) FROM river_job WHERE kind = 'batch_line'").Scan(&lineJobs)
+		if n := f.calls.Load(); n != 2 || lineJobs != 2 {
+			t.Fatalf("the provider was asked %d times, and %d line jobs queued, for 2 lines", n, lineJobs)
+		}
+		out := f.file(f.caller, done.OutputFileID)
+		if len(out) != 2 || out[0].custom() != "a" || out[1].custom() != "b" {
+			t.Fatalf("output: %+v", out)
+		}
+	})
+}
 
 // wakeRecorder is a heldQueue that says which batches it was asked to wake.
 type wakeRecorder struct {

@@ -2,8 +2,11 @@ package batches
 
 import (
 	"context"
+	"slices"
 	"time"
 
+	"github.com/sluicehq/sluice/accounts"
+	"github.com/sluicehq/sluice/jobs"
 	"github.com/sluicehq/sluice/models"
 )
 
@@ -13,14 +16,24 @@ import (
 // before.
 const overdueGrace = 15 * time.Minute
 
-// Sweep ends what time has ended: batches whose remaining lines are not
-// coming back (their window, or their cancellation, is long past: lines
-// lost with a node before they were queued) fail those lines and finish;
-// expired files are deleted, and finished batches once they are as old as
-// the files. Every step is a conditional statement, so every node may
-// sweep.
-func (s *Service) Sweep(ctx context.Context) error {
+// strandedAfter is how long after its creation a batch whose lines were
+// never queued is taken as stranded: creating one takes seconds, so a
+// batch this old without a single line in the queue lost its node between
+// being stored and queueing its lines.
+const strandedAfter = 10 * time.Minute
+
+// Sweep ends what time has ended, and queues what a lost node did not:
+// batches stored whose lines were never queued get them queued (on q);
+// batches whose remaining lines are not coming back (their window, or
+// their cancellation, is long past) fail those lines and finish; expired
+// files are deleted, and finished batches once they are as old as the
+// files. Every step is a conditional statement, or an insert of lines
+// unique in the queue, so every node may sweep.
+func (s *Service) Sweep(ctx context.Context, q Queue) error {
 	now := s.now()
+	if err := s.requeueStranded(ctx, q, now); err != nil {
+		return err
+	}
 	overdue, err := s.store.OverdueBatches(ctx, now.Add(-overdueGrace), 100)
 	if err != nil {
 		return err
@@ -46,6 +59,45 @@ func (s *Service) Sweep(ctx context.Context) error {
 	return nil
 }
 
+// requeueStranded queues the lines of batches that were stored and never
+// queued. Their lines are read again from the input file, as Create read
+// them.
+func (s *Service) requeueStranded(ctx context.Context, q Queue, now time.Time) error {
+	stranded, err := s.store.StrandedBatches(ctx, now.Add(-strandedAfter), 100)
+	if err != nil {
+		return err
+	}
+	for _, b := range stranded {
+		queued, err := q.HasBatchLines(ctx, b.ID)
+		if err != nil || queued {
+			if err != nil {
+				return err
+			}
+			continue
+		}
+		f, err := s.store.BatchFileContent(ctx, b.OrgID, b.InputFileID, now)
+		if err != nil {
+			s.log.Warn("a stranded batch's input file cannot be read; its lines fail when its window ends", "batch_id", ID(b.ID), "err", err)
+			continue
+		}
+		pending, err := s.store.PendingLines(ctx, b.ID)
+		if err != nil {
+			return err
+		}
+		// Only the lines still pending: with a short job retention, lines
+		// done long ago have no job left either.
+		lines := slices.DeleteFunc(runnable(readLines(f.Content, s.pipeline)), func(l jobs.Line) bool { return !pending[l.CustomID] })
+		if len(lines) == 0 {
+			continue
+		}
+		if err := q.EnqueueBatch(ctx, accounts.Caller{OrgID: b.OrgID, TokenID: b.TokenID}, b.ID, lines); err != nil {
+			return err // another node queued them first (Postgres), or the queue failed: the next sweep looks again
+		}
+		s.log.Warn("a batch's lines were never queued (its node was lost); queued them now", "batch_id", ID(b.ID), "lines", len(lines))
+	}
+	return nil
+}
+
 // Run sweeps every interval, and wakes the waiting lines of the batches
 // Cancel stopped, on q, until ctx ends.
 func (s *Service) Run(ctx context.Context, q Queue, every time.Duration) {
@@ -61,7 +113,7 @@ func (s *Service) Run(ctx context.Context, q Queue, every time.Duration) {
 				s.log.Warn("waking a cancelled batch's waiting lines failed", "batch_id", ID(id), "err", err)
 			}
 		case <-t.C:
-			if err := s.Sweep(ctx); err != nil && ctx.Err() == nil {
+			if err := s.Sweep(ctx, q); err != nil && ctx.Err() == nil {
 				s.log.Warn("sweeping batches failed; the next sweep tries again", "err", err)
 			}
 		}

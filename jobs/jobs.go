@@ -396,7 +396,12 @@ const batchPriority = 3
 // EnqueueBatch queues the lines of caller's batch batchID, each a job of
 // its own, all or none. A line's outcome goes to the queue's BatchLines.
 func (q *Queue) EnqueueBatch(ctx context.Context, caller accounts.Caller, batchID int64, lines []Line) error {
-	opts := &river.InsertOpts{Priority: batchPriority, Metadata: []byte(fmt.Sprintf(`{"org_id":%d,"batch_id":%d}`, caller.OrgID, batchID))}
+	// Unique by their arguments (the batch, the line, its body): should two
+	// nodes queue a stranded batch at once, no line is queued twice (on
+	// Postgres the second insert fails whole; River's SQLite driver skips
+	// the duplicates).
+	opts := &river.InsertOpts{Priority: batchPriority, Metadata: []byte(fmt.Sprintf(`{"org_id":%d,"batch_id":%d}`, caller.OrgID, batchID)),
+		UniqueOpts: river.UniqueOpts{ByArgs: true}}
 	params := make([]river.InsertManyParams, len(lines))
 	for i, l := range lines {
 		params[i] = river.InsertManyParams{Args: lineArgs{Args{OrgID: caller.OrgID, TokenID: caller.TokenID, Body: l.Body,
@@ -406,6 +411,16 @@ func (q *Queue) EnqueueBatch(ctx context.Context, caller accounts.Caller, batchI
 		return apperr.Wrap(err, "queueing a batch's lines")
 	}
 	return nil
+}
+
+// HasBatchLines says whether any of batch batchID's lines was ever queued
+// (and not yet deleted with the retention).
+func (q *Queue) HasBatchLines(ctx context.Context, batchID int64) (bool, error) {
+	res, err := q.client.JobList(ctx, q.withMetadata(river.NewJobListParams().Kinds((lineArgs{}).Kind()), "batch_id", batchID).First(1))
+	if err != nil {
+		return false, apperr.Wrap(err, "listing a batch's lines")
+	}
+	return len(res.Jobs) > 0, nil
 }
 
 // WakeBatch makes the lines of batch batchID that wait (snoozed for a

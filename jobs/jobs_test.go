@@ -500,6 +500,21 @@ func TestBatchLinesAndTheJobList(t *testing.T) {
 		if err := q.EnqueueBatch(ctx, f.caller, 7, lines); err != nil {
 			t.Fatal(err)
 		}
+		// Queueing the same lines again (two nodes rescuing one stranded
+		// batch) queues none of them twice: Postgres refuses the insert
+		// whole, River's SQLite driver skips the duplicates.
+		err = q.EnqueueBatch(ctx, f.caller, 7, lines[1:3])
+		var lineJobs int64
+		db.Gorm.Raw("SELECT COUNT(*) FROM river_job WHERE kind = 'batch_line'").Scan(&lineJobs)
+		if lineJobs != 4 {
+			t.Fatalf("%d line jobs for 4 lines after queueing two of them again (%v)", lineJobs, err)
+		}
+		if has, err := q.HasBatchLines(ctx, 7); err != nil || !has {
+			t.Fatalf("batch 7 has lines: %v %v", has, err)
+		}
+		if has, err := q.HasBatchLines(ctx, 8); err != nil || has {
+			t.Fatalf("batch 8 has none: %v %v", has, err)
+		}
 		if err := q.WakeBatch(ctx, 7); err != nil {
 			t.Fatalf("waking: %v", err)
 		}

@@ -355,6 +355,28 @@ func (s *Store) OverdueBatches(ctx context.Context, before time.Time, limit int)
 	return bs, dbErr(err, "overdue batches")
 }
 
+// StrandedBatches lists batches still in progress, created before before,
+// that have lines pending: where their lines were never queued (a node
+// lost between storing the batch and queueing its lines) is for the
+// caller to ask the queue.
+func (s *Store) StrandedBatches(ctx context.Context, before time.Time, limit int) ([]Batch, error) {
+	var bs []Batch
+	err := s.db.WithContext(ctx).Where("status = ? AND created_at < ? AND EXISTS (SELECT 1 FROM batch_results r WHERE r.batch_id = batches.id AND r.state = ?)",
+		BatchInProgress, before.UTC(), LinePending).Order("id").Limit(limit).Find(&bs).Error
+	return bs, dbErr(err, "stranded batches")
+}
+
+// PendingLines lists the custom ids of batch id's lines still pending.
+func (s *Store) PendingLines(ctx context.Context, id int64) (map[string]bool, error) {
+	var ids []string
+	err := s.db.WithContext(ctx).Model(&BatchResult{}).Where("batch_id = ? AND state = ?", id, LinePending).Pluck("custom_id", &ids).Error
+	pending := make(map[string]bool, len(ids))
+	for _, c := range ids {
+		pending[c] = true
+	}
+	return pending, dbErr(err, "batch lines")
+}
+
 // DeleteExpiredBatchData deletes files expired at now and finished
 // batches whose window ended more than keep ago (their lines with them).
 func (s *Store) DeleteExpiredBatchData(ctx context.Context, now time.Time, keep time.Duration) (files, batches int64, err error) {
