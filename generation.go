@@ -43,12 +43,18 @@ func newBox(cfg config.Config) (*secrets.Box, error) {
 	return secrets.NewBox(master)
 }
 
-func newGeneration(ctx context.Context, cfg config.Config, store *models.Store, box *secrets.Box, adm *admission, log *slog.Logger, metrics *prometheus.Registry) (*generation, error) {
+// newGeneration builds the provider side; transport carries requests to
+// providers (nil: a pooled transport of its own).
+func newGeneration(ctx context.Context, cfg config.Config, store *models.Store, box *secrets.Box, adm *admission, log *slog.Logger,
+	metrics *prometheus.Registry, transport http.RoundTripper) (*generation, error) {
+	if transport == nil {
+		transport = &http.Transport{MaxIdleConnsPerHost: 256, IdleConnTimeout: 90 * time.Second}
+	}
 	g := &generation{close: func() {}}
 	g.pool = upstream.NewPool(upstream.PoolOptions{
 		Limiter: adm.limiter,
 		Client: &http.Client{
-			Transport: &http.Transport{MaxIdleConnsPerHost: 256, IdleConnTimeout: 90 * time.Second},
+			Transport: transport,
 			// A redirected POST would silently lose its body: a redirect is a
 			// misconfigured base URL, and the pool counts it as a failure.
 			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },

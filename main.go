@@ -51,6 +51,19 @@ func main() {
 // shuts down gracefully: in-flight requests finish and every usage event is
 // stored before it returns.
 func run(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer) error {
+	return runWith(ctx, args, getenv, stdout, seams{})
+}
+
+// seams are the parts of a running Sluice a test may replace; production
+// replaces none.
+type seams struct {
+	// providerTransport carries requests to providers (a test's may fail
+	// in ways no real server can make it); nil: Sluice's own.
+	providerTransport http.RoundTripper
+}
+
+// runWith is run with seams s.
+func runWith(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer, s seams) error {
 	cfg, err := config.Load(args, getenv)
 	if err != nil {
 		return fmt.Errorf("configuration:\n%w", err)
@@ -116,7 +129,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	recorder := metering.NewRecorder(store, log, time.Second, batch, flushObserver(metrics), placement)
 	gateway := mtr.NewGateway(metrics)
 
-	gen, err := newGeneration(ctx, cfg, store, box, adm, log, metrics)
+	gen, err := newGeneration(ctx, cfg, store, box, adm, log, metrics, s.providerTransport)
 	if err != nil {
 		return err
 	}

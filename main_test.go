@@ -35,11 +35,17 @@ var listening = regexp.MustCompile(`listening on (http://\S+)`)
 // function that shuts it down and returns run's error.
 func start(t *testing.T, env map[string]string) (string, *syncBuffer, func() error) {
 	t.Helper()
+	return startWith(t, env, seams{})
+}
+
+// startWith is start with seams s.
+func startWith(t *testing.T, env map[string]string, s seams) (string, *syncBuffer, func() error) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	out := &syncBuffer{}
 	getenv := func(k string) string { return env[k] }
 	done := make(chan error, 1)
-	go func() { done <- run(ctx, []string{"-addr", "127.0.0.1:0"}, getenv, out) }()
+	go func() { done <- runWith(ctx, []string{"-addr", "127.0.0.1:0"}, getenv, out, s) }()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		if m := listening.FindStringSubmatch(out.String()); m != nil {

@@ -33,10 +33,9 @@ import (
 // secret, completions plain, streamed, cached, in a conversation and
 // queued, sign-out — then reads every row of every table, every file in
 // the data directory, every Redis key and every message on Sluice's
-// channels, and every log line (at debug level): no password, API token,
-// provider key, webhook signing secret or session JWT is anywhere. A panic
-// in a handler is covered in handlers (TestPanicsLeakNoSecrets): run()
-// offers no way to make one.
+// channels, and every log line (at debug level), a handler's panic
+// included (a provider transport with a bug): no password, API token,
+// provider key, webhook signing secret or session JWT is anywhere.
 func TestNoSecretAtRest(t *testing.T) {
 	variants := map[string]func(t *testing.T) (map[string]string, func(t *testing.T) string){
 		"sqlite": func(t *testing.T) (map[string]string, func(t *testing.T) string) {
@@ -126,6 +125,11 @@ func (l *secretList) add(name, value string) string {
 
 func (l *secretList) all() []secret { return l.list }
 
+// roundTripperFunc is a function as an http.RoundTripper.
+type roundTripperFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripperFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
 // scenario drives a Sluice started with env through everything that
 // handles a secret, and returns its log.
 func scenario(t *testing.T, env map[string]string, secrets *secretList) string {
@@ -139,7 +143,16 @@ func scenario(t *testing.T, env map[string]string, secrets *secretList) string {
 	hooks := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.Copy(io.Discard, r.Body) }))
 	t.Cleanup(hooks.Close)
 
-	base, out, stop := start(t, env)
+	// A provider transport with a bug: it panics on one key's requests, in
+	// the handler's goroutine, as a library can.
+	panicKey := secrets.add("provider key whose transport panics", "sk-panic-"+rand.Text())
+	transport := roundTripperFunc(func(r *http.Request) (*http.Response, error) {
+		if r.Header.Get("Authorization") == "Bearer "+panicKey {
+			panic("transport: invalid memory address or nil pointer dereference")
+		}
+		return http.DefaultTransport.RoundTrip(r)
+	})
+	base, out, stop := startWith(t, env, seams{providerTransport: transport})
 	c := client{t, base}
 	expect := func(r *http.Response, status int, what string) {
 		t.Helper()
@@ -154,6 +167,7 @@ func scenario(t *testing.T, env map[string]string, secrets *secretList) string {
 		{"good", provider.URL + "/v1", providerKey, `["gpt-4o-mini"]`},
 		{"refused", provider.URL + "/v1", refusedKey, `["gpt-refused"]`},
 		{"failing", failing.URL + "/v1", failingKey, `["gpt-failing"]`},
+		{"panicking", provider.URL + "/v1", panicKey, `["gpt-panic"]`},
 	} {
 		expect(c.call("POST", "/api/admin/upstreams", admin.Token, `{"name":"`+k.name+`","base_url":"`+k.url+`","api_key":"`+k.key+`","models":`+k.models+`}`, nil), 201, "add provider key "+k.name)
 	}
@@ -203,6 +217,8 @@ func scenario(t *testing.T, env map[string]string, secrets *secretList) string {
 	chat("gpt-4o-mini", "", map[string]string{"X-Sluice-Session": "rivers"}, 200)
 	chat("gpt-refused", "", nil, 0) // the tier's fallback answers, or a 503
 	chat("gpt-failing", "", nil, 0)
+	chat("gpt-panic", "", nil, 500) // a panic in the handler: 500, logged
+	secrets.show("the handler's panic in the log", "nil pointer dereference")
 	chat("sluice-local", `,"messages":7`, nil, 400)
 	// A token that requires signed requests: the secret is sealed at rest
 	// and never logged, with the signed, replayed and unsigned calls.
