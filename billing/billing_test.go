@@ -275,3 +275,33 @@ func TestOnlyTheLeadingNodeClosesAMonth(t *testing.T) {
 		}
 	})
 }
+
+// A cluster down from before a month's end until after the next one's still
+// closes both months once it is back: every month with usage gets its
+// invoice, the earlier one included.
+func TestMonthsNoNodeClosedAreClosedLater(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, db *models.DB) {
+		ctx := context.Background()
+		oct := time.Date(2026, 10, 1, 0, 0, 0, 0, time.UTC)
+		f := newFixture(t, db, oct)
+		org, tok := f.customer()
+		f.setPrice("gpt-x", "0.50", "1.50", "0.25")
+		f.event(org, tok, "oct", "gpt-x", oct.Add(time.Hour), chat.Usage{PromptTokens: 1000, CompletionTokens: 100}, false)
+		f.event(org, tok, "nov", "gpt-x", oct.AddDate(0, 1, 0).Add(time.Hour), chat.Usage{PromptTokens: 1000, CompletionTokens: 100}, false)
+		f.clock.Advance(61*24*time.Hour + time.Hour) // December 1st, 01:00: nobody ran in between
+		if _, err := f.svc.FinalizeDue(ctx); err != nil {
+			t.Fatal(err)
+		}
+		list, err := f.svc.Invoices(ctx, org.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		closed := map[string]string{}
+		for _, inv := range list {
+			closed[inv.PeriodStart.Format("2006-01")] = inv.Status
+		}
+		if closed["2026-10"] != Final || closed["2026-11"] != Final {
+			t.Fatalf("months after the outage: %v, want October and November final", closed)
+		}
+	})
+}

@@ -116,6 +116,11 @@ func (s *Service) FinalizeDue(ctx context.Context) (int, error) {
 	if err := s.store.EnsureInvoicesFor(ctx, last); err != nil {
 		return 0, err
 	}
+	// Every ended month of the last year with usage gets its draft too:
+	// months no node closed (a cluster down past a month's end).
+	if err := s.store.EnsureInvoicesForUsage(ctx, last.AddDate(-1, 0, 0), metering.Period(cutoff)); err != nil {
+		return 0, err
+	}
 	drafts, err := s.store.DraftsEndedBy(ctx, metering.Period(cutoff))
 	if err != nil {
 		return 0, err

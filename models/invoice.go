@@ -67,6 +67,17 @@ func (s *Store) EnsureInvoicesFor(ctx context.Context, period time.Time) error {
 	return dbErr(err, "invoices")
 }
 
+// EnsureInvoicesForUsage creates the missing drafts of the months from
+// since to before (excluded) in which an organization had usage, so a
+// month is billed even if no node ran while it closed (a cluster down for
+// longer than a month).
+func (s *Store) EnsureInvoicesForUsage(ctx context.Context, since, before time.Time) error {
+	err := s.db.WithContext(ctx).Exec(`INSERT INTO invoices (org_id, period_start, status, total, currency, created_at)
+		SELECT org_id, period, 'draft', 0, 'USD', ? FROM usage_monthly WHERE period >= ? AND period < ?
+		ON CONFLICT (org_id, period_start) DO NOTHING`, time.Now().UTC(), MonthOf(since), MonthOf(before)).Error
+	return dbErr(err, "invoices")
+}
+
 // Invoices lists orgID's invoices, newest month first.
 func (s *Store) Invoices(ctx context.Context, orgID int64) ([]Invoice, error) {
 	var out []Invoice
