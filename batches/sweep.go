@@ -69,10 +69,10 @@ func (s *Service) requeueStranded(ctx context.Context, q Queue, now time.Time) e
 	}
 	for _, b := range stranded {
 		queued, err := q.HasBatchLines(ctx, b.ID)
-		if err != nil || queued {
-			if err != nil {
-				return err
-			}
+		if err != nil {
+			return err
+		}
+		if queued {
 			continue
 		}
 		f, err := s.store.BatchFileContent(ctx, b.OrgID, b.InputFileID, now)
