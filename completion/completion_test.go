@@ -354,6 +354,10 @@ func TestParseSaysWhatIsWrong(t *testing.T) {
 	cases := []struct{ body, reason, param, message string }{
 		{`{`, "invalid_json", "", "request body is not valid JSON: body is empty or cut short"},
 		{`{} {}`, "invalid_json", "", "request body must be one JSON object"},
+		{`[]`, "invalid_json", "", "request body is not valid JSON: the body must be an object"},
+		{`{"model":"gpt-test","messages":"hi"}`, "invalid_json", "", "request body is not valid JSON: field 'messages' must be an array"},
+		{`{"model":"gpt-test","messages":[{"role":5}]}`, "invalid_json", "", "request body is not valid JSON: field 'messages[0].role' must be a string"},
+		{`{"model":"gpt-test","max_tokens":1.5,"messages":[]}`, "invalid_json", "", "request body is not valid JSON: field 'max_tokens' must be an integer"},
 		{`{"messages":[]}`, "missing_model", "model", "you must provide a model parameter"},
 		{`{"model":"nope","messages":[]}`, "model_not_found", "model", "the model 'nope' does not exist or you do not have access to it; GET /v1/models lists yours"},
 		{`{"model":"gpt-test","messages":[]}`, "invalid_messages", "messages", "messages must be a non-empty array"},

@@ -1,12 +1,15 @@
 package completion
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"io"
+	"reflect"
 	"strconv"
 	"strings"
+
+	jsonv2 "github.com/go-json-experiment/json"
+	"github.com/go-json-experiment/json/jsontext"
 
 	"github.com/sluicehq/sluice/apperr"
 	"github.com/sluicehq/sluice/chat"
@@ -66,13 +69,9 @@ type wireMessage struct {
 // gateway's options (ID, Priority, Conversation, CacheMode) are the
 // caller's to fill.
 func (p *Pipeline) Parse(body []byte) (Request, error) {
-	var w wireRequest
-	dec := json.NewDecoder(bytes.NewReader(body))
-	if err := dec.Decode(&w); err != nil {
-		return Request{}, apperr.Field(apperr.Invalid, "invalid_json", "", "request body is not valid JSON: "+jsonProblem(err))
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return Request{}, apperr.Field(apperr.Invalid, "invalid_json", "", "request body must be one JSON object")
+	w, err := decodeRequest(body)
+	if err != nil {
+		return Request{}, err
 	}
 	if err := checkKeys(body); err != nil {
 		return Request{}, err
@@ -117,6 +116,25 @@ func (p *Pipeline) Parse(body []byte) (Request, error) {
 	return r, nil
 }
 
+// decodeRequest reads the one JSON object of body into a wireRequest with
+// the v2 decoder: names matched exactly (checkKeys then refuses a name
+// that only folds to one Sluice reads, and one given twice), invalid UTF-8
+// replaced as encoding/json does, in a third of encoding/json's time.
+func decodeRequest(body []byte) (wireRequest, error) {
+	var w wireRequest
+	c := keyCheckers.Get().(*keyChecker)
+	defer keyCheckers.Put(c)
+	c.body.Reset(body)
+	c.dec.Reset(&c.body, jsontext.AllowDuplicateNames(true), jsontext.AllowInvalidUTF8(true))
+	if err := jsonv2.UnmarshalDecode(c.dec, &w); err != nil {
+		return w, apperr.Field(apperr.Invalid, "invalid_json", "", "request body is not valid JSON: "+jsonProblem(err))
+	}
+	if _, err := c.dec.ReadToken(); err != io.EOF {
+		return w, apperr.Field(apperr.Invalid, "invalid_json", "", "request body must be one JSON object")
+	}
+	return w, nil
+}
+
 // contentText accepts OpenAI's two content forms: a string, or an array of
 // parts. The local model reads only text parts; for a provider, other parts
 // (images, audio) travel on untouched and only the text counts toward the
@@ -154,16 +172,64 @@ func contentText(raw json.RawMessage, textOnly bool) (string, error) {
 
 // jsonProblem describes a decoding error without echoing the body.
 func jsonProblem(err error) string {
-	var syn *json.SyntaxError
-	var typ *json.UnmarshalTypeError
+	var syn *jsontext.SyntacticError
+	var sem *jsonv2.SemanticError
 	switch {
-	case errors.As(err, &syn):
-		return "syntax error at byte " + strconv.FormatInt(syn.Offset, 10)
-	case errors.As(err, &typ):
-		return "field '" + typ.Field + "' must be " + typ.Type.String()
 	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
 		return "body is empty or cut short"
+	case errors.As(err, &syn):
+		return "syntax error at byte " + strconv.FormatInt(syn.ByteOffset, 10)
+	case errors.As(err, &sem) && sem.JSONPointer == "":
+		return "the body must be an object"
+	case errors.As(err, &sem):
+		return "field '" + fieldPath(sem.JSONPointer) + "' must be " + kindOf(sem.GoType)
 	default:
 		return "cannot decode"
+	}
+}
+
+// fieldPath writes a JSON pointer as the request's fields are named in
+// errors: /messages/0/role is messages[0].role.
+func fieldPath(p jsontext.Pointer) string {
+	var b strings.Builder
+	for tok := range p.Tokens() {
+		if n, err := strconv.Atoi(tok); err == nil && b.Len() > 0 {
+			b.WriteString("[" + strconv.Itoa(n) + "]")
+			continue
+		}
+		if b.Len() > 0 {
+			b.WriteByte('.')
+		}
+		b.WriteString(tok)
+	}
+	return b.String()
+}
+
+// kindOf names what a Go type takes in JSON, for errors.
+func kindOf(t reflect.Type) string {
+	if t == nil {
+		return "of another type"
+	}
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch t.Kind() {
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "true or false"
+	case reflect.Int, reflect.Int64, reflect.Int32:
+		return "an integer"
+	case reflect.Float64, reflect.Float32:
+		return "a number"
+	case reflect.Slice:
+		if t.Elem().Kind() == reflect.Uint8 { // a raw value: content
+			return "a string or an array"
+		}
+		return "an array"
+	case reflect.Struct, reflect.Map:
+		return "an object"
+	default:
+		return "of another type"
 	}
 }
