@@ -7,6 +7,10 @@ import (
 	"strings"
 	"sync"
 
+	jsonv2 "github.com/go-json-experiment/json"
+	"github.com/go-json-experiment/json/jsontext"
+	jsonv1 "github.com/go-json-experiment/json/v1"
+
 	"github.com/sluicehq/sluice/chat"
 )
 
@@ -151,6 +155,12 @@ type Completion struct {
 	Reported bool // Usage came from the provider, not from our count
 }
 
+// tolerant reads a provider's JSON as encoding/json would, and faster:
+// names matched without regard to case (but not to underscores), invalid
+// UTF-8 replaced, a repeated name's last value kept.
+var tolerant = jsonv2.JoinOptions(jsonv2.MatchCaseInsensitiveNames(true), jsonv1.MatchCaseSensitiveDelimiter(true),
+	jsontext.AllowInvalidUTF8(true), jsontext.AllowDuplicateNames(true))
+
 // ReadCompletion parses a chat completion body as OpenAI-compatible
 // providers (and the response cache) return it.
 func ReadCompletion(body []byte) (Completion, error) {
@@ -163,7 +173,7 @@ func ReadCompletion(body []byte) (Completion, error) {
 		} `json:"choices"`
 		Usage *wireUsage `json:"usage"`
 	}
-	if err := json.Unmarshal(body, &parsed); err != nil {
+	if err := jsonv2.Unmarshal(body, &parsed, tolerant); err != nil {
 		return Completion{}, err
 	}
 	c := Completion{Model: parsed.Model}

@@ -99,3 +99,15 @@ func FuzzReadCompletion(f *testing.F) {
 		}
 	})
 }
+
+// BenchmarkReadCompletion reads a typical provider answer, as every
+// non-streaming completion does once.
+func BenchmarkReadCompletion(b *testing.B) {
+	body := []byte(`{"id":"chatcmpl-1","object":"chat.completion","created":1,"model":"gpt-4o-mini","choices":[{"index":0,"message":{"role":"assistant","content":"The river runs east to the sea; the moon rises over the hills."},"finish_reason":"stop"}],"usage":{"prompt_tokens":23,"completion_tokens":17,"total_tokens":40,"prompt_tokens_details":{"cached_tokens":0}}}`)
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := ReadCompletion(body); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
