@@ -69,11 +69,13 @@ type wireMessage struct {
 // gateway's options (ID, Priority, Conversation, CacheMode) are the
 // caller's to fill.
 func (p *Pipeline) Parse(body []byte) (Request, error) {
-	w, err := decodeRequest(body)
+	c := keyCheckers.Get().(*keyChecker)
+	defer keyCheckers.Put(c)
+	w, err := c.decodeRequest(body)
 	if err != nil {
 		return Request{}, err
 	}
-	if err := checkKeys(body); err != nil {
+	if err := c.checkKeys(body); err != nil {
 		return Request{}, err
 	}
 	isLocal := w.Model == local.ModelID
@@ -119,13 +121,10 @@ func (p *Pipeline) Parse(body []byte) (Request, error) {
 // decodeRequest reads the one JSON object of body into a wireRequest with
 // the v2 decoder: names matched exactly (checkKeys then refuses a name
 // that only folds to one Sluice reads, and one given twice), invalid UTF-8
-// replaced as encoding/json does, in a third of encoding/json's time.
-func decodeRequest(body []byte) (wireRequest, error) {
+// replaced as encoding/json does, in about half encoding/json's time.
+func (c *keyChecker) decodeRequest(body []byte) (wireRequest, error) {
 	var w wireRequest
-	c := keyCheckers.Get().(*keyChecker)
-	defer keyCheckers.Put(c)
-	c.body.Reset(body)
-	c.dec.Reset(&c.body, jsontext.AllowDuplicateNames(true), jsontext.AllowInvalidUTF8(true))
+	c.read(body)
 	if err := jsonv2.UnmarshalDecode(c.dec, &w); err != nil {
 		return w, apperr.Field(apperr.Invalid, "invalid_json", "", "request body is not valid JSON: "+jsonProblem(err))
 	}

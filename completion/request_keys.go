@@ -31,11 +31,8 @@ var (
 // per value: names are compared as the bytes in the body (unquoted only
 // when escaped), values Sluice does not look into are skipped whole, and a
 // field's path is built only for an error.
-func checkKeys(body []byte) error {
-	c := keyCheckers.Get().(*keyChecker)
-	defer keyCheckers.Put(c)
-	c.body.Reset(body)
-	c.dec.Reset(&c.body, jsontext.AllowDuplicateNames(true), jsontext.AllowInvalidUTF8(true))
+func (c *keyChecker) checkKeys(body []byte) error {
+	c.read(body)
 	err := c.object(requestFields, func(f int) error {
 		switch requestFields[f] {
 		case "messages":
@@ -62,7 +59,8 @@ func checkKeys(body []byte) error {
 
 func itoa(i int) string { return strconv.Itoa(i) }
 
-// keyChecker walks a body's objects; name is a buffer for escaped names.
+// keyChecker reads a request body, to decode it and then to walk its
+// objects; name is a buffer for escaped names.
 type keyChecker struct {
 	body bytes.Reader
 	dec  *jsontext.Decoder
@@ -72,6 +70,13 @@ type keyChecker struct {
 // keyCheckers keeps decoders for reuse: a fresh one costs several
 // allocations per request (its buffers and name stacks).
 var keyCheckers = sync.Pool{New: func() any { return &keyChecker{dec: new(jsontext.Decoder)} }}
+
+// read points c's decoder at the start of body: invalid UTF-8 is replaced,
+// and a repeated name is left for checkKeys to judge.
+func (c *keyChecker) read(body []byte) {
+	c.body.Reset(body)
+	c.dec.Reset(&c.body, jsontext.AllowDuplicateNames(true), jsontext.AllowInvalidUTF8(true))
+}
 
 // object reads an object (or skips any other value), checking each name
 // against fields and handing the value of each one of them to value (nil:
