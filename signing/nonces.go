@@ -4,6 +4,7 @@ import (
 	"context"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -103,6 +104,7 @@ type FallbackNonces struct {
 	timeout time.Duration // budget for one shared claim
 	now     func() time.Time
 
+	waiting atomic.Bool // pending is not empty: what a claim reads, without the lock
 	mu      sync.Mutex
 	pending []pendingNonce // claimed while shared was down
 	handing bool           // a hand-back is running
@@ -135,10 +137,13 @@ func (f *FallbackNonces) Claim(ctx context.Context, tokenID int64, nonce string,
 	if err != nil {
 		f.mu.Lock()
 		f.pending = append(f.pending, pendingNonce{nonceKey{tokenID, nonce}, f.now().Add(ttl)})
+		f.waiting.Store(true)
 		f.mu.Unlock()
 		return true, nil // this node remembers it
 	}
-	f.handBack()
+	if f.waiting.Load() { // the common case, nothing to hand back, takes no lock
+		f.handBack()
+	}
 	return fresh, nil
 }
 
@@ -152,6 +157,7 @@ func (f *FallbackNonces) handBack() {
 	}
 	pending := f.pending
 	f.pending, f.handing = nil, true
+	f.waiting.Store(false)
 	f.mu.Unlock()
 	go func() {
 		var failed []pendingNonce
@@ -170,6 +176,7 @@ func (f *FallbackNonces) handBack() {
 		f.mu.Lock()
 		f.pending = append(f.pending, failed...) // down again: the next answer retries them
 		f.handing = false
+		f.waiting.Store(len(f.pending) > 0)
 		f.mu.Unlock()
 	}()
 }
