@@ -108,8 +108,7 @@ func (s *Service) FinalizeIfLeading(ctx context.Context, leader Leader) (int, er
 // each organization's draft gets its lines and total stored and becomes
 // final. The leading node runs it (FinalizeIfLeading); a draft is finalized
 // once whoever runs it (a conditional update), and a restart simply finds
-// what is still due. It returns how
-// many invoices this call finalized.
+// what is still due. It returns how many invoices this call finalized.
 func (s *Service) FinalizeDue(ctx context.Context) (int, error) {
 	cutoff := s.now().Add(-FinalizeAfter)
 	last := metering.Period(cutoff).AddDate(0, -1, 0) // the latest month that has ended by the cutoff
