@@ -16,6 +16,8 @@ import (
 
 // Sink is where batches go: the store in production.
 type Sink interface {
+	// InsertUsageEvents must not keep evs once it returns: the recorder
+	// reuses the batch's array for a later one.
 	InsertUsageEvents(ctx context.Context, evs []models.UsageEvent) error
 	AddRejections(ctx context.Context, rs []models.Rejections) error
 	TouchAPITokens(ctx context.Context, lastUsed map[int64]time.Time) error
@@ -38,6 +40,7 @@ type Recorder struct {
 	interval time.Duration
 	flushers int                      // batches stored at once
 	batches  chan []models.UsageEvent // from loop to the flushers
+	spare    chan []models.UsageEvent // stored batches back to loop, whose arrays it refills
 
 	mu     sync.RWMutex // guards closed against Record racing Close
 	closed bool
@@ -126,6 +129,7 @@ func NewRecorder(sink Sink, log *slog.Logger, interval time.Duration, maxBatch i
 	// One batch may wait while each flusher stores one: the loop keeps
 	// collecting meanwhile, and the buffer bounds what waits beyond that.
 	r.batches = make(chan []models.UsageEvent, 1)
+	r.spare = make(chan []models.UsageEvent, r.flushers+1)
 	var flushing sync.WaitGroup
 	for range r.flushers {
 		flushing.Go(r.flushBatches)
@@ -253,11 +257,11 @@ func (r *Recorder) Close(ctx context.Context) error {
 func (r *Recorder) loop() {
 	tick := time.NewTicker(r.interval)
 	defer tick.Stop()
-	batch := make([]models.UsageEvent, 0, r.maxBatch)
+	batch := r.emptyBatch()
 	send := func() {
 		if len(batch) > 0 {
 			r.batches <- batch
-			batch = make([]models.UsageEvent, 0, r.maxBatch)
+			batch = r.emptyBatch()
 		}
 	}
 	// drain moves what is queued into batches, sending each full one; it
@@ -311,14 +315,30 @@ func (r *Recorder) flushBatches() {
 	for batch := range r.batches {
 		if !background || !r.behind() {
 			r.flush(batch)
-			continue
+		} else {
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				r.flush(batch)
+			}()
+			<-done
 		}
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			r.flush(batch)
-		}()
-		<-done
+		select {
+		case r.spare <- batch[:0]:
+		default:
+		}
+	}
+}
+
+// emptyBatch is a stored batch's array to fill again, or a new one: at
+// 1,000 events a second a new array per batch was most of the garbage the
+// recorder made.
+func (r *Recorder) emptyBatch() []models.UsageEvent {
+	select {
+	case b := <-r.spare:
+		return b
+	default:
+		return make([]models.UsageEvent, 0, r.maxBatch)
 	}
 }
 
@@ -349,7 +369,7 @@ func (r *Recorder) flush(batch []models.UsageEvent) {
 		return
 	}
 	lastUsed := make(map[int64]time.Time)
-	billed := batch[:0:0]
+	billed := batch[:0] // filtered in place: the batch is this flusher's alone
 	for _, ev := range batch {
 		if ev.CreatedAt.After(lastUsed[ev.TokenID]) {
 			lastUsed[ev.TokenID] = ev.CreatedAt

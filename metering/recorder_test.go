@@ -250,3 +250,42 @@ func TestRejectionsAreCountedNotQueued(t *testing.T) {
 		t.Fatalf("counts %+v %+v", first, second)
 	}
 }
+
+// arraySink notes the array behind each batch it is given.
+type arraySink struct {
+	flakySink
+	arrays chan *models.UsageEvent
+}
+
+func (s *arraySink) InsertUsageEvents(ctx context.Context, evs []models.UsageEvent) error {
+	s.arrays <- &evs[:1][0]
+	return s.flakySink.InsertUsageEvents(ctx, evs)
+}
+
+// A stored batch's array is filled again: one per batch was most of the
+// garbage the recorder made.
+func TestTheRecorderRefillsAStoredBatchsArray(t *testing.T) {
+	sink := &arraySink{flakySink{stored: map[string]models.UsageEvent{}, touched: map[int64]time.Time{}}, make(chan *models.UsageEvent, 3)}
+	r := NewRecorder(sink, quiet(), time.Hour, 2) // never ticks: each pair of events is a batch
+	var arrays []*models.UsageEvent
+	for b := range 3 {
+		for i := range 2 {
+			if err := r.Record(models.UsageEvent{RequestID: fmt.Sprint(b, "-", i)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		arrays = append(arrays, <-sink.arrays)
+		for deadline := time.Now().Add(10 * time.Second); len(r.spare) == 0 && time.Now().Before(deadline); {
+			runtime.Gosched() // the flusher hands the array back once the sink returns
+		}
+	}
+	if err := r.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if arrays[2] != arrays[0] {
+		t.Errorf("the third batch got a new array, want the first batch's again")
+	}
+	if len(sink.stored) != 6 {
+		t.Errorf("stored %d events, want 6", len(sink.stored))
+	}
+}

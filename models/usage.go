@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"database/sql"
-	"encoding/json"
 	"errors"
 	"maps"
 	"slices"
@@ -12,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/go-json-experiment/json/jsontext"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/stdlib"
@@ -60,16 +60,24 @@ func (s *Store) InsertUsageEvents(ctx context.Context, evs []UsageEvent) error {
 
 // uniqueRequests drops repeats of a request id within a batch, which the
 // rollups below would otherwise count twice.
+// Repeats are rare (a batch retried beside its own events), so evs itself
+// is returned when there are none, and a copy only from the first repeat.
 func uniqueRequests(evs []UsageEvent) []UsageEvent {
 	seen := make(map[string]struct{}, len(evs))
-	out := evs[:0:0]
-	for _, e := range evs {
-		if _, dup := seen[e.RequestID]; !dup {
-			seen[e.RequestID] = struct{}{}
-			out = append(out, e)
+	for i, e := range evs {
+		if _, dup := seen[e.RequestID]; dup {
+			out := slices.Clip(slices.Clone(evs[:i]))
+			for _, e := range evs[i+1:] {
+				if _, dup := seen[e.RequestID]; !dup {
+					seen[e.RequestID] = struct{}{}
+					out = append(out, e)
+				}
+			}
+			return out
 		}
+		seen[e.RequestID] = struct{}{}
 	}
-	return out
+	return evs
 }
 
 // usageColumns are the columns a usage batch writes, in order.
@@ -360,22 +368,13 @@ func copyUsageSkippingStored(ctx context.Context, pg *pgx.Conn, evs []UsageEvent
 // the embedded default spends on the cores that serve requests
 // (docs/BENCHMARKS.md).
 func (s *Store) insertUsageRows(ctx context.Context, evs []UsageEvent) error {
-	rows := make([]usageRow, len(evs))
-	for i, e := range evs {
-		rows[i] = usageRow{e.RequestID, e.OrgID, e.TokenID, e.Model, e.PromptTokens, e.CompletionTokens,
-			e.CachedTokens, int64(e.Cost), e.PriceID, e.Status, e.LatencyMs, e.Cached, e.Fallback, e.UpstreamKeyID,
-			e.CreatedAt.UTC().Format(sqliteTime)}
-	}
-	batch, err := json.Marshal(rows)
-	if err != nil {
-		return err
-	}
+	batch := string(appendUsageJSON(make([]byte, 0, 160*len(evs)), evs))
 	return s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		var last int64
 		if err := tx.Raw(`SELECT coalesce(max(id), 0) FROM usage_events`).Scan(&last).Error; err != nil {
 			return err
 		}
-		if err := tx.Exec(insertUsageFromJSON, string(batch)).Error; err != nil {
+		if err := tx.Exec(insertUsageFromJSON, batch).Error; err != nil {
 			return err
 		}
 		// created_at is stored as sqliteTime in UTC ("2026-11-30 22:28:38.1+00:00"),
@@ -406,8 +405,36 @@ func (s *Store) insertUsageRows(ctx context.Context, evs []UsageEvent) error {
 	})
 }
 
-// usageRow is one usage event as a JSON array, in usageColumns' order.
-type usageRow [15]any
+// appendUsageJSON appends evs to b as a JSON array of arrays, each in
+// usageColumns' order. Written by hand, it makes one buffer per batch where
+// encoding/json boxed every field of every event.
+func appendUsageJSON(b []byte, evs []UsageEvent) []byte {
+	num := func(b []byte, n int64) []byte { return strconv.AppendInt(append(b, ','), n, 10) }
+	b = append(b, '[')
+	for i, e := range evs {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, '[')
+		b, _ = jsontext.AppendQuote(b, e.RequestID) // invalid UTF-8 becomes U+FFFD, as encoding/json does
+		b = num(b, e.OrgID)
+		b = num(b, e.TokenID)
+		b, _ = jsontext.AppendQuote(append(b, ','), e.Model)
+		for _, n := range []int64{int64(e.PromptTokens), int64(e.CompletionTokens), int64(e.CachedTokens),
+			int64(e.Cost), e.PriceID, int64(e.Status), int64(e.LatencyMs)} {
+			b = num(b, n)
+		}
+		b = strconv.AppendBool(append(b, ','), e.Cached)
+		b = strconv.AppendBool(append(b, ','), e.Fallback)
+		if e.UpstreamKeyID != nil {
+			b = num(b, *e.UpstreamKeyID)
+		} else {
+			b = append(b, ",null"...)
+		}
+		b = append(e.CreatedAt.UTC().AppendFormat(append(b, ',', '"'), sqliteTime), '"', ']')
+	}
+	return append(b, ']')
+}
 
 // insertUsageFromJSON stores the usageRows of a JSON array, skipping
 // request ids stored already.
