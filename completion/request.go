@@ -1,12 +1,14 @@
 package completion
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"io"
 	"reflect"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	jsonv2 "github.com/go-json-experiment/json"
 	"github.com/go-json-experiment/json/jsontext"
@@ -141,6 +143,11 @@ func (c *keyChecker) decodeRequest(body []byte) (wireRequest, error) {
 func contentText(raw json.RawMessage, textOnly bool) (string, error) {
 	if len(raw) == 0 || string(raw) == "null" {
 		return "", nil
+	}
+	// Most contents are plain strings without escapes (raw was checked as
+	// JSON when the body was decoded): those need no decoder.
+	if n := len(raw); n >= 2 && raw[0] == '"' && raw[n-1] == '"' && bytes.IndexByte(raw[1:n-1], '\\') < 0 && utf8.Valid(raw) {
+		return string(raw[1 : n-1]), nil
 	}
 	var s string
 	if err := json.Unmarshal(raw, &s); err == nil {
