@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -488,5 +489,58 @@ func TestSessionStoreDownIsA503(t *testing.T) {
 	// Without the header the store is not needed at all.
 	if w := e.chat(key); w.Code != 200 {
 		t.Fatalf("plain request: %d", w.Code)
+	}
+}
+
+// heldRecorder holds every usage event until released.
+type heldRecorder struct {
+	nopRecorder
+	held chan struct{}
+}
+
+func (r heldRecorder) Record(models.UsageEvent) error { <-r.held; return nil }
+
+// The answer leaves before the pipeline's bookkeeping: a client waits for
+// nothing after its answer is written, and the early write is whole, with
+// its length, not chunked.
+func TestTheClientHasItsAnswerBeforeItIsMetered(t *testing.T) {
+	g := newGenEnv(t, testdb.SQLite(t))
+	key, _ := g.apiToken(g.signup("a@example.com", "A"))
+	held := make(chan struct{})
+	g.pipe.Recorder = heldRecorder{held: held}
+	g.rebuild()
+	gateway := httptest.NewServer(g.h)
+	defer gateway.Close() // after the release below: it waits for the held handler
+	defer close(held)
+
+	got := make(chan string, 1)
+	go func() {
+		req, _ := http.NewRequest("POST", gateway.URL+"/v1/chat/completions",
+			strings.NewReader(`{"model":"sluice-local","messages":[{"role":"user","content":"hi"}]}`))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Authorization", "Bearer "+key)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			got <- err.Error()
+			return
+		}
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		switch {
+		case err != nil:
+			got <- err.Error()
+		case resp.StatusCode != http.StatusOK || len(resp.TransferEncoding) != 0 || resp.ContentLength != int64(len(body)):
+			got <- fmt.Sprintf("status %d, transfer encoding %v, length %d for %d bytes", resp.StatusCode, resp.TransferEncoding, resp.ContentLength, len(body))
+		default:
+			got <- string(body)
+		}
+	}()
+	select {
+	case body := <-got:
+		if !strings.Contains(body, `"chat.completion"`) {
+			t.Fatalf("answer %q, want a whole chat completion", body)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no answer while its usage event was held: the client waits for the metering")
 	}
 }

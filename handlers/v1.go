@@ -275,8 +275,14 @@ type httpSink struct{ c *gin.Context }
 
 func (s httpSink) Header() http.Header { return s.c.Writer.Header() }
 
+// Send writes a whole answer and flushes it: the client has it before the
+// pipeline settles, meters and logs it, which is the gateway's business and
+// not the client's wait. Its length goes first, so the early flush is not
+// chunked.
 func (s httpSink) Send(status int, contentType string, body []byte) error {
+	s.c.Writer.Header()["Content-Length"] = []string{strconv.Itoa(len(body))}
 	s.c.Data(status, contentType, body)
+	s.c.Writer.Flush()
 	return nil
 }
 
