@@ -11,7 +11,9 @@
 # token whose limits are out of the way and one provider key at rpm 1e8 /
 # tpm 1e9, warmed for 1 s; then per round: direct and the bare proxy, then
 # before and after (after and before in every other round), 64 connections
-# each, with a 2 s pause before each Sluice run and after the last.
+# each, with a 2 s pause before each Sluice run and after the last. Each
+# run also reports the CPU the proxy or the build spent on it, and the
+# summary its median per request.
 #
 # Environment (all optional):
 #   BEFORE=HEAD~1          the commit to compare the working tree with
@@ -75,10 +77,11 @@ wait_for "$MOCK/_stats"
 p=$(port)
 "$TMP/bin/bareproxy" "127.0.0.1:$p" "$MOCK" >"$TMP/proxy.log" 2>&1 &
 PIDS+=($!)
+PROXY_PID=$!
 PROXY=http://127.0.0.1:$p
 wait_for "$PROXY/_stats"
 
-declare -A URL TOKEN PPROF
+declare -A URL TOKEN PPROF PID
 for b in $BUILDS; do
 	p=$(port) pp=$(port) pw=pw-$RANDOM$RANDOM
 	extra=ENV_$b
@@ -96,6 +99,7 @@ for b in $BUILDS; do
 	# shellcheck disable=SC2086 # ENV_<build> is a list of VAR=value words
 	env "${envs[@]}" ${!extra:-} "$TMP/bin/sluice-$b" >"$TMP/$b.log" 2>&1 &
 	PIDS+=($!)
+	PID[$b]=$!
 	S=http://127.0.0.1:$p
 	wait_for "$S/healthz"
 	api() { curl -fsS -X "$1" -H 'Content-Type: application/json' ${4:+-H "Authorization: Bearer $4"} ${3:+--data "$3"} "$S/$2"; }
@@ -125,15 +129,23 @@ fi
 # the run: a pause lets that flush land before the next run starts, and
 # the builds swap places every round, so neither always follows the other.
 settle() { sleep 2; }
+# cpu_ms is a process's CPU time so far (user + system), in milliseconds:
+# each run's line ends with what the proxy or the build spent in it.
+cpu_ms() { awk -v hz="$(getconf CLK_TCK)" '{print int(($14 + $15) * 1000 / hz)}' "/proc/$1/stat"; }
 order=$BUILDS
 for r in $(seq 1 "$ROUNDS"); do
 	{
+		c0=$(cpu_ms "$PROXY_PID")
 		"$TMP/bin/loadgen" -direct "$MOCK/v1" -direct-key sk-bench-a -proxy "$PROXY/v1" -concurrency 64 -rate "$RATE" -duration "$DUR" |
-			grep '^run' | sed "s/round 1/round $r/"
+			grep '^run' | sed "s/round 1/round $r/" >"$TMP/pair"
+		c1=$(cpu_ms "$PROXY_PID")
+		sed "/ proxy /s/\$/, cpu $((c1 - c0)) ms/" "$TMP/pair"
 		for b in $order; do
 			settle
-			LOADGEN_SLUICE_KEY=${TOKEN[$b]} "$TMP/bin/loadgen" -sluice "${URL[$b]}/v1" -concurrency 64 -rate "$RATE" -duration "$DUR" |
-				grep '^run' | sed "s/round 1 sluice/round $r $b/"
+			c0=$(cpu_ms "${PID[$b]}")
+			line=$(LOADGEN_SLUICE_KEY=${TOKEN[$b]} "$TMP/bin/loadgen" -sluice "${URL[$b]}/v1" -concurrency 64 -rate "$RATE" -duration "$DUR" |
+				grep '^run' | sed "s/round 1 sluice/round $r $b/")
+			echo "$line, cpu $(($(cpu_ms "${PID[$b]}") - c0)) ms"
 		done
 		settle
 	} | tee -a "$TMP/runs"
@@ -145,14 +157,18 @@ python3 - "$TMP/runs" <<'EOF'
 import re, statistics, sys
 runs = {}
 for line in open(sys.argv[1]):
-    m = re.search(r"round \d+ (\w+) .*?([\d.]+) ok/s, p50 ([\d.]+) ms, p99 ([\d.]+) ms", line)
+    m = re.search(r"round \d+ (\w+) .*?(\d+) requests, ([\d.]+) ok/s, p50 ([\d.]+) ms, p99 ([\d.]+) ms", line)
     if m:
-        runs.setdefault(m[1], []).append([float(v) for v in m.group(2, 3, 4)])
+        cpu = re.search(r"cpu (\d+) ms", line)
+        us = 1000 * int(cpu[1]) / int(m[2]) if cpu else 0.0  # µs of the process's CPU a request
+        runs.setdefault(m[1], []).append([float(v) for v in m.group(3, 4, 5)] + [us])
 med = {k: [statistics.median(col) for col in zip(*v)] for k, v in runs.items()}
-_, d50, d99 = med["direct"]
-_, b50, b99 = med["proxy"]
-for k, (ok, p50, p99) in med.items():
+_, d50, d99, _ = med["direct"]
+_, b50, b99, _ = med["proxy"]
+for k, (ok, p50, p99, us) in med.items():
     line = f"median {k:6s} {ok:8.1f} ok/s  p50 {p50:.2f} ms  p99 {p99:.2f} ms  added p50 {p50 - d50:+.2f}  p99 {p99 - d99:+.2f}"
+    if us:
+        line += f"  cpu {us:.0f} µs/request"
     if k not in ("direct", "proxy") and b50 > d50 and b99 > d99:
         line += f"  = {(p50 - d50) / (b50 - d50):.2f}x / {(p99 - d99) / (b99 - d99):.2f}x the bare proxy's"
     print(line)
