@@ -43,7 +43,8 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if os.Getenv("GOGC") == "" { // an operator's GOGC is theirs
-		go gcfloor.Keep(ctx, gcHeapFloor, time.Second)
+		gcfloor.Apply(gcHeapFloor)
+		go every(ctx, time.Second, func(context.Context) { gcfloor.Apply(gcHeapFloor) })
 	}
 	if err := run(ctx, os.Args[1:], os.Getenv, os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "sluice:", err)

@@ -8,10 +8,8 @@
 package gcfloor
 
 import (
-	"context"
 	"runtime/debug"
 	"runtime/metrics"
-	"time"
 )
 
 // Percent is the GOGC percentage that puts the heap goal at
@@ -25,27 +23,10 @@ func Percent(live, floor uint64) int {
 }
 
 // Apply sets the GC percentage for the live heap now and returns the one
-// it replaced.
+// it replaced. Called now and then (every second in main), it follows the
+// live heap as it grows or shrinks.
 func Apply(floor uint64) (was int) {
 	sample := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
 	metrics.Read(sample)
 	return debug.SetGCPercent(Percent(sample[0].Value.Uint64(), floor))
-}
-
-// Keep applies the floor every interval, following the live heap as it
-// grows or shrinks, until ctx ends; then it restores the percentage it
-// found.
-func Keep(ctx context.Context, floor uint64, interval time.Duration) {
-	before := Apply(floor)
-	defer debug.SetGCPercent(before)
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			Apply(floor)
-		}
-	}
 }

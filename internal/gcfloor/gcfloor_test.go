@@ -1,11 +1,9 @@
 package gcfloor
 
 import (
-	"context"
 	"runtime/debug"
 	"runtime/metrics"
 	"testing"
-	"time"
 )
 
 func TestPercentPutsTheGoalAtTheFloorOrTwiceTheLiveHeap(t *testing.T) {
@@ -51,15 +49,5 @@ func TestApplyRaisesGOGCOnASmallHeapAndSaysWhatItReplaced(t *testing.T) {
 	}
 	if got := gogc(); got != 100 {
 		t.Errorf("GOGC without a floor = %d, want Go's default 100", got)
-	}
-}
-
-func TestKeepRestoresTheGOGCItFound(t *testing.T) {
-	defer debug.SetGCPercent(debug.SetGCPercent(250))
-	ctx, cancel := context.WithCancel(t.Context())
-	cancel() // Keep applies the floor once, sees ctx done and returns
-	Keep(ctx, 1<<40, time.Hour)
-	if got := gogc(); got != 250 {
-		t.Errorf("GOGC after Keep = %d, want the 250 it found", got)
 	}
 }
