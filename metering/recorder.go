@@ -323,6 +323,7 @@ func (r *Recorder) flushBatches() {
 			}()
 			<-done
 		}
+		clear(batch) // the stored events' strings are not kept alive by the array
 		select {
 		case r.spare <- batch[:0]:
 		default:
