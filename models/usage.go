@@ -59,14 +59,13 @@ func (s *Store) InsertUsageEvents(ctx context.Context, evs []UsageEvent) error {
 }
 
 // uniqueRequests drops repeats of a request id within a batch, which the
-// rollups below would otherwise count twice.
-// Repeats are rare (a batch retried beside its own events), so evs itself
-// is returned when there are none, and a copy only from the first repeat.
+// rollups below would otherwise count twice. Repeats are rare, so evs
+// itself is returned when there are none, and a copy from the first one.
 func uniqueRequests(evs []UsageEvent) []UsageEvent {
 	seen := make(map[string]struct{}, len(evs))
 	for i, e := range evs {
 		if _, dup := seen[e.RequestID]; dup {
-			out := slices.Clip(slices.Clone(evs[:i]))
+			out := slices.Clone(evs[:i])
 			for _, e := range evs[i+1:] {
 				if _, dup := seen[e.RequestID]; !dup {
 					seen[e.RequestID] = struct{}{}
