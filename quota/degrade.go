@@ -103,7 +103,11 @@ type DegradingOptions struct {
 const (
 	DefaultSharedTimeout     = 500 * time.Millisecond
 	DefaultFailuresToDegrade = 3
-	DefaultProbeInterval     = time.Second
+	// A quarter second, not a second: after a restart, go-redis refuses new
+	// connections until its own dialer, retrying once a second, gets one;
+	// probing once a second as well put a node's return up to 3 s after
+	// the restart (TestFaultRedisKilled, once in four CI runs).
+	DefaultProbeInterval = 250 * time.Millisecond
 )
 
 // NewDegrading wraps shared with local as its fallback. A nil local means a

@@ -167,8 +167,8 @@ func TestDegradingProbesTogether(t *testing.T) {
 	clk := newFakeClock()
 	shared := &switchLimiter{up: NewMemory(clk.Now)}
 	shared.mode.Store(sharedDown)
-	a := newTestDegrading(shared, NewMemory(clk.Now), DegradingOptions{Share: 2, FailuresToDegrade: 1, Now: clk.Now})
-	b := newTestDegrading(shared, NewMemory(clk.Now), DegradingOptions{Share: 2, FailuresToDegrade: 1, Now: clk.Now})
+	a := newTestDegrading(shared, NewMemory(clk.Now), DegradingOptions{Share: 2, FailuresToDegrade: 1, ProbeInterval: time.Second, Now: clk.Now})
+	b := newTestDegrading(shared, NewMemory(clk.Now), DegradingOptions{Share: 2, FailuresToDegrade: 1, ProbeInterval: time.Second, Now: clk.Now})
 	clk.Advance(200 * time.Millisecond)
 	rlAllow(t, a, "tok:1", free, 1)
 	clk.Advance(700 * time.Millisecond)
@@ -188,6 +188,26 @@ func TestDegradingProbesTogether(t *testing.T) {
 	rlAllow(t, b, "tok:1", free, 1)
 	if a.Degraded() || b.Degraded() {
 		t.Fatalf("at the whole second: a degraded %v, b degraded %v; want both back", a.Degraded(), b.Degraded())
+	}
+}
+
+// A degraded node probes four times a second by default: go-redis takes up
+// to a second to dial again after a restart, and the node must be back on
+// the shared bucket within 2 s of it.
+func TestDegradingProbesFourTimesASecondByDefault(t *testing.T) {
+	clk := newFakeClock()
+	shared := &switchLimiter{up: NewMemory(clk.Now)}
+	shared.mode.Store(sharedDown)
+	d := newTestDegrading(shared, NewMemory(clk.Now), DegradingOptions{Share: 2, FailuresToDegrade: 1, Now: clk.Now})
+	rlAllow(t, d, "tok:1", free, 1)
+	if !d.Degraded() {
+		t.Fatal("not degraded")
+	}
+	shared.mode.Store(sharedUp)
+	clk.Advance(250 * time.Millisecond)
+	rlAllow(t, d, "tok:1", free, 1)
+	if d.Degraded() {
+		t.Fatal("still degraded a quarter second after the shared limiter came back; want probed and back")
 	}
 }
 

@@ -155,7 +155,7 @@ func TestDegradingFallsBackAndRecovers(t *testing.T) {
 	clk := newFakeClock()
 	shared := &switchLimiter{up: NewMemory(clk.Now)}
 	var log dgLog
-	d := newTestDegrading(shared, NewMemory(clk.Now), log.options(DegradingOptions{Share: 3, Now: clk.Now}))
+	d := newTestDegrading(shared, NewMemory(clk.Now), log.options(DegradingOptions{Share: 3, ProbeInterval: time.Second, Now: clk.Now}))
 
 	// Healthy: the shared limiter decides everything.
 	if n := rlDrain(t, d, "tok:1", free); n != 30 {
