@@ -18,9 +18,11 @@
 # Environment (all optional):
 #   BEFORE=HEAD~1          the commit to compare the working tree with
 #   BUILDS="before after"  which builds to run (e.g. BUILDS=after alone)
-#   PROFILE=file           instead of rounds: load the last build for 8 s and
-#                          save /debug/pprof/$PROFILE_KIND?seconds=5 to file
+#   PROFILE=file           instead of rounds: load the last build and save
+#                          /debug/pprof/$PROFILE_KIND?seconds=$PROFILE_SECONDS
+#                          to file (the load starts 2 s before and ends 1 s after)
 #   PROFILE_KIND=profile   or trace, allocs, …
+#   PROFILE_SECONDS=5
 #   ENV_before=… ENV_after=…  extra environment for one build (GOGC=400)
 #   PG_URL=postgres://postgres@127.0.0.1:5432/test?sslmode=disable
 #   REDIS_URL=redis://127.0.0.1:6379/0
@@ -116,10 +118,11 @@ done
 
 if [[ -n ${PROFILE:-} ]]; then
 	b=${BUILDS##* }
-	LOADGEN_SLUICE_KEY=${TOKEN[$b]} "$TMP/bin/loadgen" -sluice "${URL[$b]}/v1" -concurrency 64 -rate "$RATE" -duration 8s | grep '^run' &
+	secs=${PROFILE_SECONDS:-5}
+	LOADGEN_SLUICE_KEY=${TOKEN[$b]} "$TMP/bin/loadgen" -sluice "${URL[$b]}/v1" -concurrency 64 -rate "$RATE" -duration "$((secs + 3))s" | grep '^run' &
 	lg=$!
 	sleep 2
-	curl -fsS -o "$PROFILE" "${PPROF[$b]}/debug/pprof/${PROFILE_KIND:-profile}?seconds=5"
+	curl -fsS -o "$PROFILE" "${PPROF[$b]}/debug/pprof/${PROFILE_KIND:-profile}?seconds=$secs"
 	wait "$lg"
 	echo "saved $PROFILE (build $b)" >&2
 	exit 0
@@ -166,7 +169,7 @@ med = {k: [statistics.median(col) for col in zip(*v)] for k, v in runs.items()}
 _, d50, d99, _ = med["direct"]
 _, b50, b99, _ = med["proxy"]
 for k, (ok, p50, p99, us) in med.items():
-    line = f"median {k:6s} {ok:8.1f} ok/s  p50 {p50:.2f} ms  p99 {p99:.2f} ms  added p50 {p50 - d50:+.2f}  p99 {p99 - d99:+.2f}"
+    line = f"median {k:6s} {ok:8.1f} ok/s  p50 {p50:.3f} ms  p99 {p99:.3f} ms  added p50 {p50 - d50:+.3f}  p99 {p99 - d99:+.3f}"
     if us:
         line += f"  cpu {us:.0f} µs/request"
     if k not in ("direct", "proxy") and b50 > d50 and b99 > d99:

@@ -139,7 +139,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 			}
 		}
 		r := smp.row(st.Target.Name, st.Setting)
-		fmt.Fprintf(stdout, "run %d/%d round %d %-6s c=%d rate=%s: %d requests, %.1f ok/s, p50 %.2f ms, p99 %.2f ms, %.1f%% non-2xx\n",
+		fmt.Fprintf(stdout, "run %d/%d round %d %-6s c=%d rate=%s: %d requests, %.1f ok/s, p50 %.3f ms, p99 %.3f ms, %.1f%% non-2xx\n",
 			i+1, len(steps), st.Round, r.Target, r.Concurrency, rateString(r.Rate, r.Burst), r.Requests, r.QPS, ms(r.P50), ms(r.P99), r.ErrorRate)
 		key := sampleKey{st.Target.Name, st.Setting}
 		if samples[key] == nil {
