@@ -8,21 +8,28 @@ import (
 )
 
 // Prefetch wraps a shared limiter (one Redis round trip per call) so that a
-// bucket far from empty is charged for up to prefetchMax requests at once and
-// the node spends them locally: at high rates, one round trip per many
-// requests instead of one each. Near empty — fewer than prefetchFloor units
-// left, which is every default tier — each request is charged on its own, as
+// bucket far from empty is charged for many requests at once (a lot) and the
+// node spends them locally: at high rates, one round trip per many requests
+// instead of one each. Near empty — fewer than prefetchFloor units left,
+// which is every default tier — each request is charged on its own, as
 // without it, so what is admitted there is exact.
+//
+// A lot follows the node's demand for the bucket. The first is
+// prefetchFirst requests; one spent within prefetchGrowWithin of its charge
+// doubles the next, up to prefetchMax; one that expires unspent halves it.
+// At 1,000 requests a second a lot settles at about a quarter second of
+// them (256), four round trips a second; a slow client's lot shrinks to
+// what it spends before the lot expires.
 //
 // What is prefetched was charged to the shared bucket before it is spent, so
 // no node admits more than the bucket allows. The cost is allowance charged
-// and not used: a prefetch not spent within prefetchFor is dropped, and it
-// is never more than 1/prefetchShare of what the bucket had left. One charge
+// and not used: a lot not spent within prefetchFor is dropped, and it is
+// never more than 1/prefetchShare of what the bucket had left. One charge
 // for many is on its way per bucket and node at a time; requests that find
 // the node short meanwhile wait for it rather than each make a round trip.
 // So all the nodes of a cluster together hold back at most nodes ×
 // prefetchMax requests' worth of a bucket that has prefetchFloor or more
-// left.
+// left, and no more than 1/prefetchShare of it each.
 //
 // A prefetch holds for the Params it was charged under: a tier change, a
 // learned limit or the auto-tuner's new refill charges the next request on
@@ -37,11 +44,13 @@ type Prefetch struct {
 
 // Prefetch sizing; see Prefetch.
 const (
-	prefetchMax   = 32
-	prefetchShare = 16
-	prefetchFloor = prefetchShare * prefetchMax
-	prefetchFor   = 250 * time.Millisecond
-	prefetchSweep = 256
+	prefetchFirst      = 32
+	prefetchMax        = 512
+	prefetchShare      = 16
+	prefetchFloor      = 512
+	prefetchFor        = time.Second
+	prefetchGrowWithin = prefetchFor / 4
+	prefetchSweep      = 256
 )
 
 var _ Limiter = (*Prefetch)(nil)
@@ -63,8 +72,12 @@ type prefetched struct {
 	a, b   int64     // units held, not yet spent
 	until  time.Time // dropped after this
 	// What the shared buckets had left after the last charge, net of what
-	// is held: sizes the next charge and the decisions' Remaining.
+	// is held: bounds the next charge and sizes the decisions' Remaining.
 	leftA, leftB int64
+	// lot is the size of the next charge, in requests; charged is when
+	// the last charge sized by it was made (zero: none yet).
+	lot     int64
+	charged time.Time
 	// landed is closed when the charge for many on its way lands; nil
 	// when none is. Requests that find the node short wait for it.
 	landed chan struct{}
@@ -143,13 +156,13 @@ func (f *Prefetch) allow(ctx context.Context, a, b Charge) (Decision, Decision, 
 				return Decision{}, Decision{}, ctx.Err()
 			}
 		}
-		// What the bucket had left sizes the charge, even under other
-		// Params (a learned limit moves by a unit now and then); a bucket
-		// that shrank below the charge refuses it and the request goes
-		// alone.
+		// The node's demand sizes the charge and what the bucket had
+		// left bounds it, even under other Params (a learned limit moves
+		// by a unit now and then); a bucket that shrank below the charge
+		// refuses it and the request goes alone.
 		n := int64(1)
 		if h != nil {
-			n = prefetchSize(h.leftA, a.Weight)
+			n = min(h.nextLot(now), prefetchSize(h.leftA, a.Weight))
 			if b.Key != "" {
 				n = min(n, prefetchSize(h.leftB, b.Weight))
 			}
@@ -189,14 +202,24 @@ func (f *Prefetch) chargeAndKeep(ctx context.Context, a, b Charge, n int64, now 
 	}
 }
 
-// prefetchSize is how many requests of weight the next charge takes when
-// the bucket had left units: one below prefetchFloor, else up to
-// prefetchMax and 1/prefetchShare of left.
+// prefetchSize is the most requests of weight the next charge may take
+// when the bucket had left units: one below prefetchFloor, else
+// 1/prefetchShare of left.
 func prefetchSize(left, weight int64) int64 {
 	if left < prefetchFloor {
 		return 1
 	}
-	return max(1, min(prefetchMax, left/(prefetchShare*weight)))
+	return max(1, left/(prefetchShare*weight))
+}
+
+// nextLot is the size of the next charge by the node's demand: the lot
+// doubled when the last one was spent within prefetchGrowWithin, up to
+// prefetchMax. The caller holds the shard's lock.
+func (h *prefetched) nextLot(now time.Time) int64 {
+	if !h.charged.IsZero() && now.Sub(h.charged) < prefetchGrowWithin {
+		h.lot = min(2*h.lot, prefetchMax)
+	}
+	return h.lot
 }
 
 // charge takes n requests' weights from the shared buckets.
@@ -226,18 +249,29 @@ func (f *Prefetch) keep(a, b Charge, n, leftA, leftB int64, now time.Time, gen u
 		return
 	}
 	addA, addB := (n-1)*a.Weight, (n-1)*b.Weight
-	if h := sh.m[a.Key]; h != nil && h.usable(a, b, now) {
-		if h.a < a.Weight || h.b < b.Weight {
-			h.until = now.Add(prefetchFor)
+	old := sh.m[a.Key]
+	if old != nil && old.usable(a, b, now) {
+		if old.a < a.Weight || old.b < b.Weight {
+			old.until = now.Add(prefetchFor)
 		}
-		h.a += addA
-		h.b += addB
-		h.leftA, h.leftB = leftA, leftB
+		old.a += addA
+		old.b += addB
+		old.leftA, old.leftB = leftA, leftB
+		old.charged = now
 		return
 	}
 	if n == 1 && (leftA < prefetchFloor || b.Key != "" && leftB < prefetchFloor) {
 		delete(sh.m, a.Key)
 		return
+	}
+	// A lot of the same bucket that expired keeps its size for the next
+	// one, halved if some of it went unspent: the node's demand is lower.
+	lot := int64(prefetchFirst)
+	if old != nil && old.pair == b.Key && old.pa == a.Params && old.pb == b.Params {
+		lot = old.lot
+		if old.a >= a.Weight || b.Key != "" && old.b >= b.Weight {
+			lot = max(1, lot/2)
+		}
 	}
 	if sh.m == nil {
 		sh.m = make(map[string]*prefetched)
@@ -254,6 +288,7 @@ func (f *Prefetch) keep(a, b Charge, n, leftA, leftB int64, now time.Time, gen u
 		a: addA, b: addB,
 		until: now.Add(prefetchFor),
 		leftA: leftA, leftB: leftB,
+		lot: lot,
 	}
 }
 

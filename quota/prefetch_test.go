@@ -36,9 +36,10 @@ func prefetchAllow(t testing.TB, l Limiter, key string, p Params, weight int64) 
 	return d
 }
 
-// TestPrefetchFarFromEmpty: a big bucket is charged once per prefetchMax
-// requests, and each decision reports the bucket as if every request had
-// been charged on its own.
+// TestPrefetchFarFromEmpty: a big bucket is charged for many requests at
+// once, in lots that double while they are spent at once, and each
+// decision reports the bucket as if every request had been charged on its
+// own.
 func TestPrefetchFarFromEmpty(t *testing.T) {
 	clk := newFakeClock()
 	shared := &chargeCounter{Limiter: NewMemory(clk.Now)}
@@ -50,9 +51,9 @@ func TestPrefetchFarFromEmpty(t *testing.T) {
 			t.Fatalf("request %d: %+v, want allowed with %d left", i, d, p.Capacity-i)
 		}
 	}
-	// Requests 1 (sizes the next), 2 (32), 34, 66 and 98 charge.
-	if got := shared.charges.Load(); got != 5 {
-		t.Fatalf("%d charges for 100 requests, want 5", got)
+	// Requests 1 (alone), 2 (32), 34 (64) and 98 (128) charge.
+	if got := shared.charges.Load(); got != 4 {
+		t.Fatalf("%d charges for 100 requests, want 4", got)
 	}
 }
 
@@ -185,22 +186,57 @@ func testPrefetchNeverOverAdmits(t *testing.T, shared Limiter, clk *fakeClock) {
 	}
 }
 
-// TestPrefetchRoundTrips: on the Redis limiter, 1,000 requests on a big
-// bucket cost a few dozen round trips, not 1,000.
+// TestPrefetchRoundTrips: on the Redis limiter, 1,000 requests a second on
+// a big bucket cost a round trip per quarter second once the lots have
+// grown (1, then lots of 32, 64, 128 and 256 each), not one per request.
 func TestPrefetchRoundTrips(t *testing.T) {
 	counter := newRLCounter()
 	clk := newFakeClock()
 	shared, _ := rlSetup(t, clk, counter)
 	f := NewPrefetch(shared, clk.Now)
 	p := Params{Capacity: 1_000_000, RefillPerSec: 1_000_000}
-	for range 1000 {
+	for range 2000 {
 		if !prefetchAllow(t, f, "k", p, 1).Allowed {
 			t.Fatal("refused")
 		}
 		clk.Advance(time.Millisecond)
 	}
-	if n := rlTotal(counter.counts()); n > 1000/prefetchMax+5 {
-		t.Fatalf("%d round trips for 1,000 requests (%v), want about %d", n, counter.counts(), 1000/prefetchMax)
+	// 1 + 32 + 64 + 128 = 225 requests in 4 charges, the other 1,775 in
+	// lots of 256.
+	if n, want := rlTotal(counter.counts()), 4+(2000-225+255)/256; n != want {
+		t.Fatalf("%d round trips for 2,000 requests at 1,000/s (%v), want %d", n, counter.counts(), want)
+	}
+}
+
+// TestPrefetchLotsFollowDemand: a slow client on a big bucket is charged
+// about what it spends, not a lot it leaves to expire every second: its
+// lots shrink to what it spends before they expire, and grow again when it
+// speeds up.
+func TestPrefetchLotsFollowDemand(t *testing.T) {
+	clk := newFakeClock()
+	shared := &chargeCounter{Limiter: NewMemory(clk.Now)}
+	f := NewPrefetch(shared, clk.Now)
+	p := Params{Capacity: 1_000_000, RefillPerSec: 1_000}
+	admitted := int64(0)
+	run := func(requests int, every time.Duration) {
+		for range requests {
+			if prefetchAllow(t, f, "k", p, 1).Allowed {
+				admitted++
+			}
+			clk.Advance(every)
+		}
+	}
+	run(600, 100*time.Millisecond) // 10 a second for a minute
+	// The first lot (32) expires with 22 unspent, the next (16) with 6;
+	// from then on lots of 8 are spent before they expire, and the last
+	// one is still held (7) when the minute ends.
+	if unspent := shared.charged.Load() - admitted; unspent > 40 {
+		t.Fatalf("at 10 requests a second for a minute, %d of %d charged went unspent, want at most 40", unspent, shared.charged.Load())
+	}
+	before := shared.charges.Load()
+	run(2000, time.Millisecond) // then 1,000 a second
+	if n := shared.charges.Load() - before; n > 20 {
+		t.Fatalf("%d charges for 2,000 requests at 1,000/s after a slow minute, want the lots grown back (at most 20)", n)
 	}
 }
 
