@@ -239,7 +239,7 @@ type keyEntry struct {
 // NewPool returns a pool with no keys; call SetKeys before Do.
 func NewPool(opts PoolOptions) *Pool {
 	p := &Pool{opts: opts.withDefaults(), refusals: make(chan Refusal, refusalBuffer)}
-	p.settlements.wake = make(chan struct{}, 1)
+	p.settlements.queued, p.settlements.large = make(chan struct{}, 1), make(chan struct{}, 1)
 	p.keys.Store(&keySet{})
 	p.models.init(p.opts.SlowFailures, p.opts.SlowFailure, p.opts.Breaker.CoolDown)
 	return p

@@ -114,3 +114,32 @@ func TestRunSendsSettlements(t *testing.T) {
 		t.Fatalf("adjusts %v, want them to sum to %d", adjusts, -90+200)
 	}
 }
+
+// TestSettleWakesRunForLargeCorrections: a key's corrections wait to be
+// gathered until together they are worth 1/settleShare of its burst; then
+// Run is woken to send them at once. The key of settlingPool has a burst
+// of 10,000 tokens (a second of 600,000 a minute), so 625 is large.
+func TestSettleWakesRunForLargeCorrections(t *testing.T) {
+	p, _ := settlingPool(t)
+	ctx := context.Background()
+	for range 62 {
+		_ = p.Settle(ctx, 1, 100, 90) // 10 tokens back each: 620 in all
+	}
+	if len(p.settlements.queued) != 1 {
+		t.Fatal("the key's corrections were not queued for Run")
+	}
+	if len(p.settlements.large) != 0 {
+		t.Fatal("620 tokens of corrections on a burst of 10,000 woke Run to send them at once")
+	}
+	_ = p.Settle(ctx, 1, 100, 95)
+	if len(p.settlements.large) != 1 {
+		t.Fatal("625 tokens of corrections on a burst of 10,000 did not wake Run")
+	}
+	// A debt counts as much as a refund.
+	p.Flush(ctx)
+	<-p.settlements.large
+	_ = p.Settle(ctx, 1, 100, 800)
+	if len(p.settlements.large) != 1 {
+		t.Fatal("a debt of 700 tokens on a burst of 10,000 did not wake Run")
+	}
+}
