@@ -2,6 +2,7 @@ package quota
 
 import (
 	"context"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -347,5 +348,42 @@ func TestPrefetchWaitsForACharge(t *testing.T) {
 	close(landed)
 	if d := <-done; !d.Allowed || shared.charges.Load() != before {
 		t.Fatalf("%+v after %d charges of its own, want admitted from the landed charge", d, shared.charges.Load()-before)
+	}
+}
+
+// chargeLog records the weight of each Allow that reaches the limiter.
+type chargeLog struct {
+	Limiter
+	mu      sync.Mutex
+	weights []int64
+}
+
+func (c *chargeLog) Allow(ctx context.Context, key string, p Params, weight int64) (Decision, error) {
+	c.mu.Lock()
+	c.weights = append(c.weights, weight)
+	c.mu.Unlock()
+	return c.Limiter.Allow(ctx, key, p, weight)
+}
+
+// TestPrefetchTakesAShareAtMost: however fast the node spends its lots, a
+// charge never takes more than 1/prefetchShare of what the bucket had left,
+// so a bucket of 2,000 is not held back by lots of prefetchMax.
+func TestPrefetchTakesAShareAtMost(t *testing.T) {
+	clk := newFakeClock()
+	shared := &chargeLog{Limiter: NewMemory(clk.Now)}
+	f := NewPrefetch(shared, clk.Now)
+	p := Params{Capacity: 2000, RefillPerSec: 0.001}
+	for range 1000 {
+		prefetchAllow(t, f, "k", p, 1) // no time passes: every lot is spent at once
+	}
+	left := p.Capacity
+	for i, w := range shared.weights {
+		if w > 1 && w > left/prefetchShare {
+			t.Fatalf("charge %d took %d with %d left, more than 1/%d (%v)", i, w, left, prefetchShare, shared.weights)
+		}
+		left -= w
+	}
+	if len(shared.weights) < 3 || slices.Max(shared.weights) < 64 {
+		t.Fatalf("charges %v: the lots did not grow", shared.weights)
 	}
 }
