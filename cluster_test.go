@@ -72,18 +72,24 @@ func TestNodesShareLimitsAndChanges(t *testing.T) {
 	a, b := nodes[0], nodes[1]
 	var signup struct{ Token string }
 	a.call("POST", "/api/auth/signup", "", `{"email":"ada@example.com","password":"password123","organization":"A"}`, &signup)
-	var tok struct{ Token string }
+	var tok, other struct{ Token string }
 	a.call("POST", "/api/tokens", signup.Token, `{"name":"shared"}`, &tok)
+	a.call("POST", "/api/tokens", signup.Token, `{"name":"another"}`, &other)
 
-	// One bucket for both nodes: 30 admitted in all, alternating nodes.
+	// One bucket for both nodes and both of the organization's tokens: 30
+	// admitted in all, alternating nodes and tokens.
 	admitted := 0
 	for i := range 40 {
-		if r := nodes[i%2].call("GET", "/v1/models", tok.Token, "", nil); r.StatusCode == 200 {
+		key := tok.Token
+		if i%4 >= 2 {
+			key = other.Token
+		}
+		if r := nodes[i%2].call("GET", "/v1/models", key, "", nil); r.StatusCode == 200 {
 			admitted++
 		}
 	}
 	if admitted < 30 || admitted > 31 {
-		t.Fatalf("two nodes admitted %d, want the one burst of 30", admitted)
+		t.Fatalf("two nodes and two tokens admitted %d, want the organization's one burst of 30", admitted)
 	}
 
 	// A tier edit on A reaches B within a second.

@@ -24,12 +24,20 @@ type Caller struct {
 	OrgID   int64
 	UserID  int64
 	Tier    *models.Tier // shared, read-only snapshot
-	// LimitKey and TokensKey name the token's request and tokens-per-minute
-	// buckets; built once per cache fill so the hot path does not format
-	// them per request. The part before '|' is the same, so the Redis
-	// limiter keeps both in one hash slot.
-	LimitKey  string
-	TokensKey string
+	// RequestsKey and TPMKey name the organization's request and
+	// tokens-per-minute buckets: a tier's limits bind the organization, so
+	// every token of it spends from the same two. They are built once per
+	// cache fill so the hot path does not format them per request. The
+	// part before '|' is the same, so the Redis limiter keeps both in one
+	// hash slot; a token's own, lower limit will be "org:<id>|tok:<id>"
+	// and "org:<id>|tok:<id>|tpm", in that slot too, so that all of them
+	// can be charged in one script.
+	RequestsKey string
+	TPMKey      string
+	// TokenKey names the token itself ("tok:<id>") where state is the
+	// token's and not the organization's: its rejections counted toward a
+	// freeze (freezes stay per token) and its recent prompts.
+	TokenKey string
 	// Budget is the organization's monthly spending limit, if any.
 	Budget models.Budget
 	// TokenPrefix is the token's display prefix (sk_sluice_ and 6
@@ -91,8 +99,9 @@ type Directory struct {
 type tokenEntry struct {
 	known         bool
 	owner         models.TokenOwner
-	limitKey      string
-	tokensKey     string
+	requestsKey   string
+	tpmKey        string
+	tokenKey      string
 	signingSecret []byte
 	fetchedAt     time.Time
 }
@@ -174,7 +183,8 @@ func (d *Directory) caller(e tokenEntry) (Caller, error) {
 	if tier == nil {
 		return Caller{}, apperr.Wrap(errUnknownTier, e.owner.TierName)
 	}
-	return Caller{TokenID: e.owner.ID, OrgID: e.owner.OrgID, UserID: e.owner.UserID, Tier: tier, LimitKey: e.limitKey, TokensKey: e.tokensKey,
+	return Caller{TokenID: e.owner.ID, OrgID: e.owner.OrgID, UserID: e.owner.UserID, Tier: tier,
+		RequestsKey: e.requestsKey, TPMKey: e.tpmKey, TokenKey: e.tokenKey,
 		Budget: models.Budget{Limit: e.owner.BudgetLimit, HardStop: e.owner.BudgetHardStop}, TokenPrefix: e.owner.Prefix,
 		SigningSecret: e.signingSecret}, nil
 }
@@ -182,8 +192,9 @@ func (d *Directory) caller(e tokenEntry) (Caller, error) {
 // entry is what the cache keeps of a token: its keys formatted and its
 // signing secret opened once per fill, not per request.
 func (d *Directory) entry(owner models.TokenOwner, known bool) (tokenEntry, error) {
-	key := "tok:" + strconv.FormatInt(owner.ID, 10)
-	e := tokenEntry{known: known, owner: owner, limitKey: key, tokensKey: key + "|tpm"}
+	org := "org:" + strconv.FormatInt(owner.OrgID, 10)
+	e := tokenEntry{known: known, owner: owner, requestsKey: org, tpmKey: org + "|tpm",
+		tokenKey: "tok:" + strconv.FormatInt(owner.ID, 10)}
 	if owner.SigningSecret != nil {
 		if d.box == nil {
 			return e, errSigningOff

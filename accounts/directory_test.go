@@ -99,8 +99,8 @@ func TestAuthenticate(t *testing.T) {
 			if first.Tier == nil || first.Tier.Name != "free" || first.Tier.Capacity != 30 {
 				t.Fatalf("tier %+v", first.Tier)
 			}
-			if first.LimitKey == "" {
-				t.Fatal("empty LimitKey")
+			if first.RequestsKey == "" || first.TPMKey == "" || first.TokenKey == "" {
+				t.Fatalf("empty bucket keys: %+v", first)
 			}
 			// From the cache, and after the cache is refilled, the same caller.
 			cached, err := e.dir.Authenticate(ctx, validSecret)
@@ -109,15 +109,24 @@ func TestAuthenticate(t *testing.T) {
 			}
 			e.clock.Advance(dirTTL + time.Second)
 			refilled, err := e.dir.Authenticate(ctx, validSecret)
-			if err != nil || refilled.LimitKey != first.LimitKey || refilled.TokenID != first.TokenID || refilled.Tier.Name != "free" {
+			if err != nil || refilled.RequestsKey != first.RequestsKey || refilled.TokenID != first.TokenID || refilled.Tier.Name != "free" {
 				t.Fatalf("refilled caller %+v %v, want %+v", refilled, err, first)
 			}
 
-			// Another token of the same organization has its own buckets.
+			// Another token of the same organization spends from the same
+			// buckets (the tier binds the organization), but is its own
+			// token for freezes.
 			_, secondSecret := e.token(t, ada, "second")
 			second, err := e.dir.Authenticate(ctx, secondSecret)
-			if err != nil || second.OrgID != org.ID || second.TokenID == first.TokenID || second.LimitKey == first.LimitKey {
+			if err != nil || second.OrgID != org.ID || second.TokenID == first.TokenID {
 				t.Fatalf("second token %+v %v; first %+v", second, err, first)
+			}
+			if second.RequestsKey != first.RequestsKey || second.TPMKey != first.TPMKey {
+				t.Errorf("second token's buckets %q, %q; want the organization's %q, %q",
+					second.RequestsKey, second.TPMKey, first.RequestsKey, first.TPMKey)
+			}
+			if second.TokenKey == first.TokenKey {
+				t.Errorf("both tokens have the token key %q", first.TokenKey)
 			}
 		})
 	})
@@ -257,8 +266,8 @@ func TestTierChangesApplyAtOnce(t *testing.T) {
 		if err != nil || c.Tier.Name != "premium" || c.Tier.Capacity != 200 {
 			t.Fatalf("after the move: %+v %v", c.Tier, err)
 		}
-		if c.LimitKey != before.LimitKey {
-			t.Errorf("LimitKey changed with the tier: %q -> %q", before.LimitKey, c.LimitKey)
+		if c.RequestsKey != before.RequestsKey {
+			t.Errorf("RequestsKey changed with the tier: %q -> %q", before.RequestsKey, c.RequestsKey)
 		}
 		if c, _ := e.dir.Authenticate(ctx, boSecret); c.Tier == nil || c.Tier.Name != "free" {
 			t.Fatalf("another organization moved too: %+v", c.Tier)
@@ -366,7 +375,7 @@ func TestAuthenticateConcurrent(t *testing.T) {
 					switch {
 					case err != nil:
 						errs <- fmt.Errorf("goroutine %d: %v", g, err)
-					case c.TokenID != w.tokenID || c.OrgID != w.org || c.Tier == nil || c.LimitKey == "":
+					case c.TokenID != w.tokenID || c.OrgID != w.org || c.Tier == nil || c.RequestsKey == "":
 						errs <- fmt.Errorf("goroutine %d: caller %+v, want token %d org %d", g, c, w.tokenID, w.org)
 					}
 					if g%10 == 0 {

@@ -15,12 +15,13 @@ import (
 	"github.com/sluicehq/sluice/quota"
 )
 
-// Admission: every request spends from its token's request bucket (the
-// tier's capacity and, possibly auto-tuned, refill); a chat completion also
-// reserves its estimated tokens from the tokens-per-minute bucket, both or
-// neither, and settles the reservation with the real usage afterwards.
-// Rejections are counted per token; a token that keeps being rejected is
-// frozen. Every answer carries OpenAI's rate-limit headers.
+// Admission: every request spends from its organization's request bucket
+// (the tier's capacity and, possibly auto-tuned, refill), shared by all of
+// the organization's tokens on every node; a chat completion also reserves
+// its estimated tokens from the organization's tokens-per-minute bucket,
+// both or neither, and settles the reservation with the real usage
+// afterwards. Rejections are counted per token; a token that keeps being
+// rejected is frozen, not its organization. Every answer carries OpenAI's rate-limit headers.
 
 func requestParams(t accounts.Caller) quota.Params {
 	return quota.Params{Capacity: t.Tier.Capacity, RefillPerSec: t.Tier.EffectiveRefill()}
@@ -48,9 +49,9 @@ func (p *Pipeline) rejected(caller accounts.Caller, model, reason string) {
 	p.Metrics.Rejected(reason, caller.Tier.Name)
 }
 
-// Jobs never starve live traffic of the same token: a queued request is
-// admitted only while the token's buckets would keep at least half of
-// their burst after it (LiveShare). Since a GCRA bucket is one timestamp,
+// Jobs never starve live traffic of the same organization: a queued
+// request is admitted only while the organization's buckets would keep at
+// least half of their burst after it (LiveShare). Since a GCRA bucket is one timestamp,
 // that is the same bucket checked with half its capacity: live requests
 // always find half the burst, and jobs use what the refill brings beyond
 // it.
@@ -94,7 +95,7 @@ func (p *Pipeline) weigh(c *call) (int64, error) {
 	// chat is not a tiny request, while the same conversation sent again is
 	// a repeat. Never more than the bucket holds, so a small tier still
 	// admits a low-value request eventually instead of refusing it outright.
-	w := p.Scorer.Weight(c.caller.LimitKey, promptText(c.msgs), base)
+	w := p.Scorer.Weight(c.caller.TokenKey, promptText(c.msgs), base)
 	return min(w, max(base, c.caller.Tier.Capacity)), nil
 }
 
@@ -131,7 +132,7 @@ func (p *Pipeline) admit(ctx context.Context, c *call, weight int64) error {
 		// Refused for money: the tokens it reserved go back (the request
 		// itself still counts, as any refused request does).
 		if c.caller.Tier.TokensPerMinute > 0 {
-			if aerr := p.Limiter.Adjust(context.WithoutCancel(ctx), c.caller.TokensKey, tokenParams(c.caller), -c.estimate); aerr != nil {
+			if aerr := p.Limiter.Adjust(context.WithoutCancel(ctx), c.caller.TPMKey, tokenParams(c.caller), -c.estimate); aerr != nil {
 				p.Log.Warn("refunding tokens-per-minute failed", "request_id", c.req.ID, "err", aerr)
 			}
 		}
@@ -150,8 +151,8 @@ func (p *Pipeline) admitBuckets(ctx context.Context, c *call, weight int64) erro
 		return p.admitRequests(ctx, caller, c.req.ID, c.req.Model, c.sink, weight)
 	}
 	dr, dt, err := p.Limiter.AllowBoth(ctx,
-		quota.Charge{Key: caller.LimitKey, Params: requestParams(caller), Weight: weight},
-		quota.Charge{Key: caller.TokensKey, Params: tokenParams(caller), Weight: c.estimate})
+		quota.Charge{Key: caller.RequestsKey, Params: requestParams(caller), Weight: weight},
+		quota.Charge{Key: caller.TPMKey, Params: tokenParams(caller), Weight: c.estimate})
 	if err != nil {
 		return limiterError(caller, err, weight, c.estimate)
 	}
@@ -174,11 +175,11 @@ func (p *Pipeline) admitBuckets(ctx context.Context, c *call, weight int64) erro
 // to wait, counting no rejection and no freeze.
 func (p *Pipeline) admitQueued(ctx context.Context, c *call, weight int64) error {
 	caller := c.caller
-	req := quota.Charge{Key: caller.LimitKey, Params: queuedParams(requestParams(caller), weight), Weight: weight}
+	req := quota.Charge{Key: caller.RequestsKey, Params: queuedParams(requestParams(caller), weight), Weight: weight}
 	var dr, dt quota.Decision
 	var err error
 	if caller.Tier.TokensPerMinute > 0 {
-		tok := quota.Charge{Key: caller.TokensKey, Params: queuedParams(tokenParams(caller), c.estimate), Weight: c.estimate}
+		tok := quota.Charge{Key: caller.TPMKey, Params: queuedParams(tokenParams(caller), c.estimate), Weight: c.estimate}
 		dr, dt, err = p.Limiter.AllowBoth(ctx, req, tok)
 	} else {
 		dr, err = p.Limiter.Allow(ctx, req.Key, req.Params, weight)
@@ -250,7 +251,7 @@ func (p *Pipeline) settleBudget(ctx context.Context, c *call, cost money.Amount)
 
 // admitRequests spends weight from the request bucket alone.
 func (p *Pipeline) admitRequests(ctx context.Context, caller accounts.Caller, requestID, model string, sink Sink, weight int64) error {
-	d, err := p.Limiter.Allow(ctx, caller.LimitKey, requestParams(caller), weight)
+	d, err := p.Limiter.Allow(ctx, caller.RequestsKey, requestParams(caller), weight)
 	if err != nil {
 		return limiterError(caller, err, weight, 0)
 	}
@@ -273,7 +274,7 @@ func (p *Pipeline) settle(ctx context.Context, c *call, out Served) {
 		used = int64(out.Usage.Total())
 	}
 	if c.caller.Tier.TokensPerMinute > 0 && used != c.estimate {
-		if err := p.Limiter.Adjust(ctx, c.caller.TokensKey, tokenParams(c.caller), used-c.estimate); err != nil {
+		if err := p.Limiter.Adjust(ctx, c.caller.TPMKey, tokenParams(c.caller), used-c.estimate); err != nil {
 			p.Log.Warn("settling tokens-per-minute failed", "request_id", c.req.ID, "err", err)
 		}
 	}
@@ -306,7 +307,7 @@ func limiterError(caller accounts.Caller, err error, weight, estimate int64) err
 // freezes the token when it crosses its tier's threshold.
 func (p *Pipeline) reject(ctx context.Context, caller accounts.Caller, requestID, model string, d quota.Decision, limit string) error {
 	p.rejected(caller, model, limit)
-	count, freeze, err := p.Detector.Rejected(ctx, "rej:"+caller.LimitKey, caller.Tier.FreezeThreshold)
+	count, freeze, err := p.Detector.Rejected(ctx, "rej:"+caller.TokenKey, caller.Tier.FreezeThreshold)
 	if err != nil {
 		p.Log.Warn("counting a rejection failed", "request_id", requestID, "err", err)
 	}

@@ -53,7 +53,7 @@ func TestSettlementMovesTheReservationToTheRealUsage(t *testing.T) {
 			}
 			var want []adjustment
 			if tc.wantDelta != 0 {
-				want = []adjustment{{key: "tok:7|tpm", delta: tc.wantDelta}}
+				want = []adjustment{{key: "org:3|tpm", delta: tc.wantDelta}}
 			}
 			if got := r.limiter.settlements(); fmt.Sprint(got) != fmt.Sprint(want) {
 				t.Fatalf("tokens bucket settled %+v, want %+v", got, want)
@@ -85,7 +85,7 @@ func TestNothingDeliveredIsRefundedAndNotBilled(t *testing.T) {
 	if s.status != 0 || s.String() != "" {
 		t.Fatalf("an error must leave the sink unwritten: %d %q", s.status, s.String())
 	}
-	if got := r.limiter.settlements(); len(got) != 1 || got[0] != (adjustment{key: "tok:7|tpm", delta: -estimate}) {
+	if got := r.limiter.settlements(); len(got) != 1 || got[0] != (adjustment{key: "org:3|tpm", delta: -estimate}) {
 		t.Fatalf("settled %+v, want the whole reservation back", got)
 	}
 	if len(r.provider.settlements()) != 0 || len(r.recorder.all()) != 0 {

@@ -105,7 +105,7 @@ func newRig(t *testing.T) *rig {
 		Prices: metering.NewPriceBook(), Ledger: r.ledger, Alerts: r.alerts,
 	}
 	r.p = completion.New(r.deps)
-	r.caller = accounts.Caller{TokenID: 7, OrgID: 3, LimitKey: "tok:7", TokensKey: "tok:7|tpm", Tier: &models.Tier{
+	r.caller = accounts.Caller{TokenID: 7, OrgID: 3, RequestsKey: "org:3", TPMKey: "org:3|tpm", TokenKey: "tok:7", Tier: &models.Tier{
 		Name: "free", Capacity: 10, RefillPerSec: 1, TokensPerMinute: 1000, FreezeThreshold: 3, FreezeMinutes: 10,
 		UpstreamFallback: "local"}}
 	return r

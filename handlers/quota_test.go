@@ -81,6 +81,66 @@ func TestTokensPerMinuteBucket(t *testing.T) {
 	}
 }
 
+// TestTierBindsTheOrganization: a tier's buckets are the organization's,
+// so more tokens bring no more requests, while rejections (and so freezes)
+// stay with the token that earned them.
+func TestTierBindsTheOrganization(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, db *models.DB) {
+		e := newEnv(t, db)
+		owner := e.signup("a@example.com", "A")
+		keys := make([]string, 5)
+		for i := range keys {
+			keys[i], _ = e.apiToken(owner)
+		}
+		bystander, _ := e.apiToken(e.signup("b@example.com", "B"))
+
+		admitted, first429 := 0, (*requestResult)(nil)
+		for i := range 150 {
+			r := chatWith(e, keys[i%len(keys)], `{"model":"sluice-local","max_tokens":8,"messages":[{"role":"user","content":"write a couplet"}]}`, nil)
+			switch {
+			case r.Code == 200:
+				admitted++
+			case r.Code == 429 && first429 == nil:
+				first429 = r
+			}
+		}
+		if admitted != 30 {
+			t.Fatalf("5 tokens of one free organization admitted %d requests at once, want the tier's burst of 30", admitted)
+		}
+		if first429 == nil || !strings.Contains(first429.Body, "rate limit reached for requests on the free tier (limit 30, remaining 0)") ||
+			first429.H.Get("x-ratelimit-limit-requests") != "30" || first429.H.Get("x-ratelimit-remaining-requests") != "0" ||
+			first429.H.Get("Retry-After") == "" {
+			t.Fatalf("the refusal does not describe the organization's bucket: %+v", first429)
+		}
+		// 120 rejections over 5 tokens are 24 each: every token crossed
+		// the threshold of 20 on its own rejections, not the organization's.
+		fs, err := e.store.Freezes(context.Background(), 10)
+		if err != nil || len(fs) != 5 {
+			t.Fatalf("freezes %+v %v, want one per token", fs, err)
+		}
+		if r := chatWith(e, bystander, `{"model":"sluice-local","messages":[{"role":"user","content":"write a couplet"}]}`, nil); r.Code != 200 {
+			t.Fatalf("another organization was limited by the first one: %d %s", r.Code, r.Body)
+		}
+	})
+}
+
+func TestAFreezeIsTheTokensOwn(t *testing.T) {
+	e := newEnv(t, testdb.SQLite(t))
+	owner := e.signup("a@example.com", "A")
+	abusive, _ := e.apiToken(owner)
+	quiet, _ := e.apiToken(owner)
+	for range 30 + 20 { // the burst, then 20 rejections: frozen
+		e.chat(abusive)
+	}
+	if w := e.chat(abusive); errorCode(t, w) != "token_frozen" {
+		t.Fatalf("abusive token: %d %s", w.Code, w.Body.String())
+	}
+	e.clock.Advance(time.Minute) // the organization's bucket is full again
+	if w := e.chat(quiet); w.Code != 200 {
+		t.Fatalf("the organization's other token was frozen with it: %d %s", w.Code, w.Body.String())
+	}
+}
+
 func TestPriorityAndLowValueWeights(t *testing.T) {
 	db := testdb.SQLite(t)
 	e := newEnv(t, db)
