@@ -72,7 +72,7 @@ printf 'module bareproxy\n\ngo 1.22\n' >"$TMP/bareproxy/go.mod"
 (cd "$TMP/bareproxy" && GOWORK=off GOFLAGS= go build -o "$TMP/bin/bareproxy" .)
 
 p=$(port)
-"$TMP/bin/mockupstream" -addr "127.0.0.1:$p" -keys sk-bench-a=1000000 >"$TMP/mock.log" 2>&1 &
+"$TMP/bin/mockupstream" -addr "127.0.0.1:$p" -bill words -keys sk-bench-a=1000000 >"$TMP/mock.log" 2>&1 &
 PIDS+=($!)
 MOCK=http://127.0.0.1:$p
 wait_for "$MOCK/_stats"

@@ -180,7 +180,7 @@ start_mock() { # NAME ARGS... -> MOCK_URL
 	local name=$1 port
 	shift
 	port=$(free_port)
-	"$TMP/bin/mockupstream" -addr "127.0.0.1:$port" "$@" >"$TMP/$name.log" 2>&1 &
+	"$TMP/bin/mockupstream" -addr "127.0.0.1:$port" -bill words "$@" >"$TMP/$name.log" 2>&1 &
 	SECTION_PIDS+=($!)
 	MOCK_URL="http://127.0.0.1:$port"
 	wait_for "$MOCK_URL/_stats" "$name" "$TMP/$name.log"

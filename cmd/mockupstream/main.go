@@ -102,6 +102,9 @@ func parseFlags(args []string, getenv func(string) string, stdout io.Writer) (st
 	fs.Int64Var(&cfg.Seed, "seed", 1, "seed for jitter and failures")
 	fs.IntVar(&cfg.StreamChunks, "stream-chunks", 4, "content deltas in a streamed answer")
 	fs.DurationVar(&cfg.ChunkDelay, "chunk-delay", 0, "pause between two content deltas")
+	fs.StringVar(&cfg.Billing, "bill", mock.BillTokens, "how usage is counted: tokens (o200k_base over the whole body, as a provider bills) or words (free: for load runs, so the mock's counting does not hide the gateway's time)")
+	fs.IntVar(&cfg.AnswerTokens, "answer-tokens", 0, "tokens an answer runs to when the request sets no max_tokens (0: one line)")
+	fs.DurationVar(&cfg.UsageDelay, "usage-delay", 0, "how long a stream's usage chunk comes after its last word")
 
 	var envErr error
 	fs.VisitAll(func(f *flag.Flag) {
@@ -131,8 +134,14 @@ func parseFlags(args []string, getenv func(string) string, stdout io.Writer) (st
 	if cfg.Burst < 0 {
 		return "", cfg, fmt.Errorf("-burst: %d is negative", cfg.Burst)
 	}
-	if cfg.Latency < 0 || cfg.Jitter < 0 || cfg.ChunkDelay < 0 {
-		return "", cfg, errors.New("-latency, -jitter and -chunk-delay must not be negative")
+	if cfg.Latency < 0 || cfg.Jitter < 0 || cfg.ChunkDelay < 0 || cfg.UsageDelay < 0 {
+		return "", cfg, errors.New("-latency, -jitter, -chunk-delay and -usage-delay must not be negative")
+	}
+	if cfg.Billing != mock.BillTokens && cfg.Billing != mock.BillWords {
+		return "", cfg, fmt.Errorf("-bill: %q is not tokens or words", cfg.Billing)
+	}
+	if cfg.AnswerTokens < 0 || cfg.AnswerTokens > 1_000_000 {
+		return "", cfg, fmt.Errorf("-answer-tokens: %d is not from 0 to 1000000", cfg.AnswerTokens)
 	}
 	return *addr, cfg, nil
 }

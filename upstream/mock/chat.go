@@ -15,15 +15,20 @@ import (
 // maxBody bounds a request body; the mock is not a place for huge prompts.
 const maxBody = 4 << 20
 
+// maxAnswerTokens bounds X-Mock-Answer-Tokens.
+const maxAnswerTokens = 1_000_000
+
 // stallAfterFirstChunk is the one value X-Mock-Stall knows.
 const stallAfterFirstChunk = "after-first-chunk"
 
 // chatRequest is the part of a chat completion request the mock reads.
 type chatRequest struct {
-	Model         string        `json:"model"`
-	Messages      []chatMessage `json:"messages"`
-	Stream        bool          `json:"stream"`
-	StreamOptions *struct {
+	Model               string        `json:"model"`
+	Messages            []chatMessage `json:"messages"`
+	MaxTokens           *int          `json:"max_tokens"`
+	MaxCompletionTokens *int          `json:"max_completion_tokens"`
+	Stream              bool          `json:"stream"`
+	StreamOptions       *struct {
 		IncludeUsage bool `json:"include_usage"`
 	} `json:"stream_options"`
 }
@@ -68,28 +73,50 @@ type reply struct {
 	created int64
 	model   string
 	content string
+	finish  string
 	usage   usage
 }
 
-func (s *Server) reply(req chatRequest) reply {
-	prompt, last := 0, ""
+// reply answers req, whose body is body: "mock reply to: " and the start
+// of the last user message, grown to answer tokens when the request asks
+// for a long answer (X-Mock-Answer-Tokens, Config.AnswerTokens), and cut
+// to the request's max_completion_tokens or max_tokens, as a model stops
+// at its bound (finish_reason "length").
+func (s *Server) reply(req chatRequest, body []byte, answer int) reply {
+	last := ""
 	for _, m := range req.Messages {
-		t := m.text()
-		prompt += len(strings.Fields(t))
 		if m.Role == "user" {
-			last = t
+			last = m.text()
 		}
 	}
 	if r := []rune(last); len(r) > 40 {
 		last = string(r[:40])
 	}
 	content := "mock reply to: " + last
-	completion := len(strings.Fields(content))
+	if grow := answer - s.bill.count(content); grow > 0 {
+		content += strings.Repeat(" ok", grow) // " ok" is one token, and one word
+	}
+	completion, finish := s.bill.count(content), "stop"
+	bound := req.MaxCompletionTokens
+	if bound == nil {
+		bound = req.MaxTokens
+	}
+	if bound != nil && *bound >= 1 && completion > *bound {
+		content, completion, finish = s.bill.truncate(content, *bound), *bound, "length"
+	}
+	prompt := s.bill.prompt(body)
+	if s.bill.words {
+		prompt = 0
+		for _, m := range req.Messages {
+			prompt += len(strings.Fields(m.text()))
+		}
+	}
 	return reply{
 		id:      "chatcmpl-mock-" + strconv.FormatUint(s.ids.Add(1), 10),
 		created: s.now().Unix(),
 		model:   req.Model,
 		content: content,
+		finish:  finish,
 		usage:   usage{PromptTokens: prompt, CompletionTokens: completion, TotalTokens: prompt + completion},
 	}
 }
@@ -114,6 +141,24 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 	if stall != "" && stall != stallAfterFirstChunk {
 		writeError(w, http.StatusBadRequest, "X-Mock-Stall must be "+stallAfterFirstChunk)
 		return
+	}
+	answer := s.cfg.AnswerTokens
+	if v := r.Header.Get("X-Mock-Answer-Tokens"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 || n > maxAnswerTokens {
+			writeError(w, http.StatusBadRequest, "X-Mock-Answer-Tokens must be a whole number from 0 to 1000000")
+			return
+		}
+		answer = n
+	}
+	usageDelay := s.cfg.UsageDelay
+	if v := r.Header.Get("X-Mock-Usage-Delay"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < 0 {
+			writeError(w, http.StatusBadRequest, "X-Mock-Usage-Delay must be a duration such as 2s")
+			return
+		}
+		usageDelay = d
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
 	if err != nil {
@@ -143,10 +188,10 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusInternalServerError, "The server had an error while processing your request (mock failure).")
 		return
 	}
-	rep := s.reply(req)
+	rep := s.reply(req, body, answer)
 	if req.Stream {
 		s.count(ks, http.StatusOK)
-		s.stream(w, r, rep, req.StreamOptions != nil && req.StreamOptions.IncludeUsage, stall != "")
+		s.stream(w, r, rep, req.StreamOptions != nil && req.StreamOptions.IncludeUsage, stall != "", usageDelay)
 		return
 	}
 	if stall != "" {
@@ -181,7 +226,7 @@ func completion(rep reply) any {
 		Usage   usage    `json:"usage"`
 	}{
 		ID: rep.id, Object: "chat.completion", Created: rep.created, Model: rep.model,
-		Choices: []choice{{Message: message{Role: "assistant", Content: rep.content}, FinishReason: "stop"}},
+		Choices: []choice{{Message: message{Role: "assistant", Content: rep.content}, FinishReason: rep.finish}},
 		Usage:   rep.usage,
 	}
 }
@@ -208,9 +253,10 @@ type chunk struct {
 }
 
 // stream writes rep as server-sent events: a role chunk, s.chunks content
-// deltas ChunkDelay apart, a finish chunk, a usage chunk if asked, and
-// [DONE]. With stall it writes the role chunk and waits for the client to go.
-func (s *Server) stream(w http.ResponseWriter, r *http.Request, rep reply, includeUsage, stall bool) {
+// deltas ChunkDelay apart, a finish chunk, a usage chunk if asked (after
+// usageDelay), and [DONE]. With stall it writes the role chunk and waits
+// for the client to go.
+func (s *Server) stream(w http.ResponseWriter, r *http.Request, rep reply, includeUsage, stall bool, usageDelay time.Duration) {
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-cache")
@@ -253,11 +299,13 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, rep reply, inclu
 			return
 		}
 	}
-	stop := "stop"
-	if !send(base(chunkChoice{Delta: delta{}, FinishReason: &stop})) {
+	if !send(base(chunkChoice{Delta: delta{}, FinishReason: &rep.finish})) {
 		return
 	}
 	if includeUsage {
+		if !sleep(r.Context(), usageDelay) {
+			return // the client went away before the usage came
+		}
 		c := base()
 		c.Usage = &rep.usage
 		if !send(c) {

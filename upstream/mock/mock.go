@@ -20,6 +20,12 @@
 //	X-Mock-Stall: after-first-chunk
 //	                              write the first chunk (for a non-stream request: the
 //	                              status and headers), then block until the client goes away
+//	X-Mock-Answer-Tokens: 20000   the answer runs this long unless the request bounds it
+//	X-Mock-Usage-Delay: 2s        a stream's usage chunk comes this long after its last word
+//
+// Usage is billed as a provider bills it (see bill.go): prompt tokens
+// from the whole body with a real tokenizer, an answer cut at the
+// request's max_completion_tokens or max_tokens.
 package mock
 
 import (
@@ -70,6 +76,16 @@ type Config struct {
 	Models []string
 	// Now is the clock of the buckets and of "created"; time.Now when nil.
 	Now func() time.Time
+	// Billing is how usage is counted: BillTokens (the default) as a
+	// provider bills, with a real tokenizer over the whole body; BillWords
+	// by words, at no cost, for load runs.
+	Billing string
+	// AnswerTokens is how long an answer runs when the request sets no
+	// bound (X-Mock-Answer-Tokens per request); 0: a one-line answer.
+	AnswerTokens int
+	// UsageDelay is how long a stream's usage chunk comes after its last
+	// word (X-Mock-Usage-Delay per request).
+	UsageDelay time.Duration
 }
 
 // Server is the mock upstream, an http.Handler. It is safe for concurrent use.
@@ -80,6 +96,7 @@ type Server struct {
 	total  counters
 	ids    atomic.Uint64
 	chunks int
+	bill   *biller
 
 	rngMu sync.Mutex
 	rng   *rand.Rand
@@ -123,6 +140,7 @@ func New(cfg Config) *Server {
 		now:    cfg.Now,
 		keys:   make(map[string]*keyState, len(cfg.Keys)),
 		chunks: cfg.StreamChunks,
+		bill:   newBiller(cfg.Billing),
 		rng:    rand.New(rand.NewPCG(uint64(cfg.Seed), 0x5eed)),
 	}
 	if s.now == nil {

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"github.com/tiktoken-go/tokenizer"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -233,16 +234,31 @@ func TestFailureRate(t *testing.T) {
 	}
 }
 
+// o200k is the reference count the mock bills by.
+func o200k(t *testing.T, s string) int {
+	t.Helper()
+	c, err := tokenizer.Get(tokenizer.O200kBase)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, _ := c.Count(s)
+	return n
+}
+
 func TestCompletion(t *testing.T) {
 	s := New(Config{Keys: map[string]float64{"sk-a": 0}})
+	// Prompts billed as OpenAI's cookbook counts: 3 to prime the reply, and
+	// 3 a message plus its role and text; an image by address is taken as
+	// 1024 × 1024 (85 + 4 tiles × 170).
 	tests := []struct {
 		name, body, content string
 		prompt              int
 	}{
-		{"string content", chatBody, "mock reply to: write a spring couplet about good fortun", 13},
+		{"string content", chatBody, "mock reply to: write a spring couplet about good fortun",
+			3 + 3 + o200k(t, "system") + o200k(t, "be brief") + 3 + o200k(t, "user") + o200k(t, "write a spring couplet about good fortune and long life please")},
 		{"parts content", `{"model":"gpt-test","messages":[{"role":"user","content":[{"type":"text","text":"hello there"},{"type":"image_url","image_url":{"url":"x"}},{"type":"text","text":"friend"}]}]}`,
-			"mock reply to: hello there friend", 3},
-		{"no user message", `{"model":"gpt-test","messages":[]}`, "mock reply to: ", 0},
+			"mock reply to: hello there friend", 3 + 3 + o200k(t, "user") + o200k(t, "hello there") + 765 + o200k(t, "friend")},
+		{"no user message", `{"model":"gpt-test","messages":[]}`, "mock reply to: ", 3},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -263,7 +279,7 @@ func TestCompletion(t *testing.T) {
 				got.Choices[0].FinishReason != "stop" {
 				t.Fatalf("answer %+v", got)
 			}
-			completion := len(strings.Fields(tt.content))
+			completion := o200k(t, tt.content)
 			if got.Usage != (usage{tt.prompt, completion, tt.prompt + completion}) {
 				t.Errorf("usage %+v, want prompt %d completion %d", got.Usage, tt.prompt, completion)
 			}
@@ -354,7 +370,9 @@ func TestStream(t *testing.T) {
 		}
 		if includeUsage {
 			u := chunks[5]
-			if len(u.Choices) != 0 || u.Usage == nil || *u.Usage != (usage{13, 10, 23}) {
+			prompt := 3 + 3 + o200k(t, "system") + o200k(t, "be brief") + 3 + o200k(t, "user") + o200k(t, "write a spring couplet about good fortune and long life please")
+			completion := o200k(t, content.String())
+			if len(u.Choices) != 0 || u.Usage == nil || *u.Usage != (usage{prompt, completion, prompt + completion}) {
 				t.Errorf("usage chunk %q", data[5])
 			}
 		}
@@ -474,4 +492,62 @@ func TestStatsEndpoint(t *testing.T) {
 	if got.Total != want.Total || got.Keys["sk-a"] != want.Keys["sk-a"] || got.Keys["sk-b"] != want.Keys["sk-b"] {
 		t.Errorf("stats %+v, want %+v", got, want)
 	}
+}
+
+// TestBillsLikeAProvider: an answer runs as long as it is asked to, stops
+// at the request's bound, and the whole body's tools count; words mode
+// counts words.
+func TestBillsLikeAProvider(t *testing.T) {
+	s := New(Config{Keys: map[string]float64{"sk-a": 0}})
+	answer := func(body string, hdr map[string]string) (string, usage, string) {
+		t.Helper()
+		rec := doWith(t, s, "POST", "/v1/chat/completions", "sk-a", body, hdr)
+		var got struct {
+			Choices []struct {
+				Message      struct{ Content string }
+				FinishReason string `json:"finish_reason"`
+			}
+			Usage usage
+		}
+		if err := json.Unmarshal(rec.Body.Bytes(), &got); err != nil || rec.Code != 200 {
+			t.Fatalf("%d %s", rec.Code, rec.Body)
+		}
+		return got.Choices[0].Message.Content, got.Usage, got.Choices[0].FinishReason
+	}
+	const msgs = `"messages":[{"role":"user","content":"go on"}]`
+	long := map[string]string{"X-Mock-Answer-Tokens": "20000"}
+	if content, u, finish := answer(`{"model":"m",`+msgs+`}`, long); u.CompletionTokens != 20000 || finish != "stop" || o200k(t, content) != 20000 {
+		t.Errorf("unbounded: %d tokens (%d counted), finish %q; want 20000, stop", u.CompletionTokens, o200k(t, content), finish)
+	}
+	for _, field := range []string{"max_tokens", "max_completion_tokens"} {
+		if content, u, finish := answer(`{"model":"m","`+field+`":100,`+msgs+`}`, long); u.CompletionTokens != 100 || finish != "length" || o200k(t, content) > 100 {
+			t.Errorf("%s 100: %d tokens, finish %q", field, u.CompletionTokens, finish)
+		}
+	}
+	_, plain, _ := answer(`{"model":"m",`+msgs+`}`, nil)
+	tools := `"tools":[{"type":"function","function":{"name":"get_weather","description":"The weather in a city.","parameters":{"type":"object","properties":{"city":{"type":"string","description":"A city"},"unit":{"type":"string","enum":["c","f"]}}}}}]`
+	_, withTools, _ := answer(`{"model":"m",`+msgs+`,`+tools+`}`, nil)
+	want := 7 + o200k(t, "get_weather:The weather in a city") + 3 + 3 + o200k(t, "city:string:A city") + (3 - 3 + 3 + o200k(t, "c") + 3 + o200k(t, "f") + o200k(t, "unit:string:")) + 12
+	if got := withTools.PromptTokens - plain.PromptTokens; got != want {
+		t.Errorf("tools billed %d prompt tokens, want the cookbook's %d", got, want)
+	}
+	words := New(Config{Keys: map[string]float64{"sk-a": 0}, Billing: BillWords})
+	rec := doWith(t, words, "POST", "/v1/chat/completions", "sk-a", `{"model":"m","max_tokens":2,"messages":[{"role":"user","content":"one two three"}]}`, map[string]string{"X-Mock-Answer-Tokens": "50"})
+	if !strings.Contains(rec.Body.String(), `"usage":{"prompt_tokens":3,"completion_tokens":2,"total_tokens":5}`) || !strings.Contains(rec.Body.String(), `"content":"mock reply"`) {
+		t.Errorf("words: %s", rec.Body)
+	}
+	if rec := doWith(t, s, "POST", "/v1/chat/completions", "sk-a", `{"model":"m",`+msgs+`}`, map[string]string{"X-Mock-Answer-Tokens": "x"}); rec.Code != 400 ||
+		!strings.Contains(rec.Body.String(), "X-Mock-Answer-Tokens must be a whole number") {
+		t.Errorf("bad hook: %d %s", rec.Code, rec.Body)
+	}
+}
+
+// doWith is do with headers from a map.
+func doWith(t *testing.T, h http.Handler, method, path, key, body string, hdr map[string]string) *httptest.ResponseRecorder {
+	t.Helper()
+	var kv []string
+	for k, v := range hdr {
+		kv = append(kv, k, v)
+	}
+	return do(t, h, method, path, key, body, kv...)
 }
