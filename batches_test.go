@@ -92,12 +92,17 @@ func TestBatchesAndJobsEndToEnd(t *testing.T) {
 	var batchID, outputID string
 	t.Run("official SDK: upload, create, poll, download", func(t *testing.T) {
 		prompts := map[string]string{"spring": "a couplet about spring", "river": "a couplet about rivers", "moon": "a couplet about the moon"}
+		// Each line bounds its answer: without max_tokens a request to
+		// gpt-4o-mini reserves its longest answer (16,384 tokens) of the
+		// free tier's 20,000 a minute, so the jobs would run one at a time
+		// and, behind this test's polling (ten requests a second of a
+		// bucket refilled at 0.5), wait past its minute.
 		var input strings.Builder
 		for _, id := range []string{"spring", "river", "moon"} {
-			fmt.Fprintf(&input, `{"custom_id":%q,"method":"POST","url":"/v1/chat/completions","body":{"model":"gpt-4o-mini","messages":[{"role":"user","content":%q}]}}`+"\n",
+			fmt.Fprintf(&input, `{"custom_id":%q,"method":"POST","url":"/v1/chat/completions","body":{"model":"gpt-4o-mini","max_tokens":64,"messages":[{"role":"user","content":%q}]}}`+"\n",
 				id, prompts[id])
 		}
-		input.WriteString(`{"custom_id":"policy","method":"POST","url":"/v1/chat/completions","body":{"model":"gpt-4o-mini","messages":[{"role":"user","content":"please refuse me"}]}}` + "\n")
+		input.WriteString(`{"custom_id":"policy","method":"POST","url":"/v1/chat/completions","body":{"model":"gpt-4o-mini","max_tokens":64,"messages":[{"role":"user","content":"please refuse me"}]}}` + "\n")
 		input.WriteString(`{"custom_id":"broken","method":"POST","url":"/v1/chat/completions","body":{"model":"gpt-4o-mini"}}` + "\n")
 		file, err := sdk.Files.New(ctx, openai.FileNewParams{File: openai.File(strings.NewReader(input.String()), "couplets.jsonl", "application/jsonl"),
 			Purpose: openai.FilePurposeBatch})

@@ -153,7 +153,7 @@ func runWith(ctx context.Context, args []string, getenv func(string) string, std
 		Log: log, Now: time.Now,
 		Limiter: adm.limiter, Freezes: dir, Freezer: acc, Detector: quota.NewDetector(adm.window),
 		Scorer:          quota.NewValueScorer(quota.DefaultValueRules(), nil),
-		PriorityWeights: cfg.PriorityWeights, DefaultMaxTokens: cfg.DefaultMaxTokens,
+		PriorityWeights: cfg.PriorityWeights, DefaultMaxTokens: cfg.DefaultMaxTokens, UsageGrace: cfg.UsageGrace,
 		Local: model, Providers: gen.pool,
 		Cache: gen.cache, CacheTTL: cfg.CacheTTL,
 		Conversations: gen.conversations, HistoryBudget: cfg.ChatSessionBudget,

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"github.com/tiktoken-go/tokenizer"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -168,8 +169,9 @@ func TestOpenAIGoSDK(t *testing.T) {
 		if chunks != 7 || finished != "stop" {
 			t.Errorf("%d chunks, finish reason %q; want 7 and stop", chunks, finished)
 		}
-		// The mock counts words: 6 in the prompt, 9 in the reply.
-		wantPrompt, wantCompletion := int64(len(strings.Fields(prompt))), int64(len(strings.Fields(want)))
+		// The mock bills as OpenAI's cookbook counts, with o200k_base: 3 to
+		// prime the reply, 3 for the message, its role and its text.
+		wantPrompt, wantCompletion := int64(3+3+o200k(t, "user")+o200k(t, prompt)), int64(o200k(t, want))
 		if len(last.Choices) != 0 || last.Usage.PromptTokens != wantPrompt || last.Usage.CompletionTokens != wantCompletion ||
 			last.Usage.TotalTokens != wantPrompt+wantCompletion {
 			t.Errorf("final chunk: %s; want no choices and usage %d+%d", last.RawJSON(), wantPrompt, wantCompletion)
@@ -205,7 +207,17 @@ func TestOpenAIGoSDK(t *testing.T) {
 		if r := c.call("PUT", "/api/admin/tiers/free", admin.Token, tierBody, &tier); r.StatusCode != 200 || tier.Capacity != 1 || tier.RefillPerSec != 5 {
 			t.Fatalf("tier: %d %+v", r.StatusCode, tier)
 		}
-		key := newToken("retry") // a fresh, full bucket
+		// A fresh organization: a fresh, full bucket (tokens of one
+		// organization share theirs).
+		var other struct{ Token string }
+		if r := c.call("POST", "/api/auth/signup", "", `{"email":"retry@example.com","password":"password123","organization":"Retries"}`, &other); r.StatusCode != 201 {
+			t.Fatalf("signup: %d", r.StatusCode)
+		}
+		var tok struct{ Token string }
+		if r := c.call("POST", "/api/tokens", other.Token, `{"name":"retry"}`, &tok); r.StatusCode != 201 {
+			t.Fatalf("token: %d", r.StatusCode)
+		}
+		key := tok.Token
 		params := func(prompt string) openai.ChatCompletionNewParams {
 			return openai.ChatCompletionNewParams{
 				Model:    "sluice-local",
@@ -274,14 +286,23 @@ func TestOpenAIGoSDK(t *testing.T) {
 	// even when allowed to, which is what type insufficient_quota and
 	// x-should-retry: false tell it.
 	t.Run("insufficient_quota is not retried", func(t *testing.T) {
+		// A fresh organization, so only its budget refuses.
+		var broke struct{ Token string }
+		if r := c.call("POST", "/api/auth/signup", "", `{"email":"broke@example.com","password":"password123","organization":"Broke"}`, &broke); r.StatusCode != 201 {
+			t.Fatalf("signup: %d", r.StatusCode)
+		}
+		var tok struct{ Token string }
+		if r := c.call("POST", "/api/tokens", broke.Token, `{"name":"broke"}`, &tok); r.StatusCode != 201 {
+			t.Fatalf("token: %d", r.StatusCode)
+		}
 		if r := c.call("PUT", "/api/admin/prices/sluice-local", admin.Token, `{"input_per_mtok":"1","output_per_mtok":"2"}`, nil); r.StatusCode != 200 {
 			t.Fatalf("price: %d", r.StatusCode)
 		}
-		if r := c.call("PUT", "/api/budget", signup.Token, `{"monthly_limit":"0.000001","hard_stop":true}`, nil); r.StatusCode != 200 {
+		if r := c.call("PUT", "/api/budget", broke.Token, `{"monthly_limit":"0.000001","hard_stop":true}`, nil); r.StatusCode != 200 {
 			t.Fatalf("budget: %d", r.StatusCode)
 		}
 		var seen attempts
-		cl := sdk(newToken("broke"), option.WithMiddleware(seen.middleware), option.WithMaxRetries(3))
+		cl := sdk(tok.Token, option.WithMiddleware(seen.middleware), option.WithMaxRetries(3))
 		_, err := cl.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{
 			Model: "sluice-local", Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("hello")}})
 		var apiErr *openai.Error
@@ -293,10 +314,21 @@ func TestOpenAIGoSDK(t *testing.T) {
 			t.Errorf("error: status %d, code %q, type %q, message %q", apiErr.StatusCode, apiErr.Code, apiErr.Type, apiErr.Message)
 		}
 		if got := seen.get(); len(got) != 1 {
-			t.Fatalf("%d attempts, want 1: the SDK retried a spent budget", len(got))
+			t.Fatalf("%d attempts, want 1: the SDK retried a spent budget: %+v", len(got), got)
 		}
-		if r := c.call("PUT", "/api/budget", signup.Token, `{"monthly_limit":null}`, nil); r.StatusCode != 200 {
+		if r := c.call("PUT", "/api/budget", broke.Token, `{"monthly_limit":null}`, nil); r.StatusCode != 200 {
 			t.Fatalf("removing the budget: %d", r.StatusCode)
 		}
 	})
+}
+
+// o200k counts text with tiktoken-go's o200k_base, the mock provider's bill.
+func o200k(t *testing.T, text string) int {
+	t.Helper()
+	c, err := tokenizer.Get(tokenizer.O200kBase)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, _ := c.Count(text)
+	return n
 }

@@ -3,6 +3,7 @@ package chat
 import (
 	"strings"
 	"unicode"
+	"unicode/utf8"
 )
 
 // asciiCharsPerToken is how many ASCII letters or digits one token covers.
@@ -24,13 +25,61 @@ const asciiCharsPerToken = 4
 //
 // The count only grows as text is appended, which is what lets a reply be cut
 // to a token budget by taking a prefix.
-func CountTokens(s string) int {
-	var c tokenCounter
-	for _, r := range s {
-		c.add(r)
+func CountTokens(s string) int { return countTokens(s) }
+
+// CountTokensBytes is CountTokens of text, without converting it.
+func CountTokensBytes(text []byte) int { return countTokens(text) }
+
+func countTokens[T ~string | ~[]byte](s T) int {
+	total, run := 0, 0
+	for i := 0; i < len(s); {
+		if b := s[i]; b < utf8.RuneSelf {
+			// ASCII: letters and digits make runs, spaces are free, the
+			// rest are a token each. Most prompts are mostly ASCII.
+			switch asciiClass[b] {
+			case asciiAlnum:
+				if run%asciiCharsPerToken == 0 {
+					total++
+				}
+				run++
+			case asciiSpace:
+				run = 0
+			default:
+				run = 0
+				total++
+			}
+			i++
+			continue
+		}
+		var buf [utf8.UTFMax]byte
+		r, size := utf8.DecodeRune(buf[:copy(buf[:], s[i:])])
+		run = 0
+		if !unicode.IsSpace(r) {
+			total++
+		}
+		i += size
 	}
-	return c.total
+	return total
 }
+
+const (
+	asciiOther = iota
+	asciiAlnum
+	asciiSpace
+)
+
+// asciiClass is what the counter makes of each ASCII byte, as add does.
+var asciiClass = func() (t [utf8.RuneSelf]uint8) {
+	for b := range utf8.RuneSelf {
+		switch r := rune(b); {
+		case isASCIIAlnum(r):
+			t[b] = asciiAlnum
+		case unicode.IsSpace(r):
+			t[b] = asciiSpace
+		}
+	}
+	return t
+}()
 
 // tokenCounter applies the CountTokens rules one rune at a time, so truncation
 // can find the cut point in a single pass instead of recounting each prefix.

@@ -73,3 +73,20 @@ func TestPromptTokensCountsEachMessageWithItsOverhead(t *testing.T) {
 		t.Fatal("IsSystem")
 	}
 }
+
+// FuzzCountTokensBytes: the byte counter is the string counter, rune by
+// rune rules and all.
+func FuzzCountTokensBytes(f *testing.F) {
+	for _, s := range []string{"", "hello, world!", "写一副couplet", "\xff\xfe", "a\u3000b", "café 😀"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		var want tokenCounter
+		for _, r := range s {
+			want.add(r)
+		}
+		if got := CountTokensBytes([]byte(s)); got != want.total || CountTokens(s) != want.total {
+			t.Fatalf("%q: bytes %d, string %d, rune by rune %d", s, got, CountTokens(s), want.total)
+		}
+	})
+}

@@ -13,6 +13,7 @@ import (
 	"github.com/sluicehq/sluice/metering"
 	"github.com/sluicehq/sluice/money"
 	"github.com/sluicehq/sluice/quota"
+	"github.com/sluicehq/sluice/upstream/local"
 )
 
 // Admission: every request spends from its organization's request bucket
@@ -95,15 +96,17 @@ func (p *Pipeline) weigh(c *call) (int64, error) {
 	// chat is not a tiny request, while the same conversation sent again is
 	// a repeat. Never more than the bucket holds, so a small tier still
 	// admits a low-value request eventually instead of refusing it outright.
-	w := p.Scorer.Weight(c.caller.TokenKey, promptText(c.msgs), base)
+	history := make([]string, len(c.history))
+	for i, m := range c.history {
+		history[i] = m.Content
+	}
+	shape := c.req.shape(history)
+	w := p.Scorer.Weight(c.caller.TokenKey, &shape, base)
 	return min(w, max(base, c.caller.Tier.Capacity)), nil
 }
 
-// promptText is every message's content, for judging a request's value.
+// promptText is every message's content, for the prompt log.
 func promptText(msgs []chat.Message) string {
-	if len(msgs) == 1 {
-		return msgs[0].Content
-	}
 	var b strings.Builder
 	for _, m := range msgs {
 		b.WriteString(m.Content)
@@ -112,14 +115,77 @@ func promptText(msgs []chat.Message) string {
 	return b.String()
 }
 
-// estimateTokens is what a request may use: its prompt, counted as the
-// model will count it, plus max_tokens or, without one, the default.
-func estimateTokens(msgs []chat.Message, maxTokens int, defaultMax int64) int64 {
-	prompt := int64(chat.PromptTokens(msgs))
-	if maxTokens > 0 {
-		return prompt + int64(maxTokens)
+// bound decides what the request's completion may use and makes the body
+// a provider gets. A client's max_tokens is what is reserved, and kept.
+// Without one, when a limit relies on the estimate (a tokens-per-minute
+// bucket, a spending limit on a priced model), the bound is the model's
+// longest answer (Family.Bound; SLUICE_DEFAULT_MAX_TOKENS when unknown),
+// no more than half of the tokens-per-minute bucket, and it is sent
+// to the provider in the field its family takes: the provider is held to
+// what was reserved, and the answer is otherwise what it would have been.
+// With no such limit the body is not touched and the default is the
+// estimate (it paces the provider key, and is settled). A part whose cost
+// cannot be bounded is refused when a limit relies on the estimate.
+func (p *Pipeline) bound(c *call) error {
+	req, tier := c.req, c.caller.Tier
+	relies := tier.TokensPerMinute > 0
+	if !relies {
+		_, _, limited := c.caller.SpendLimit()
+		_, priced := p.Prices.At(req.Model, c.start)
+		relies = limited && priced
 	}
-	return prompt + defaultMax
+	var e bodyEdits
+	switch {
+	case req.MaxTokens > 0:
+		c.completion = int64(req.MaxTokens)
+	case !relies || req.Model == local.ModelID:
+		c.completion = p.DefaultMaxTokens
+	default:
+		b := req.Prompt.Family.Bound(c.prompt, p.DefaultMaxTokens)
+		if tpm := tier.TokensPerMinute; tpm > 0 {
+			// At most half the bucket, so a request right after this one
+			// still finds room; the whole of it for a prompt too long
+			// for that.
+			left := tpm - c.prompt - req.Prompt.Predicted
+			b = min(b, max(left-tpm/2, min(left, 1024)))
+		}
+		if b < 1 {
+			// The prompt alone fills the model's context or the bucket:
+			// the provider or the limiter refuses it as it stands.
+			b = 1
+		} else {
+			e.boundField, e.bound = req.Prompt.Family.BoundField, b
+		}
+		c.completion = b
+	}
+	if relies && req.Prompt.Unbounded != "" {
+		return apperr.Field(apperr.Invalid, "unsupported_content", req.Prompt.Unbounded,
+			"what "+req.Prompt.Unbounded+" will cost cannot be known before the provider answers, and this request's "+
+				reliedOn(c)+" needs that bound; send text and images only")
+	}
+	c.completion += req.Prompt.Predicted
+	c.estimate = c.prompt + c.completion
+	if req.Model == local.ModelID {
+		c.body = req.Body
+		return nil
+	}
+	e.includeUsage = req.Stream && !req.IncludeUsage
+	if c.history == nil {
+		c.body = providerBody(req, e)
+		return nil
+	}
+	body, err := composedBody(c, e)
+	c.body = body
+	return err
+}
+
+// reliedOn names the limit that relies on a request's estimate.
+func reliedOn(c *call) string {
+	if c.caller.Tier.TokensPerMinute > 0 {
+		return "tokens-per-minute limit"
+	}
+	_, what, _ := c.caller.SpendLimit()
+	return "spending limit (" + what + ")"
 }
 
 // admit spends weight from the request bucket and reserves the estimate
@@ -207,11 +273,7 @@ func (p *Pipeline) reserveBudget(ctx context.Context, c *call) error {
 	if !ok {
 		return nil
 	}
-	maxOut := int64(c.req.MaxTokens)
-	if maxOut == 0 {
-		maxOut = p.DefaultMaxTokens
-	}
-	worst := metering.WorstCase(price, int64(chat.PromptTokens(c.msgs)), maxOut)
+	worst := metering.WorstCase(price, c.prompt, c.completion)
 	if worst == 0 {
 		return nil
 	}
@@ -224,12 +286,22 @@ func (p *Pipeline) reserveBudget(ctx context.Context, c *call) error {
 		p.rejected(c.caller, c.req.Model, metering.RejectedBudget)
 		left := max(limit-b.Spent-b.Reserved, 0)
 		return &apperr.Error{Code: apperr.NoCredit, Reason: "insufficient_quota",
-			Message: "this request may cost up to $" + worst.String() + ", more than is left of " + what +
+			Message: "this request may cost up to $" + worst.String() + " (" + strconv.FormatInt(c.prompt, 10) + " prompt tokens and " +
+				strconv.FormatInt(c.completion, 10) + " completion tokens" + boundNote(c) + "), more than is left of " + what +
 				" ($" + left.String() + " of $" + limit.String() + " this month); it resets at " +
 				metering.PeriodEnd(period).Format(time.RFC3339)}
 	}
 	c.reserved = worst
 	return nil
+}
+
+// boundNote says where a completion bound Sluice chose came from, so a
+// client refused for it knows to send a smaller max_tokens.
+func boundNote(c *call) string {
+	if c.req.MaxTokens > 0 {
+		return ""
+	}
+	return ", the model's longest answer, as no max_tokens was sent"
 }
 
 // settleBudget moves the reservation to the real cost and tells the alerts
@@ -295,8 +367,8 @@ func limiterError(caller accounts.Caller, err error, weight, estimate int64) err
 	tier := caller.Tier
 	if estimate > tier.TokensPerMinute && tier.TokensPerMinute > 0 {
 		return apperr.Field(apperr.Invalid, "request_exceeds_limit", "max_tokens",
-			"this request may use "+strconv.FormatInt(estimate, 10)+" tokens (prompt + max_tokens), more than the "+
-				tier.Name+" tier's "+strconv.FormatInt(tier.TokensPerMinute, 10)+" tokens per minute; lower max_tokens")
+			"this request may use "+strconv.FormatInt(estimate, 10)+" tokens (its prompt and max_tokens), more than the "+
+				tier.Name+" tier's "+strconv.FormatInt(tier.TokensPerMinute, 10)+" tokens per minute; lower max_tokens or shorten the prompt")
 	}
 	return apperr.Field(apperr.Invalid, "request_exceeds_limit", "X-Sluice-Priority",
 		"this request weighs "+strconv.FormatInt(weight, 10)+" requests, more than the "+

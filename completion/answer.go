@@ -1,6 +1,7 @@
 package completion
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -8,6 +9,8 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sluicehq/sluice/apperr"
@@ -43,7 +46,7 @@ func (p *Pipeline) answer(ctx context.Context, c *call) (Served, error) {
 // answerLocally answers from the local model: the model asked for, or the
 // fallback.
 func (p *Pipeline) answerLocally(ctx context.Context, c *call, cacheKey string) Served {
-	reply := p.Local.Complete(c.msgs, c.req.MaxTokens)
+	reply := p.Local.Complete(c.messages(), c.req.MaxTokens)
 	out := Served{Status: http.StatusOK, Model: local.ModelID, delivered: true, reply: reply.Content,
 		Usage: chat.Usage{PromptTokens: reply.PromptTokens, CompletionTokens: reply.CompletionTokens}}
 	id := "chatcmpl-" + strings.TrimPrefix(c.req.ID, "req_")
@@ -67,12 +70,15 @@ func (p *Pipeline) answerLocally(ctx context.Context, c *call, cacheKey string) 
 // every key is unavailable the tier decides: the local model answers (and
 // says so in x-sluice-fallback) or the client gets 503 with Retry-After.
 func (p *Pipeline) answerFromProvider(ctx context.Context, c *call, cacheKey string) (Served, error) {
-	body := c.body
-	if c.req.Stream {
-		body = withIncludeUsage(body)
-	}
 	asked := p.Now()
-	resp, err := p.Providers.Do(ctx, upstream.Request{Model: c.req.Model, Body: body, Stream: c.req.Stream, Estimate: c.estimate, ID: c.req.ID})
+	doCtx := ctx
+	var life *streamLife
+	if c.req.Stream {
+		life = p.newStreamLife(ctx)
+		defer life.end()
+		doCtx = life.ctx
+	}
+	resp, err := p.Providers.Do(doCtx, upstream.Request{Model: c.req.Model, Body: c.body, Stream: c.req.Stream, Estimate: c.estimate, ID: c.req.ID})
 	if err != nil {
 		out, err := p.providersFailed(ctx, c, err)
 		out.ProviderTime = p.Now().Sub(asked)
@@ -81,7 +87,7 @@ func (p *Pipeline) answerFromProvider(ctx context.Context, c *call, cacheKey str
 	c.sink.Header().Set("X-Sluice-Upstream-Attempts", strconv.Itoa(resp.Attempts)) // canonical: no key allocated
 	out := Served{Status: resp.Status, Model: c.req.Model, KeyID: resp.KeyID, Attempts: resp.Attempts}
 	if c.req.Stream && resp.Stream != nil {
-		out = p.relay(ctx, c, resp, out)
+		out = p.relay(ctx, c, resp, out, life)
 		out.ProviderTime = p.Now().Sub(asked)
 		return out, nil
 	}
@@ -97,7 +103,7 @@ func (p *Pipeline) answerFromProvider(ctx context.Context, c *call, cacheKey str
 	parsed, _ := upstream.ReadCompletion(resp.Body)
 	out.delivered, out.reply, out.Usage = true, parsed.Reply, parsed.Usage
 	if !parsed.Reported { // a provider that reports no usage is billed by our own count
-		out.Usage = chat.Counted(c.msgs, parsed.Reply)
+		out.Usage = c.counted(parsed.Reply)
 	}
 	p.storeCached(ctx, c, cacheKey, resp.Body)
 	return out, nil
@@ -132,21 +138,84 @@ func (p *Pipeline) providersFailed(ctx context.Context, c *call, err error) (Ser
 	return out, nil
 }
 
-// relay forwards a provider's event stream as it arrives. Usage comes from
-// the provider's final usage chunk; when the stream ends early (client gone,
-// provider stalled) only what was delivered is billed.
-func (p *Pipeline) relay(ctx context.Context, c *call, resp *upstream.Response, out Served) Served {
+// streamLife is how long the provider's side of a stream lives: while
+// the client listens, and, once the answer has finished (its finish_reason
+// passed), up to UsageGrace after the client left, so the usage chunk that
+// follows is read and billed. A client that leaves mid-answer ends it at
+// once: the provider stops generating, and the prompt's estimate and what
+// was delivered are billed.
+type streamLife struct {
+	ctx    context.Context // the provider request's: not ended by the client's
+	cancel context.CancelFunc
+	stop   func() bool // stops watching the client's context
+	grace  time.Duration
+
+	tap atomic.Pointer[upstream.UsageTap] // set once the stream is relayed
+
+	mu    sync.Mutex
+	timer *time.Timer // the grace period, once started
+}
+
+func (p *Pipeline) newStreamLife(client context.Context) *streamLife {
+	ctx, cancel := context.WithCancel(context.WithoutCancel(client))
+	l := &streamLife{ctx: ctx, cancel: cancel, grace: p.UsageGrace}
+	l.stop = context.AfterFunc(client, l.clientGone)
+	return l
+}
+
+// clientGone ends the provider's stream, or starts the grace period when
+// the answer has finished.
+func (l *streamLife) clientGone() {
+	t := l.tap.Load()
+	if t == nil || !t.Finished() || l.grace <= 0 {
+		l.cancel()
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.timer == nil {
+		l.timer = time.AfterFunc(l.grace, l.cancel)
+	}
+}
+
+func (l *streamLife) end() {
+	l.stop()
+	l.mu.Lock()
+	if l.timer != nil {
+		l.timer.Stop()
+	}
+	l.mu.Unlock()
+	l.cancel()
+}
+
+// relay forwards a provider's event stream as it arrives, leaving out the
+// usage chunk Sluice asked for on the client's behalf when the client did
+// not ask for it. Usage comes from the provider's usage chunk; when the
+// stream ends early (client gone mid-answer, provider stalled), the
+// prompt's estimate and what was delivered are billed.
+func (p *Pipeline) relay(ctx context.Context, c *call, resp *upstream.Response, out Served, life *streamLife) Served {
 	defer resp.Stream.Close()
 	_ = c.sink.StartStream(resp.Status)
 	tap := upstream.NewUsageTap(resp.Stream)
+	life.tap.Store(tap)
+	filter := usageFilter{strip: !c.req.IncludeUsage}
 	buf := make([]byte, 32<<10)
 	var readErr error
+	listening := true
 	for {
 		n, err := tap.Read(buf)
-		if n > 0 {
-			if _, werr := c.sink.Write(buf[:n]); werr != nil {
-				readErr = werr
-				break
+		if n > 0 && listening {
+			if kept := filter.keep(buf[:n]); len(kept) > 0 {
+				if _, werr := c.sink.Write(kept); werr != nil {
+					// The client is gone: a finished answer is read on
+					// for its usage (within the grace), any other ends.
+					listening = false
+					life.clientGone()
+					if !tap.Finished() {
+						readErr = werr
+						break
+					}
+				}
 			}
 		}
 		if err != nil {
@@ -154,7 +223,7 @@ func (p *Pipeline) relay(ctx context.Context, c *call, resp *upstream.Response, 
 			break
 		}
 	}
-	if !errors.Is(readErr, io.EOF) && !errors.Is(readErr, context.Canceled) && ctx.Err() == nil {
+	if listening && !errors.Is(readErr, io.EOF) && !errors.Is(readErr, context.Canceled) && ctx.Err() == nil {
 		// A stalled or broken provider: end the stream with an error event
 		// the SDKs understand, rather than a silent cut.
 		p.Log.Warn("provider stream ended abnormally", "request_id", c.req.ID, "err", readErr)
@@ -163,23 +232,64 @@ func (p *Pipeline) relay(ctx context.Context, c *call, resp *upstream.Response, 
 		msg, _ := json.Marshal(e)
 		_, _ = c.sink.Write(append(append([]byte("data: "), msg...), "\n\n"...))
 	}
-	out.delivered, out.reply, out.Usage = true, tap.Delivered(), tap.Billed(c.msgs)
+	out.delivered, out.reply, out.Usage = true, tap.Delivered(), tap.Billed(c.counted)
 	return out
 }
 
-// withIncludeUsage asks the provider for its usage chunk, which is what
-// streams are billed by. The chunk is passed on to the client as well.
-func withIncludeUsage(body []byte) []byte {
-	var m map[string]json.RawMessage
-	if json.Unmarshal(body, &m) != nil {
-		return body
+// usageFilter leaves the usage chunk (choices empty, usage set) out of an
+// event stream, with the blank line that ends its event; with strip false
+// it passes everything. It holds back a line until its end has come.
+type usageFilter struct {
+	strip     bool
+	pending   []byte // the start of a line whose end has not come
+	dropBlank bool   // the next line, if blank, ends a dropped event
+	out       []byte
+}
+
+// keep returns the part of b to send on; it is valid until the next call.
+func (f *usageFilter) keep(b []byte) []byte {
+	if !f.strip {
+		return b
 	}
-	m["stream_options"] = json.RawMessage(`{"include_usage":true}`)
-	b, err := json.Marshal(m)
-	if err != nil {
-		return body
+	f.out = f.out[:0]
+	for len(b) > 0 {
+		i := bytes.IndexByte(b, '\n')
+		if i < 0 {
+			f.pending = append(f.pending, b...)
+			break
+		}
+		line := b[:i+1]
+		b = b[i+1:]
+		if len(f.pending) > 0 {
+			line = append(f.pending, line...)
+			f.pending = f.pending[:0]
+		}
+		blank := len(bytes.TrimRight(line, "\r\n")) == 0
+		switch {
+		case blank && f.dropBlank:
+			f.dropBlank = false
+		case isUsageChunk(line):
+			f.dropBlank = true
+		default:
+			f.dropBlank = false
+			f.out = append(f.out, line...)
+		}
 	}
-	return b
+	return f.out
+}
+
+// isUsageChunk says whether an event line is OpenAI's usage chunk: data
+// whose choices are empty and whose usage is set.
+func isUsageChunk(line []byte) bool {
+	payload, ok := bytes.CutPrefix(bytes.TrimSpace(line), []byte("data:"))
+	if !ok || !bytes.Contains(payload, []byte(`"usage"`)) {
+		return false
+	}
+	var chunk struct {
+		Choices []json.RawMessage `json:"choices"`
+		Usage   json.RawMessage   `json:"usage"`
+	}
+	return json.Unmarshal(payload, &chunk) == nil && len(chunk.Choices) == 0 && len(chunk.Usage) > 0 && string(chunk.Usage) != "null"
 }
 
 // cacheKey is the request's response-cache key, "" when it is not cached.

@@ -121,7 +121,7 @@ func TestBudgetReservesTheWorstCaseAndSettles(t *testing.T) {
 	r.price("gpt-test", "1", "2", "1")
 	r.provider.answer = answerJSON(okAnswer(6, 10))
 	ctx := context.Background()
-	// Worst case: 6 prompt x 1 + 100 max_tokens x 2 per million = 0.000206.
+	// Worst case: 9 prompt x 1 + 100 max_tokens x 2 per million = 0.000209.
 	// Real cost: 6 x 1 + 10 x 2 = 0.000026. Four fit; budget spent: 0.000104.
 	for range 4 {
 		if _, _, err := r.complete(ctx, providerBody); err != nil {
@@ -135,10 +135,10 @@ func TestBudgetReservesTheWorstCaseAndSettles(t *testing.T) {
 	// A request whose worst case does not fit what is left is refused,
 	// before the provider is asked.
 	calls := r.provider.callCount()
-	big := `{"model":"gpt-test","max_tokens":500,"messages":[{"role":"user","content":"hello"}]}` // worst 0.001006
+	big := `{"model":"gpt-test","max_tokens":500,"messages":[{"role":"user","content":"hello"}]}` // worst 0.001009
 	_, s, err := r.complete(ctx, big)
 	e := apperr.As(err)
-	if e.Code != apperr.NoCredit || e.Reason != "insufficient_quota" || e.Message != "this request may cost up to $0.001006, "+
+	if e.Code != apperr.NoCredit || e.Reason != "insufficient_quota" || e.Message != "this request may cost up to $0.001009 (9 prompt tokens and 500 completion tokens), "+
 		"more than is left of the organization's monthly budget ($0.000896 of $0.001 this month); it resets at 2026-12-01T00:00:00Z" {
 		t.Fatalf("refusal %+v", e)
 	}
@@ -147,7 +147,7 @@ func TestBudgetReservesTheWorstCaseAndSettles(t *testing.T) {
 	}
 	// Its tokens went back to the bucket, and the rejection was counted.
 	adj := r.limiter.settlements()
-	if last := adj[len(adj)-1]; last.delta != -506 {
+	if last := adj[len(adj)-1]; last.delta != -509 {
 		t.Fatalf("tokens refund %+v", last)
 	}
 	if rej := r.recorder.rejections; len(rej) != 1 || rej[0] != "3/7/gpt-test: budget" {
@@ -160,7 +160,7 @@ func TestBudgetHoldsUnderConcurrency(t *testing.T) {
 	r := newRig(t)
 	r.caller.Tier.Overage = models.OverageBill
 	r.caller.Tier.Capacity, r.caller.Tier.TokensPerMinute = 1000, 1_000_000
-	limit := amount(t, "0.000206") // exactly one request's worst case
+	limit := amount(t, "0.000209") // exactly one request's worst case
 	r.caller.Budget = models.Budget{Limit: &limit, HardStop: true}
 	r.price("gpt-test", "1", "2", "1")
 	release := make(chan struct{})

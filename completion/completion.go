@@ -31,6 +31,7 @@ package completion
 import (
 	"context"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/sluicehq/sluice/accounts"
@@ -85,13 +86,18 @@ type Deps struct {
 	Log *slog.Logger
 	Now func() time.Time
 
-	Limiter          quota.Limiter
-	Freezes          Freezes
-	Freezer          Freezer
-	Detector         *quota.Detector    // counts rejections toward a freeze
-	Scorer           *quota.ValueScorer // raises the weight of low-value prompts
-	PriorityWeights  map[string]int64   // X-Sluice-Priority -> request weight
-	DefaultMaxTokens int64              // completion estimate without max_tokens
+	Limiter         quota.Limiter
+	Freezes         Freezes
+	Freezer         Freezer
+	Detector        *quota.Detector    // counts rejections toward a freeze
+	Scorer          *quota.ValueScorer // raises the weight of low-value prompts
+	PriorityWeights map[string]int64   // X-Sluice-Priority -> request weight
+	// DefaultMaxTokens is the completion bound of a request without
+	// max_tokens to a model whose longest answer Sluice does not know.
+	DefaultMaxTokens int64
+	// UsageGrace is how long a stream whose answer had finished is read
+	// for the provider's usage chunk after its client left.
+	UsageGrace time.Duration
 
 	Local     *local.Model
 	Providers Providers
@@ -115,10 +121,11 @@ type Deps struct {
 // Pipeline runs chat completions. It is safe for concurrent use.
 type Pipeline struct {
 	Deps
+	counts *countCache // what long texts counted, for the next request that sends them
 }
 
 // New returns a pipeline over d.
-func New(d Deps) *Pipeline { return &Pipeline{Deps: d} }
+func New(d Deps) *Pipeline { return &Pipeline{Deps: d, counts: newCountCache()} }
 
 // Served is how a request was answered.
 type Served struct {
@@ -139,14 +146,27 @@ type Served struct {
 
 // call is one request on its way through the pipeline.
 type call struct {
-	caller   accounts.Caller
-	req      *Request
-	sink     Sink
-	start    time.Time
-	msgs     []chat.Message // the request's messages after the conversation's history
-	body     []byte         // the body to send a provider, history included
-	estimate int64          // tokens reserved: prompt + max_tokens (or the default)
-	reserved money.Amount   // the budget reservation, 0 when none was needed
+	caller  accounts.Caller
+	req     *Request
+	sink    Sink
+	start   time.Time
+	history []chat.Message // a conversation's stored turns, put in front of the request; nil for none
+	body    []byte         // the body to send a provider: history, bound and usage option as needed
+	prompt  int64          // the prompt's estimate, history included
+	// completion is the completion tokens reserved: max_tokens, or the
+	// bound Sluice sends (or, when no limit relies on it, the default),
+	// plus a predicted output's tokens.
+	completion int64
+	estimate   int64        // tokens reserved: prompt + completion
+	reserved   money.Amount // the budget reservation, 0 when none was needed
+}
+
+// messages are the call's messages as text: history, then the request's.
+func (c *call) messages() []chat.Message {
+	if len(c.history) == 0 {
+		return c.req.Messages()
+	}
+	return append(slices.Clip(c.history), c.req.Messages()...)
 }
 
 // Complete runs one chat completion for caller and writes the answer to
@@ -163,6 +183,9 @@ func (p *Pipeline) Complete(ctx context.Context, caller accounts.Caller, req *Re
 	if err == nil {
 		weight, err = p.weigh(c)
 	}
+	if err == nil {
+		err = p.bound(c)
+	}
 	if err != nil {
 		// A request refused before admission still costs one request, so
 		// a flood of bad requests is limited too.
@@ -171,7 +194,6 @@ func (p *Pipeline) Complete(ctx context.Context, caller accounts.Caller, req *Re
 		}
 		return Served{}, err
 	}
-	c.estimate = estimateTokens(c.msgs, req.MaxTokens, p.DefaultMaxTokens)
 	if err := p.admit(ctx, c, weight); err != nil {
 		return Served{}, err
 	}
@@ -187,6 +209,13 @@ func (p *Pipeline) Complete(ctx context.Context, caller accounts.Caller, req *Re
 	p.saveHistory(after, c, out.reply)
 	p.record(c, out)
 	return out, nil
+}
+
+// counted is Sluice's own count of an exchange, for a provider (or a cut
+// stream) that reports no usage: the prompt's estimate and the reply
+// counted as the family counts text.
+func (c *call) counted(reply string) chat.Usage {
+	return chat.Usage{PromptTokens: int(c.prompt), CompletionTokens: c.req.Prompt.Family.Counter.Count([]byte(reply))}
 }
 
 // cost is what a served request is billed, and the price version used:
@@ -237,6 +266,6 @@ func (p *Pipeline) record(c *call, out Served) {
 	}
 	p.Metrics.Tokens(c.caller.Tier.Name, out.Model, out.Usage)
 	if p.LogPrompts {
-		p.Log.Info("exchange", "request_id", c.req.ID, "prompt", logging.Redact(promptText(c.msgs)), "reply", logging.Redact(out.reply))
+		p.Log.Info("exchange", "request_id", c.req.ID, "prompt", logging.Redact(promptText(c.messages())), "reply", logging.Redact(out.reply))
 	}
 }

@@ -17,11 +17,12 @@ import (
 	"github.com/sluicehq/sluice/upstream"
 )
 
-// providerBody asks a provider for max_tokens 100 with a 6-token prompt
-// ("hello" is 2 tokens, plus 4 for the message): the estimate is 106.
+// providerBody asks a provider for max_tokens 100 with a 9-token prompt
+// ("hello" is 2 tokens, plus 4 for the message and 3 for priming the
+// reply): the estimate is 109.
 const (
 	providerBody = `{"model":"gpt-test","max_tokens":100,"messages":[{"role":"user","content":"hello"}]}`
-	estimate     = 106
+	estimate     = 109
 )
 
 func okAnswer(prompt, completion int) string {
@@ -37,7 +38,7 @@ func TestSettlementMovesTheReservationToTheRealUsage(t *testing.T) {
 	}{
 		{"a refund when the estimate was high", 10, 16 - estimate},
 		{"a debt when the provider ignored max_tokens", 300, 306 - estimate},
-		{"nothing when the estimate was exact", 100, 0},
+		{"nothing when the estimate was exact", 103, 0},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -244,7 +245,7 @@ func TestStreamWithTheClientGoneBillsWhatWasDelivered(t *testing.T) {
 	default:
 		t.Fatal("the provider stream was not closed")
 	}
-	want := chat.Counted(req.Messages, "one two three") // no usage chunk came: our count
+	want := chat.Usage{PromptTokens: int(req.Prompt.Tokens), CompletionTokens: chat.CountTokens("one two three")} // no usage chunk came: our count
 	evs := r.recorder.all()
 	if len(evs) != 1 || evs[0].PromptTokens != want.PromptTokens || evs[0].CompletionTokens != want.CompletionTokens {
 		t.Fatalf("usage %+v, want %+v", evs, want)
@@ -375,7 +376,7 @@ func TestParseSaysWhatIsWrong(t *testing.T) {
 		}
 	}
 	req, err := r.p.Parse([]byte(`{"model":"gpt-test","max_tokens":5,"max_completion_tokens":9,"stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":[{"type":"text","text":"a"},{"type":"image_url"},{"type":"text","text":"b"}]}]}`))
-	if err != nil || req.MaxTokens != 9 || !req.Stream || !req.IncludeUsage || req.Messages[0].Content != "a\nb" {
+	if err != nil || req.MaxTokens != 9 || !req.Stream || !req.IncludeUsage || req.Messages()[0].Content != "a\nb" {
 		t.Fatalf("%+v %v", req, err)
 	}
 }

@@ -10,15 +10,13 @@ import (
 	"github.com/sluicehq/sluice/conversations"
 )
 
-// withHistory sets the call's messages and body: the request's own, or,
-// when it names a conversation, the stored history followed by them. The
-// new turn's messages travel exactly as the client wrote them (images, tool
-// calls and all); only the history, kept as text, is inserted before them,
-// trimmed to the history budget. When the new turn brings its own system
-// message, the stored one gives way, so a client resending its system
-// prompt each turn does not accumulate copies.
+// withHistory sets the call's history and prompt: the request's own, or,
+// when it names a conversation, the stored history in front of it, trimmed
+// to the history budget and counted as the model's family counts. When the
+// new turn brings its own system message, the stored one gives way, so a
+// client resending its system prompt each turn does not accumulate copies.
 func (p *Pipeline) withHistory(ctx context.Context, c *call) error {
-	c.msgs, c.body = c.req.Messages, c.req.Body
+	c.prompt = c.req.Prompt.Tokens
 	id := c.req.Conversation
 	if id == "" || p.Conversations == nil {
 		return nil
@@ -35,46 +33,57 @@ func (p *Pipeline) withHistory(ctx context.Context, c *call) error {
 	if len(history) == 0 {
 		return nil
 	}
-	if slices.ContainsFunc(c.msgs, chat.Message.IsSystem) {
+	if slices.ContainsFunc(c.req.Messages(), chat.Message.IsSystem) {
 		history = slices.DeleteFunc(slices.Clone(history), chat.Message.IsSystem)
 	}
-	historyBudget := p.HistoryBudget - chat.PromptTokens(c.msgs)
-	var kept []chat.Message
+	historyBudget := p.HistoryBudget - int(c.prompt)
 	if historyBudget > 0 {
-		kept = conversations.Compose(history, nil, historyBudget, chat.CountTokens)
+		c.history = conversations.Compose(history, nil, historyBudget, chat.CountTokens)
 	} else { // the new turn alone fills the budget: keep only the system prompt
-		kept = slices.DeleteFunc(slices.Clone(history), func(m chat.Message) bool { return !m.IsSystem() })
+		c.history = slices.DeleteFunc(slices.Clone(history), func(m chat.Message) bool { return !m.IsSystem() })
 	}
-	var fields map[string]json.RawMessage
-	var incoming []json.RawMessage
-	if json.Unmarshal(c.body, &fields) != nil || json.Unmarshal(fields["messages"], &incoming) != nil {
-		return apperr.Field(apperr.Invalid, "invalid_json", "", "request body is not valid JSON")
+	count := c.req.Prompt.Family.Counter
+	for _, m := range c.history {
+		c.prompt += int64(count.Count([]byte(m.Content))) + messageOverhead
 	}
-	all := make([]json.RawMessage, 0, len(kept)+len(incoming))
-	msgs := make([]chat.Message, 0, len(kept)+len(c.msgs))
-	for _, m := range kept {
-		raw, _ := json.Marshal(m)
-		all = append(all, raw)
-		msgs = append(msgs, m)
-	}
-	all = append(all, incoming...)
-	msgs = append(msgs, c.msgs...)
-	fields["messages"], _ = json.Marshal(all)
-	body, err := json.Marshal(fields)
-	if err != nil {
-		return apperr.Wrap(err, "composing a conversation")
-	}
-	c.msgs, c.body = msgs, body
 	return nil
 }
 
+// composedBody is the body to send for a call with history: the stored
+// turns (as text) in front of the request's messages, which travel exactly
+// as the client wrote them (images, tool calls and all), with edits made.
+func composedBody(c *call, e bodyEdits) ([]byte, error) {
+	var fields map[string]json.RawMessage
+	var incoming []json.RawMessage
+	if json.Unmarshal(c.req.Body, &fields) != nil || json.Unmarshal(fields["messages"], &incoming) != nil {
+		return nil, apperr.Field(apperr.Invalid, "invalid_json", "", "request body is not valid JSON")
+	}
+	all := make([]json.RawMessage, 0, len(c.history)+len(incoming))
+	for _, m := range c.history {
+		raw, _ := json.Marshal(m)
+		all = append(all, raw)
+	}
+	fields["messages"], _ = json.Marshal(append(all, incoming...))
+	if e.includeUsage {
+		fields["stream_options"] = withUsageOption(fields["stream_options"])
+	}
+	if e.boundField != "" {
+		fields[e.boundField] = json.RawMessage(itoa(int(e.bound)))
+	}
+	body, err := json.Marshal(fields)
+	if err != nil {
+		return nil, apperr.Wrap(err, "composing a conversation")
+	}
+	return body, nil
+}
+
 // saveHistory stores the conversation with the new reply, restarting its
-// TTL. c.msgs already hold the history.
+// TTL.
 func (p *Pipeline) saveHistory(ctx context.Context, c *call, reply string) {
 	if c.req.Conversation == "" || p.Conversations == nil {
 		return
 	}
-	stored := conversations.Append(nil, c.msgs, chat.Message{Role: "assistant", Content: reply})
+	stored := conversations.Append(nil, c.messages(), chat.Message{Role: "assistant", Content: reply})
 	if err := p.Conversations.Save(ctx, conversationOf(c), stored); err != nil {
 		p.Log.Warn("saving a conversation failed", "request_id", c.req.ID, "err", err)
 	}

@@ -64,10 +64,10 @@ func FuzzParse(f *testing.F) {
 		if req.Model != "sluice-local" && req.Model != "gpt-test" {
 			t.Fatalf("accepted model %q, which nobody serves", req.Model)
 		}
-		if len(req.Messages) == 0 || req.MaxTokens < 0 || req.MaxTokens > 10_000_000 {
-			t.Fatalf("accepted %d messages, max_tokens %d", len(req.Messages), req.MaxTokens)
+		if len(req.Messages()) == 0 || req.MaxTokens < 0 || req.MaxTokens > 10_000_000 {
+			t.Fatalf("accepted %d messages, max_tokens %d", len(req.Messages()), req.MaxTokens)
 		}
-		for _, m := range req.Messages {
+		for _, m := range req.Messages() {
 			switch m.Role {
 			case "system", "developer", "user", "assistant", "tool":
 			default:

@@ -38,7 +38,8 @@ type Config struct {
 
 	ExpectedNodes    int              // SLUICE_EXPECTED_NODES: share of a limit each node keeps when Redis is down
 	PriorityWeights  map[string]int64 // SLUICE_PRIORITY_WEIGHTS: X-Sluice-Priority -> request weight
-	DefaultMaxTokens int64            // SLUICE_DEFAULT_MAX_TOKENS: completion estimate when a request sets no max_tokens
+	DefaultMaxTokens int64            // SLUICE_DEFAULT_MAX_TOKENS: the completion bound of a request without max_tokens to a model whose longest answer is unknown
+	UsageGrace       time.Duration    // SLUICE_USAGE_GRACE: how long a finished stream is read for its usage after the client left
 	RedisTimeout     time.Duration    // SLUICE_REDIS_TIMEOUT: one Redis call's budget for the cache, sessions and rejection counts
 	LimiterTimeout   time.Duration    // SLUICE_LIMITER_TIMEOUT: one shared-limiter call's budget before that request is decided locally
 	TuneInterval     time.Duration    // SLUICE_TUNE_INTERVAL: how often the auto-tuner samples load
@@ -106,6 +107,7 @@ func Load(args []string, getenv func(string) string) (Config, error) {
 		ExpectedNodes:    int(r.int64("SLUICE_EXPECTED_NODES", 1, 1, 1000)),
 		PriorityWeights:  r.weights("SLUICE_PRIORITY_WEIGHTS", "low=1,normal=1,high=2"),
 		DefaultMaxTokens: r.int64("SLUICE_DEFAULT_MAX_TOKENS", 512, 1, 1_000_000),
+		UsageGrace:       r.duration("SLUICE_USAGE_GRACE", 10*time.Second, 0, 10*time.Minute),
 		RedisTimeout:     r.duration("SLUICE_REDIS_TIMEOUT", 100*time.Millisecond, time.Millisecond, 10*time.Second),
 		LimiterTimeout:   r.duration("SLUICE_LIMITER_TIMEOUT", 500*time.Millisecond, time.Millisecond, 10*time.Second),
 		TuneInterval:     r.duration("SLUICE_TUNE_INTERVAL", 5*time.Second, 100*time.Millisecond, 10*time.Minute),

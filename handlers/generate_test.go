@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/chat"
+	"github.com/sluicehq/sluice/chat/family"
 	"github.com/sluicehq/sluice/cluster"
 	"github.com/sluicehq/sluice/conversations"
 	"github.com/sluicehq/sluice/internal/testdb"
@@ -135,15 +136,24 @@ func TestChatThroughAProvider(t *testing.T) {
 			t.Fatalf("usage %+v", u)
 		}
 
-		// Streaming: relayed events, billed by the provider's usage chunk.
+		// Streaming: relayed events, billed by the provider's usage chunk,
+		// which Sluice asks for and leaves out for a client that did not.
 		w = g.do(request{method: "POST", path: "/v1/chat/completions", bearer: key,
 			body: `{"model":"gpt-4o-mini","stream":true,"messages":[{"role":"user","content":"stream please"}]}`})
-		if w.Code != 200 || !strings.Contains(w.Body.String(), "data: [DONE]") || !strings.Contains(w.Body.String(), `"usage"`) {
+		if w.Code != 200 || !strings.Contains(w.Body.String(), "data: [DONE]") || strings.Contains(w.Body.String(), `"usage"`) ||
+			strings.Contains(w.Body.String(), "\n\n\n") {
 			t.Fatalf("stream: %d %s", w.Code, w.Body.String())
 		}
+		before := u
 		u, _ = g.store.UsageSince(context.Background(), orgOf(t, g.env, "a@example.com"), time.Now().Add(-time.Hour))
-		if u.Requests != 2 {
-			t.Fatalf("stream not metered: %+v", u)
+		if want := int64(family.Of("gpt-4o-mini").Counter.Count([]byte("mock reply to: stream please"))); u.Requests != 2 || u.CompletionTokens-before.CompletionTokens != want {
+			t.Fatalf("stream not metered by the provider's usage: %+v after %+v, want %d more completion tokens", u, before, want)
+		}
+		// A client that asks for the usage chunk gets it.
+		w = g.do(request{method: "POST", path: "/v1/chat/completions", bearer: key,
+			body: `{"model":"gpt-4o-mini","stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":"stream please"}]}`})
+		if w.Code != 200 || strings.Count(w.Body.String(), `"usage":{`) != 1 {
+			t.Fatalf("stream with usage: %d %s", w.Code, w.Body.String())
 		}
 	})
 }
@@ -382,14 +392,94 @@ func TestClientLeavingMidStreamIsBilledForWhatWasDelivered(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	// Billed for what was delivered, by our own count (the provider sent no usage).
-	if want := int64(chat.CountTokens("one two three")); u.Requests != 1 || u.CompletionTokens != want {
+	// Billed for what was delivered, by our own count with the model's
+	// tokenizer (the provider sent no usage).
+	if want := int64(family.Of("gpt-4o-mini").Counter.Count([]byte("one two three"))); u.Requests != 1 || u.CompletionTokens != want || want != 3 {
 		t.Fatalf("usage %+v, want one request with %d completion tokens", u, want)
 	}
 	limiter.mu.Lock()
 	defer limiter.mu.Unlock()
 	if limiter.adjusts == 0 || limiter.cancelled != 0 {
 		t.Fatalf("settling ran %d times, %d of them on a cancelled context", limiter.adjusts, limiter.cancelled)
+	}
+}
+
+// TestAStreamLeftAfterItsLastWordPaysTheProvidersBill: a client that
+// hangs up once the answer has finished does not take the usage chunk with
+// it: Sluice reads on, within SLUICE_USAGE_GRACE, and bills what the
+// provider reports; past the grace it bills its own count.
+func TestAStreamLeftAfterItsLastWordPaysTheProvidersBill(t *testing.T) {
+	for _, tt := range []struct {
+		name           string
+		grace          time.Duration
+		prompt, answer int64 // what is billed
+	}{
+		{"within the grace", 5 * time.Second, 50_000, 30_000},
+		{"past the grace", 20 * time.Millisecond, -1, 3}, // -1: the prompt's estimate
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			g := newGenEnv(t, testdb.SQLite(t))
+			admin := g.login("admin@example.com", "admin-password")
+			key, _ := g.apiToken(g.signup("a@example.com", "A"))
+			asked := make(chan bool, 1) // whether the provider was asked for the usage chunk
+			provider := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				b, _ := io.ReadAll(r.Body)
+				asked <- strings.Contains(string(b), `"include_usage":true`)
+				w.Header().Set("Content-Type", "text/event-stream")
+				w.Write([]byte("data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"one two three\"},\"finish_reason\":null}]}\n\n" +
+					"data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n"))
+				w.(http.Flusher).Flush()
+				select { // the usage comes a while after the last word (within the pool's stall timeout)
+				case <-time.After(100 * time.Millisecond):
+				case <-r.Context().Done():
+					return
+				}
+				w.Write([]byte("data: {\"choices\":[],\"usage\":{\"prompt_tokens\":50000,\"completion_tokens\":30000,\"total_tokens\":80000}}\n\ndata: [DONE]\n\n"))
+			}))
+			defer provider.Close()
+			g.addKey(t, admin, "late", provider.URL+"/v1", "sk-late-usage")
+			g.pipe.UsageGrace = tt.grace
+			g.rebuild()
+			gateway := httptest.NewServer(g.h)
+			defer gateway.Close()
+
+			ctx, cancel := context.WithCancel(context.Background())
+			req, _ := http.NewRequestWithContext(ctx, "POST", gateway.URL+"/v1/chat/completions",
+				strings.NewReader(`{"model":"gpt-4o-mini","stream":true,"messages":[{"role":"user","content":"count to three"}]}`))
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("Authorization", "Bearer "+key)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var read []byte
+			buf := make([]byte, 512)
+			for !strings.Contains(string(read), `"finish_reason":"stop"`) {
+				n, err := resp.Body.Read(buf)
+				read = append(read, buf[:n]...)
+				if err != nil {
+					t.Fatalf("the stream ended before its finish: %q %v", read, err)
+				}
+			}
+			cancel() // the client has its answer and hangs up
+			resp.Body.Close()
+			if !<-asked {
+				t.Fatal("the provider was not asked for its usage chunk")
+			}
+			var u models.UsageTotals
+			deadline := time.Now().Add(5 * time.Second)
+			for u.Requests == 0 && time.Now().Before(deadline) {
+				time.Sleep(10 * time.Millisecond)
+				u, _ = g.store.UsageSince(context.Background(), orgOf(t, g.env, "a@example.com"), time.Now().Add(-time.Hour))
+			}
+			prompt := tt.prompt
+			if prompt < 0 { // the estimate: "count to three" and the framing
+				prompt = int64(family.Of("gpt-4o-mini").Counter.Count([]byte("count to three"))) + 4 + 3
+			}
+			if u.Requests != 1 || u.PromptTokens != prompt || u.CompletionTokens != tt.answer {
+				t.Fatalf("billed %+v, want %d prompt and %d completion tokens", u, prompt, tt.answer)
+			}
+		})
 	}
 }
 
@@ -444,7 +534,7 @@ func TestSessionKeepsTheNewTurnAsWritten(t *testing.T) {
 	g.addKey(t, admin, "vision", provider.URL+"/v1", "sk-vision-key")
 	hdr := map[string]string{"X-Sluice-Session": "pics"}
 	first := `{"model":"gpt-4o-mini","messages":[{"role":"system","content":"describe"},{"role":"user","content":"hello"}]}`
-	second := `{"model":"gpt-4o-mini","messages":[{"role":"system","content":"describe"},{"role":"user","content":[{"type":"text","text":"what is this"},{"type":"image_url","image_url":{"url":"https://example.com/cat.png"}}]}]}`
+	second := `{"model":"gpt-4o-mini","messages":[{"role":"system","content":"describe"},{"role":"user","content":[{"type":"text","text":"what is this"},{"type":"image_url","image_url":{"url":"https://example.com/cat.png","detail":"low"}}]}]}`
 	for _, b := range []string{first, second} {
 		if w := g.do(request{method: "POST", path: "/v1/chat/completions", bearer: key, body: b, header: hdr}); w.Code != 200 {
 			t.Fatalf("%d %s", w.Code, w.Body.String())

@@ -168,7 +168,7 @@ func newEnv(t testing.TB, db *models.DB) *env {
 			// Flat weights, so tests count requests; the low-value rules
 			// have their own test.
 			Scorer:          quota.NewValueScorer(quota.ValueRules{}, clk.Now),
-			PriorityWeights: cfg.PriorityWeights, DefaultMaxTokens: cfg.DefaultMaxTokens,
+			PriorityWeights: cfg.PriorityWeights, DefaultMaxTokens: cfg.DefaultMaxTokens, UsageGrace: cfg.UsageGrace,
 			Local: model, CacheTTL: cfg.CacheTTL, HistoryBudget: cfg.ChatSessionBudget,
 			Prices: prices, Ledger: ledger, Alerts: alerts, Recorder: recorder,
 		},

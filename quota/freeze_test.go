@@ -326,7 +326,7 @@ func TestValueScorerRules(t *testing.T) {
 	for i, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			v := NewValueScorer(DefaultValueRules(), newManualClock().Now)
-			if got := v.Weight(fmt.Sprint("tok", i), tc.prompt, tc.base); got != tc.want {
+			if got := v.Weight(fmt.Sprint("tok", i), promptOf(tc.prompt), tc.base); got != tc.want {
 				t.Fatalf("Weight(%q, base %d) = %d, want %d", tc.prompt, tc.base, got, tc.want)
 			}
 		})
@@ -337,39 +337,40 @@ func TestValueScorerRepeats(t *testing.T) {
 	clock := newManualClock()
 	v := NewValueScorer(DefaultValueRules(), clock.Now)
 	const q = "What is the capital of France?"
-	if w := v.Weight("a", q, 1); w != 1 {
+	if w := v.Weight("a", promptOf(q), 1); w != 1 {
 		t.Fatalf("first time: weight %d, want 1", w)
 	}
-	if w := v.Weight("a", q, 1); w != 3 {
+	if w := v.Weight("a", promptOf(q), 1); w != 3 {
 		t.Fatalf("repeat: weight %d, want 3", w)
 	}
-	if w := v.Weight("a", "  WHAT is the capital   of France? 2 ", 1); w != 3 {
+	if w := v.Weight("a", promptOf("  WHAT is the capital   of France? 2 "), 1); w != 3 {
 		t.Fatalf("near-identical (case, spaces, digits): weight %d, want 3", w)
 	}
-	if w := v.Weight("b", q, 1); w != 1 {
+	if w := v.Weight("b", promptOf(q), 1); w != 1 {
 		t.Fatalf("another token's first time: weight %d, want 1 (history is per token)", w)
 	}
-	if w := v.Weight("a", "ok", 1); w != 2 {
+	if w := v.Weight("a", promptOf("ok"), 1); w != 2 {
 		t.Fatalf("tiny: weight %d, want 2", w)
 	}
-	if w := v.Weight("a", "ok", 1); w != 4 {
+	if w := v.Weight("a", promptOf("ok"), 1); w != 4 {
 		t.Fatalf("tiny repeat: weight %d, want 4 (1 + tiny 1 + repeat 2)", w)
 	}
 
 	clock.Advance(5 * time.Minute)
-	if w := v.Weight("a", q, 1); w != 1 {
+	if w := v.Weight("a", promptOf(q), 1); w != 1 {
 		t.Fatalf("5 minutes later: weight %d, want 1 (outside the repeat window)", w)
 	}
 
 	// Only the last 8 prompts are remembered.
 	for i := range 8 {
-		v.Weight("a", fmt.Sprintf("Tell me something new about topic %c", 'a'+i), 1)
+		v.Weight("a", promptOf(fmt.Sprintf("Tell me something new about topic %c", 'a'+i)), 1)
 	}
-	if w := v.Weight("a", q, 1); w != 1 {
+	if w := v.Weight("a", promptOf(q), 1); w != 1 {
 		t.Fatalf("9 prompts later: weight %d, want 1", w)
 	}
 
-	if allocs := testing.AllocsPerRun(100, func() { v.Weight("a", q, 1) }); allocs != 0 {
+	shape := promptOf(q)
+	if allocs := testing.AllocsPerRun(100, func() { v.Weight("a", shape, 1) }); allocs != 0 {
 		t.Fatalf("Weight allocates %v times per call for a known token", allocs)
 	}
 }
@@ -377,7 +378,7 @@ func TestValueScorerRepeats(t *testing.T) {
 func TestValueScorerRulesCanBeDisabled(t *testing.T) {
 	v := NewValueScorer(ValueRules{}, nil)
 	for range 3 {
-		if w := v.Weight("t", "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", 1); w != 1 {
+		if w := v.Weight("t", promptOf("aaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"), 1); w != 1 {
 			t.Fatalf("zero rules: weight %d, want 1", w)
 		}
 	}
@@ -391,11 +392,11 @@ func TestValueScorerEvictsIdleTokens(t *testing.T) {
 	v := NewValueScorer(DefaultValueRules(), clock.Now)
 	const n = 20000
 	for i := range n {
-		v.Weight(fmt.Sprint("old", i), "Explain GCRA in two sentences.", 1)
+		v.Weight(fmt.Sprint("old", i), promptOf("Explain GCRA in two sentences."), 1)
 	}
 	clock.Advance(6 * time.Minute)
 	for i := range n {
-		v.Weight(fmt.Sprint("new", i), "Explain GCRA in two sentences.", 1)
+		v.Weight(fmt.Sprint("new", i), promptOf("Explain GCRA in two sentences."), 1)
 	}
 	total := 0
 	for i := range v.stripes {
@@ -412,9 +413,37 @@ func TestValueScorerConcurrent(t *testing.T) {
 	for g := range 8 {
 		wg.Go(func() {
 			for i := range 500 {
-				v.Weight(fmt.Sprint("tok", i%5), fmt.Sprint("prompt number ", g, " of the batch"), 1)
+				v.Weight(fmt.Sprint("tok", i%5), promptOf(fmt.Sprint("prompt number ", g, " of the batch")), 1)
 			}
 		})
 	}
 	wg.Wait()
+}
+
+// promptOf is the shape of a one-message prompt.
+func promptOf(text string) *PromptShape {
+	var p PromptShape
+	p.AddText([]byte(text))
+	return &p
+}
+
+func TestPromptShapeOfManyTexts(t *testing.T) {
+	// The diversity sample runs across texts, and ShapeOf is the old
+	// whole-text rules text by text.
+	var p PromptShape
+	p.AddText([]byte("aaaaaaaaaa"))
+	p.AddText([]byte("  B" + strings.Repeat("b", 76)))
+	if p.chars != 87 || p.sampled != 64 || p.distinct != 2 {
+		t.Fatalf("shape %+v, want 87 characters, 64 sampled, 2 distinct", p)
+	}
+	if !p.Sampled() {
+		t.Fatal("a full sample is not Sampled")
+	}
+	a, b := ShapeOf([]byte("  WHAT is the capital   of France? 2 ")), ShapeOf([]byte("what is the capital of france?"))
+	if a.Print != b.Print || a.Chars != 26 || b.Chars != 25 {
+		t.Fatalf("normalised shapes %+v and %+v, want one print (and 26, 25 characters)", a, b)
+	}
+	if c := ShapeOf([]byte("Объясните")); c.Print != ShapeOf([]byte("объясните")).Print || c.Chars != 9 {
+		t.Fatalf("non-ASCII %+v", c)
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"sync"
 	"time"
 	"unicode"
+	"unicode/utf8"
 )
 
 // ValueRules price low-value requests: traffic that costs the upstream a full
@@ -96,17 +97,16 @@ func NewValueScorer(rules ValueRules, now func() time.Time) *ValueScorer {
 // Weight returns base plus the extras prompt earns under the rules (see
 // ValueRules), and records the prompt for tokenKey's repeat rule. The result
 // may still exceed a small bucket's capacity; callers clamp it to the tier's.
-func (v *ValueScorer) Weight(tokenKey, prompt string, base int64) int64 {
+func (v *ValueScorer) Weight(tokenKey string, prompt *PromptShape, base int64) int64 {
 	r := v.rules
-	p := inspectPrompt(prompt)
 	var extra int64
-	if p.chars < r.TinyChars {
+	if prompt.chars < r.TinyChars {
 		extra += r.TinyExtra
 	}
-	if p.chars >= diversityMinChars && float64(p.distinct)/float64(p.sampled) < r.MinDistinctRatio {
+	if prompt.chars >= diversityMinChars && float64(prompt.distinct)/float64(prompt.sampled) < r.MinDistinctRatio {
 		extra += r.LowDiversityExtra
 	}
-	if r.RepeatWindow > 0 && v.seenRecently(tokenKey, p.fingerprint) {
+	if r.RepeatWindow > 0 && v.seenRecently(tokenKey, prompt.print) {
 		extra += r.RepeatExtra
 	}
 	w := base + extra
@@ -154,52 +154,112 @@ func (v *ValueScorer) seenRecently(tokenKey string, fp uint64) bool {
 	return seen
 }
 
-// promptShape is what the rules need to know about a prompt, gathered in one
-// pass without allocating.
-type promptShape struct {
-	chars       int // non-space characters
-	sampled     int // characters in the diversity sample: min(chars, 64)
-	distinct    int // distinct characters in the sample
-	fingerprint uint64
+// PromptShape is what the rules read of a prompt, gathered text by text
+// (a conversation's messages, in order) without keeping any of it: its
+// non-space characters, the distinct ones among the first 64, and a
+// fingerprint of its normalised form. The zero value is an empty prompt.
+type PromptShape struct {
+	chars    int // non-space characters
+	sampled  int // characters in the diversity sample: min(chars, 64)
+	distinct int // distinct characters in the sample
+	ascii    [2]uint64
+	others   [diversitySample]rune // distinct non-ASCII characters of the sample
+	nOthers  int
+	print    uint64
 }
 
-func inspectPrompt(prompt string) promptShape {
-	const (
-		offset64 = 14695981039346656037
-		prime64  = 1099511628211
-	)
-	var (
-		p       promptShape
-		ascii   [2]uint64             // distinct ASCII characters seen, as bits
-		others  [diversitySample]rune // distinct non-ASCII characters seen
-		nOthers int
-		space   bool              // whitespace pending in the normalised form
-		wrote   bool              // anything written to the normalised form yet
-		h       uint64 = offset64 // FNV-1a of the normalised form
-	)
-	for _, r := range prompt {
+// TextShape is what the rules need of one text of a prompt, worth
+// remembering for a text seen again (a conversation's earlier turns): its
+// non-space characters and the FNV-1a hash of its normalised form
+// (lower-cased, digits dropped, runs of spaces one space, no space at the
+// ends).
+type TextShape struct {
+	Chars int
+	Print uint64
+}
+
+const (
+	offset64 = 14695981039346656037
+	prime64  = 1099511628211
+)
+
+// Add adds one text of the prompt. s is ShapeOf(text), perhaps remembered
+// from an earlier request; text itself is read only while the diversity
+// sample is not full (see Sampled), so it may then be nil.
+func (p *PromptShape) Add(text []byte, s TextShape) {
+	if p.print == 0 {
+		p.print = offset64
+	}
+	p.chars += s.Chars
+	p.print = (p.print ^ s.Print) * prime64
+	for i := 0; i < len(text) && p.sampled < diversitySample; {
+		r, size := rune(text[i]), 1
+		if r >= utf8.RuneSelf {
+			r, size = utf8.DecodeRune(text[i:])
+		}
+		i += size
 		if unicode.IsSpace(r) {
-			space = wrote
 			continue
 		}
 		r = unicode.ToLower(r)
-		p.chars++
-		if p.sampled < diversitySample {
-			p.sampled++
-			if r < 128 {
-				if bit := uint64(1) << (r % 64); ascii[r/64]&bit == 0 {
-					ascii[r/64] |= bit
-					p.distinct++
-				}
-			} else if !containsRune(others[:nOthers], r) {
-				others[nOthers] = r
-				nOthers++
+		p.sampled++
+		if r < 128 {
+			if bit := uint64(1) << (r % 64); p.ascii[r/64]&bit == 0 {
+				p.ascii[r/64] |= bit
 				p.distinct++
 			}
+		} else if !containsRune(p.others[:p.nOthers], r) {
+			p.others[p.nOthers] = r
+			p.nOthers++
+			p.distinct++
 		}
-		if unicode.IsDigit(r) {
+	}
+}
+
+// AddText adds a text whose shape is not known yet.
+func (p *PromptShape) AddText(text []byte) { p.Add(text, ShapeOf(text)) }
+
+// Sampled says whether the diversity sample is full, so the next texts'
+// bytes are not needed by Add.
+func (p *PromptShape) Sampled() bool { return p.sampled >= diversitySample }
+
+// ShapeOf is a text's shape, in one pass over it.
+func ShapeOf(text []byte) TextShape {
+	var (
+		s     TextShape
+		space bool // whitespace pending in the normalised form
+		wrote bool // anything written to the normalised form yet
+	)
+	h := uint64(offset64)
+	for i := 0; i < len(text); {
+		r, size := rune(text[i]), 1
+		if r >= utf8.RuneSelf {
+			r, size = utf8.DecodeRune(text[i:])
+		}
+		i += size
+		switch {
+		case r < utf8.RuneSelf:
+			switch c := asciiKind[r]; c {
+			case kindSpace:
+				space = wrote
+				continue
+			case kindDigit:
+				s.Chars++
+				continue
+			case kindUpper:
+				r += 'a' - 'A'
+			}
+		case unicode.IsSpace(r):
+			space = wrote
 			continue
+		default:
+			r = unicode.ToLower(r)
+			if unicode.IsDigit(r) {
+				s.Chars++
+				continue
+			}
 		}
+		s.Chars++
 		if space {
 			h = (h ^ ' ') * prime64
 			space = false
@@ -207,9 +267,31 @@ func inspectPrompt(prompt string) promptShape {
 		h = (h ^ uint64(r)) * prime64
 		wrote = true
 	}
-	p.fingerprint = h
-	return p
+	s.Print = h
+	return s
 }
+
+const (
+	kindOther = iota
+	kindSpace
+	kindDigit
+	kindUpper
+)
+
+// asciiKind classifies ASCII as ShapeOf needs it, as unicode does.
+var asciiKind = func() (t [utf8.RuneSelf]uint8) {
+	for b := range utf8.RuneSelf {
+		switch r := rune(b); {
+		case unicode.IsSpace(r):
+			t[b] = kindSpace
+		case unicode.IsDigit(r):
+			t[b] = kindDigit
+		case unicode.IsUpper(r):
+			t[b] = kindUpper
+		}
+	}
+	return t
+}()
 
 func containsRune(rs []rune, r rune) bool {
 	for _, x := range rs {

@@ -6,6 +6,7 @@ import (
 	"io"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	jsonv2 "github.com/go-json-experiment/json"
 	"github.com/go-json-experiment/json/jsontext"
@@ -36,6 +37,7 @@ type UsageTap struct {
 	usage     chat.Usage
 	final     bool
 	delivered strings.Builder
+	finished  atomic.Bool // a choice's finish_reason has passed: the answer is whole
 }
 
 // NewUsageTap returns a tap reading from r.
@@ -64,6 +66,10 @@ func (t *UsageTap) Usage() (u chat.Usage, final bool) {
 	return t.usage, t.final
 }
 
+// Finished says whether the answer has finished (a finish_reason has
+// passed): what may still come is the usage chunk.
+func (t *UsageTap) Finished() bool { return t.finished.Load() }
+
 // Delivered is the generated text that has passed through so far.
 func (t *UsageTap) Delivered() string {
 	t.mu.Lock()
@@ -72,13 +78,13 @@ func (t *UsageTap) Delivered() string {
 }
 
 // Billed is what to bill for the stream: the provider's count when it sent
-// one, else prompt (the request's own count) and the delivered text counted
-// with chat.CountTokens.
-func (t *UsageTap) Billed(prompt []chat.Message) chat.Usage {
+// one, else what counted makes of the delivered text (the prompt's own
+// estimate and the reply's count).
+func (t *UsageTap) Billed(counted func(delivered string) chat.Usage) chat.Usage {
 	if u, final := t.Usage(); final {
 		return u
 	}
-	return chat.Counted(prompt, t.Delivered())
+	return counted(t.Delivered())
 }
 
 // scan splits b into lines, completing the pending one first.
@@ -120,7 +126,8 @@ type sseChunk struct {
 				} `json:"function"`
 			} `json:"tool_calls"`
 		} `json:"delta"`
-		Text string `json:"text"`
+		Text         string `json:"text"`
+		FinishReason string `json:"finish_reason"`
 	} `json:"choices"`
 	Usage *wireUsage `json:"usage"`
 }
@@ -202,6 +209,9 @@ func (t *UsageTap) handle(line []byte) {
 		return
 	}
 	for _, ch := range c.Choices {
+		if ch.FinishReason != "" {
+			t.finished.Store(true)
+		}
 		t.delivered.WriteString(ch.Delta.Content)
 		t.delivered.WriteString(ch.Delta.Refusal)
 		t.delivered.WriteString(ch.Text)

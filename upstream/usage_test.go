@@ -57,7 +57,7 @@ func TestUsageTap(t *testing.T) {
 				if !tc.final {
 					want = chat.Counted(prompt, tc.delivered)
 				}
-				if got := tap.Billed(prompt); got != want {
+				if got := tap.Billed(func(d string) chat.Usage { return chat.Counted(prompt, d) }); got != want {
 					t.Fatalf("Billed = %+v, want %+v", got, want)
 				}
 			})

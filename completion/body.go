@@ -1,0 +1,66 @@
+package completion
+
+import (
+	"strconv"
+
+	jsonv2 "github.com/go-json-experiment/json"
+	"github.com/go-json-experiment/json/jsontext"
+)
+
+// bodyEdits are the changes Sluice makes to a body before a provider gets
+// it, and only these: the completion bound it reserved, when the client
+// set none and a limit relies on it, in the field the model family takes;
+// and include_usage on a stream, which is what a stream is billed by.
+type bodyEdits struct {
+	boundField   string // "" for none
+	bound        int64
+	includeUsage bool
+}
+
+func (e bodyEdits) none() bool { return e.boundField == "" && !e.includeUsage }
+
+// providerBody is req's body with edits made, in one copy, the message
+// texts untouched: what comes before, between and after the edited parts
+// is copied as it is. Without edits it is the body itself.
+func providerBody(req *Request, e bodyEdits) []byte {
+	body := req.Body
+	if e.none() {
+		return body
+	}
+	out := make([]byte, 0, len(body)+64)
+	rest := body[:req.end] // all but the closing brace
+	if e.includeUsage {
+		if so := req.streamOptions; so.end > 0 {
+			out = append(out, rest[:so.start]...)
+			out = append(out, withUsageOption(body[so.start:so.end])...)
+			rest = rest[so.end:]
+		} else {
+			out = append(out, rest...)
+			out = append(out, `,"stream_options":{"include_usage":true}`...)
+			rest = nil
+		}
+	}
+	out = append(out, rest...)
+	if e.boundField != "" {
+		out = append(out, `,"`...)
+		out = append(out, e.boundField...)
+		out = append(out, `":`...)
+		out = strconv.AppendInt(out, e.bound, 10)
+	}
+	return append(out, body[req.end:]...)
+}
+
+// withUsageOption is a stream_options object (or null) with include_usage
+// set to true and its other options kept.
+func withUsageOption(raw []byte) []byte {
+	var opts map[string]jsontext.Value
+	if jsonv2.Unmarshal(raw, &opts) != nil || opts == nil {
+		opts = map[string]jsontext.Value{}
+	}
+	opts["include_usage"] = jsontext.Value("true")
+	b, err := jsonv2.Marshal(opts, jsonv2.Deterministic(true))
+	if err != nil {
+		return []byte(`{"include_usage":true}`)
+	}
+	return b
+}

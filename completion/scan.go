@@ -1,0 +1,547 @@
+package completion
+
+import (
+	"bytes"
+	"io"
+	"strconv"
+	"sync"
+	"unicode/utf8"
+
+	"github.com/go-json-experiment/json/jsontext"
+
+	"github.com/sluicehq/sluice/apperr"
+)
+
+// A chat request body is read in one walk (scanner.request): its JSON is
+// checked, the fields Sluice acts on are decoded, every name is checked
+// against the ones Sluice reads (see the field lists below), and the
+// places of everything a provider bills are noted for the estimate. No
+// message text is copied: texts are noted as the offsets of their JSON
+// strings in the body, counted afterwards (estimate.go) straight from the
+// body, or through one reused buffer when a string has escapes.
+
+// The field names Sluice reads, where it reads them. Go's JSON decoder
+// matches names without regard to case (and folds "ſ" to "s" and the
+// Kelvin sign to "k"); providers do not. {"max_tokens":100000,"MAX_TOKENS":1}
+// would be 1 token to the gateway's reservation and 100000 to the
+// provider, so a name that only folds to one of these is refused, as is one
+// of these names given twice (parsers disagree on which one wins). Names
+// Sluice does not read are the provider's business.
+var (
+	requestFields = []string{"model", "messages", "max_tokens", "max_completion_tokens", "n", "temperature", "stream", "stream_options",
+		"tools", "functions", "tool_choice", "function_call", "response_format", "prediction"}
+	messageFields = []string{"role", "content", "name", "tool_calls", "tool_call_id", "function_call", "refusal", "audio"}
+	partFields    = []string{"type", "text", "image_url", "input_audio", "file", "refusal"}
+	imageFields   = []string{"url", "detail"}
+	optionFields  = []string{"include_usage"}
+)
+
+// span is where a JSON value lies in the body: body[start:end].
+type span struct{ start, end int }
+
+func (s span) in(body []byte) []byte { return body[s.start:s.end] }
+
+// imagePart is an image_url part: where its URL's JSON string is, and the
+// detail asked for.
+type imagePart struct {
+	url    span
+	detail string
+}
+
+// scan is what one walk of a chat request body found.
+type scan struct {
+	model                          string
+	maxTokens, maxCompletionTokens int64
+	hasMaxTokens, hasMaxCompletion bool
+	n                              int64
+	hasN                           bool
+	temperature                    *float64
+	stream, includeUsage           bool
+	streamOptions                  span // the stream_options value; zero when absent
+	end                            int  // offset of the body's closing '}'
+
+	messages int
+	// nonText is the first content part that is not text, and its
+	// message: what sluice-local refuses.
+	nonText   string
+	nonTextAt int
+
+	prediction span   // the prediction value; zero when absent
+	texts      []span // JSON strings of message text: counted and weighed
+	raws       []span // JSON values counted as they are: tools, tool calls, schemas
+	images     []imagePart
+	// fixed is what is counted per message, name, tool and request on top
+	// of the texts (see estimate.go).
+	fixed int64
+	// unbounded names the first part whose cost Sluice cannot bound
+	// before the provider answers ("messages[2].content[0] (input_audio)").
+	unbounded string
+}
+
+// Counted per message, name and tool on top of their text. OpenAI's
+// cookbook counts 3 tokens a message and 3 to prime the reply, 1 more for a
+// name, 7 to 10 per function and 12 per list of them, all at most these.
+const (
+	messageOverhead = 4
+	replyOverhead   = 3
+	nameOverhead    = 1
+	toolOverhead    = 10
+	toolsOverhead   = 12
+)
+
+// scanner walks one body; name is a buffer for escaped names. It is kept
+// for reuse with its scan's slices: a fresh decoder costs several
+// allocations per request (its buffers and name stacks).
+type scanner struct {
+	body    []byte
+	buf     bytes.Buffer
+	dec     *jsontext.Decoder
+	name    []byte
+	scratch []byte // a text unescaped, to count it
+	scan    scan
+}
+
+var scanners = sync.Pool{New: func() any { return &scanner{dec: new(jsontext.Decoder)} }}
+
+// reset points the scanner at body: the decoder reads the body in place
+// (a bytes.Buffer is not copied), invalid UTF-8 is let through to be
+// replaced when a string is read, and a repeated name is left for object to
+// judge.
+func (sc *scanner) reset(body []byte) {
+	sc.body = body
+	sc.buf = *bytes.NewBuffer(body)
+	sc.dec.Reset(&sc.buf, jsontext.AllowDuplicateNames(true), jsontext.AllowInvalidUTF8(true))
+	texts, raws, images := sc.scan.texts[:0], sc.scan.raws[:0], sc.scan.images[:0]
+	sc.scan = scan{texts: texts, raws: raws, images: images}
+}
+
+// offset is where the decoder stands in the body.
+func (sc *scanner) offset() int { return int(sc.dec.InputOffset()) }
+
+// request walks a whole chat request body.
+func (sc *scanner) request(body []byte) error {
+	sc.reset(body)
+	s := &sc.scan
+	if k := sc.dec.PeekKind(); k != '{' {
+		if k == 0 {
+			_, err := sc.dec.ReadToken()
+			return err
+		}
+		return errNotObject
+	}
+	err := sc.object(requestFields, func(f int) error {
+		switch requestFields[f] {
+		case "model":
+			return sc.str(&s.model, "model")
+		case "messages":
+			return sc.array("messages", sc.message)
+		case "max_tokens":
+			return sc.integer(&s.maxTokens, &s.hasMaxTokens, "max_tokens")
+		case "max_completion_tokens":
+			return sc.integer(&s.maxCompletionTokens, &s.hasMaxCompletion, "max_completion_tokens")
+		case "n":
+			return sc.integer(&s.n, &s.hasN, "n")
+		case "temperature":
+			return sc.number(&s.temperature, "temperature")
+		case "stream":
+			return sc.boolean(&s.stream, "stream")
+		case "stream_options":
+			start := sc.peekOffset()
+			err := sc.objectOf("stream_options", optionFields, func(int) error {
+				return sc.boolean(&s.includeUsage, "stream_options.include_usage")
+			})
+			s.streamOptions = span{start, sc.offset()}
+			return err
+		case "tools", "functions":
+			start, tools := sc.peekOffset(), int64(0)
+			err := sc.array(requestFields[f], func(int) error { tools++; return sc.dec.SkipValue() })
+			if tools > 0 {
+				s.raws = append(s.raws, span{start, sc.offset()})
+				s.fixed += toolsOverhead + toolOverhead*tools
+			}
+			return err
+		case "prediction": // a predicted output: billed as completion tokens
+			var err error
+			s.prediction, err = sc.value()
+			return err
+		default: // tool_choice, function_call, response_format
+			return sc.counted()
+		}
+	}, func() string { return "" })
+	if err != nil {
+		return err
+	}
+	s.end = sc.offset() - 1
+	if _, err := sc.dec.ReadToken(); err != io.EOF {
+		return errNotOneObject
+	}
+	s.fixed += replyOverhead + messageOverhead*int64(s.messages)
+	return nil
+}
+
+// message walks one element of messages.
+func (sc *scanner) message(i int) error {
+	s := &sc.scan
+	s.messages++
+	at := func() string { return "messages[" + itoa(i) + "]" }
+	var role string
+	err := sc.objectOf(at(), messageFields, func(f int) error {
+		switch messageFields[f] {
+		case "role":
+			return sc.str(&role, at()+".role")
+		case "content":
+			return sc.content(i)
+		case "name":
+			s.fixed += nameOverhead
+			return sc.text(at() + ".name")
+		case "refusal", "tool_call_id":
+			return sc.text(at() + "." + messageFields[f])
+		case "audio": // a reference to an earlier spoken answer: billed as audio
+			sc.unboundable(at()+".audio", "audio")
+			return sc.dec.SkipValue()
+		default: // tool_calls, function_call
+			return sc.counted()
+		}
+	})
+	if err != nil {
+		return err
+	}
+	switch role {
+	case "system", "developer", "user", "assistant", "tool":
+		return nil
+	}
+	return apperr.Field(apperr.Invalid, "invalid_role", at()+".role", "role must be one of system, developer, user, assistant, tool")
+}
+
+// content walks a message's content: a string, an array of parts, or null.
+func (sc *scanner) content(i int) error {
+	at := "messages[" + itoa(i) + "].content"
+	switch sc.dec.PeekKind() {
+	case 'n':
+		return sc.dec.SkipValue()
+	case '"':
+		return sc.text(at)
+	case '[':
+		return sc.array(at, func(j int) error { return sc.part(i, j) })
+	}
+	if err := sc.dec.SkipValue(); err != nil {
+		return err
+	}
+	return apperr.Field(apperr.Invalid, "invalid_content", at, "content must be a string or an array of content parts")
+}
+
+// part walks one content part. Its fields may come in any order, so the
+// type is judged at its end.
+func (sc *scanner) part(i, j int) error {
+	s := &sc.scan
+	at := "messages[" + itoa(i) + "].content[" + itoa(j) + "]"
+	var kind string
+	var text span
+	var image imagePart
+	hasText, hasImage := false, false
+	err := sc.objectOf(at, partFields, func(f int) error {
+		switch partFields[f] {
+		case "type":
+			return sc.str(&kind, at+".type")
+		case "text", "refusal":
+			if sc.dec.PeekKind() != '"' {
+				return sc.typeError(at+"."+partFields[f], "a string")
+			}
+			var err error
+			text, err = sc.value()
+			hasText = true
+			return err
+		case "image_url":
+			hasImage = true
+			return sc.imageURL(&image, at+".image_url")
+		default: // input_audio, file: looked at only by their type
+			return sc.dec.SkipValue()
+		}
+	})
+	if err != nil {
+		return err
+	}
+	switch {
+	case (kind == "text" || kind == "refusal") && hasText:
+		s.texts = append(s.texts, text)
+		return nil
+	case kind == "text" || kind == "refusal":
+		return apperr.Field(apperr.Invalid, "invalid_content", at, "a "+kind+" part needs its '"+kind+"'")
+	case kind == "image_url" && hasImage:
+		s.images = append(s.images, image)
+	case kind == "image_url":
+		// An image part without its image: sluice-local names it below, a
+		// provider refuses it, and nothing is billed for it.
+	default: // input_audio, file, and types Sluice does not know
+		sc.unboundable(at, kind)
+	}
+	if s.nonText == "" {
+		s.nonText, s.nonTextAt = kind, i
+	}
+	return nil
+}
+
+// imageURL walks an image_url: {"url": …, "detail": …}.
+func (sc *scanner) imageURL(image *imagePart, at string) error {
+	return sc.objectOf(at, imageFields, func(f int) error {
+		if imageFields[f] == "detail" {
+			return sc.str(&image.detail, at+".detail")
+		}
+		if sc.dec.PeekKind() != '"' {
+			return sc.typeError(at+".url", "a string")
+		}
+		var err error
+		image.url, err = sc.value()
+		return err
+	})
+}
+
+// unboundable notes a part whose cost Sluice cannot bound before the
+// provider answers (audio, files, types it does not know): the request is
+// refused when a limit relies on its estimate.
+func (sc *scanner) unboundable(at, kind string) {
+	if sc.scan.unbounded == "" {
+		sc.scan.unbounded = at + " (" + kind + ")"
+	}
+}
+
+// text notes a JSON string (or null) of message text at the decoder.
+func (sc *scanner) text(at string) error {
+	switch sc.dec.PeekKind() {
+	case 'n':
+		return sc.dec.SkipValue()
+	case '"':
+	default:
+		return sc.typeError(at, "a string")
+	}
+	v, err := sc.value()
+	if err == nil {
+		sc.scan.texts = append(sc.scan.texts, v)
+	}
+	return err
+}
+
+// counted notes the value at the decoder to be counted as the JSON it is.
+func (sc *scanner) counted() error {
+	v, err := sc.value()
+	if err == nil && string(v.in(sc.body)) != "null" {
+		sc.scan.raws = append(sc.scan.raws, v)
+	}
+	return err
+}
+
+// value reads the value at the decoder and says where it is.
+func (sc *scanner) value() (span, error) {
+	v, err := sc.dec.ReadValue()
+	end := sc.offset()
+	return span{end - len(v), end}, err
+}
+
+// peekOffset is where the next value starts: past the whitespace and the
+// separator the decoder has not consumed yet.
+func (sc *scanner) peekOffset() int {
+	i := sc.offset()
+	for i < len(sc.body) {
+		switch sc.body[i] {
+		case ' ', '\t', '\r', '\n', ':', ',':
+			i++
+			continue
+		}
+		break
+	}
+	return i
+}
+
+// str decodes a JSON string (null: "") into dst.
+func (sc *scanner) str(dst *string, at string) error {
+	switch sc.dec.PeekKind() {
+	case 'n':
+		return sc.dec.SkipValue()
+	case '"':
+	default:
+		return sc.typeError(at, "a string")
+	}
+	v, err := sc.dec.ReadValue()
+	if err != nil {
+		return err
+	}
+	raw := v[1 : len(v)-1]
+	if bytes.IndexByte(raw, '\\') < 0 && utf8.Valid(raw) {
+		*dst = string(raw)
+		return nil
+	}
+	u, _ := jsontext.AppendUnquote(nil, v) // invalid UTF-8 replaced, as encoding/json does
+	*dst = string(u)
+	return nil
+}
+
+// integer decodes a JSON integer (null: absent).
+func (sc *scanner) integer(dst *int64, set *bool, at string) error {
+	switch sc.dec.PeekKind() {
+	case 'n':
+		return sc.dec.SkipValue()
+	case '0':
+	default:
+		return sc.typeError(at, "an integer")
+	}
+	v, err := sc.dec.ReadValue()
+	if err != nil {
+		return err
+	}
+	n, err := strconv.ParseInt(string(v), 10, 64)
+	switch {
+	case err == nil:
+	case bytes.ContainsAny(v, ".eE"):
+		return sc.typeError(at, "an integer")
+	default: // out of int64's range: out of any bound's
+		n = maxCompletionTokens + 1
+	}
+	*dst, *set = n, true
+	return nil
+}
+
+// number decodes a JSON number (null: nil).
+func (sc *scanner) number(dst **float64, at string) error {
+	switch sc.dec.PeekKind() {
+	case 'n':
+		return sc.dec.SkipValue()
+	case '0':
+	default:
+		return sc.typeError(at, "a number")
+	}
+	v, err := sc.dec.ReadValue()
+	if err != nil {
+		return err
+	}
+	f, err := strconv.ParseFloat(string(v), 64)
+	if err != nil {
+		return sc.typeError(at, "a number")
+	}
+	*dst = &f
+	return nil
+}
+
+// boolean decodes true or false (null: false).
+func (sc *scanner) boolean(dst *bool, at string) error {
+	switch sc.dec.PeekKind() {
+	case 'n':
+		return sc.dec.SkipValue()
+	case 't', 'f':
+	default:
+		return sc.typeError(at, "true or false")
+	}
+	tok, err := sc.dec.ReadToken()
+	if err != nil {
+		return err
+	}
+	*dst = tok.Bool()
+	return nil
+}
+
+// typeError refuses a field of the wrong type, after checking that the
+// rest of the body is JSON at all (a syntax error says more).
+func (sc *scanner) typeError(at, want string) error {
+	if err := sc.dec.SkipValue(); err != nil {
+		return err
+	}
+	return apperr.Field(apperr.Invalid, "invalid_json", "", "request body is not valid JSON: field '"+at+"' must be "+want)
+}
+
+// objectOf is object for a field that must be an object (null: absent).
+func (sc *scanner) objectOf(at string, fields []string, value func(field int) error) error {
+	switch sc.dec.PeekKind() {
+	case 'n':
+		return sc.dec.SkipValue()
+	case '{':
+		return sc.object(fields, value, func() string { return at })
+	}
+	return sc.typeError(at, "an object")
+}
+
+// array calls each for every element of an array (null: none).
+func (sc *scanner) array(at string, each func(i int) error) error {
+	switch sc.dec.PeekKind() {
+	case 'n':
+		return sc.dec.SkipValue()
+	case '[':
+	default:
+		return sc.typeError(at, "an array")
+	}
+	if _, err := sc.dec.ReadToken(); err != nil {
+		return err
+	}
+	for i := 0; sc.dec.PeekKind() != ']'; i++ {
+		if err := each(i); err != nil {
+			return err
+		}
+	}
+	_, err := sc.dec.ReadToken() // ']'
+	return err
+}
+
+// object reads an object, checking each name against fields and handing
+// the value of each one of them to value; other names' values are
+// skipped. at is the object's path, for errors only.
+func (sc *scanner) object(fields []string, value func(field int) error, at func() string) error {
+	if _, err := sc.dec.ReadToken(); err != nil { // '{'
+		return err
+	}
+	var seen uint64 // bit f: fields[f] was given
+	for sc.dec.PeekKind() != '}' {
+		raw, err := sc.dec.ReadValue()
+		if err != nil {
+			return err
+		}
+		name := raw[1 : len(raw)-1]
+		if bytes.IndexByte(name, '\\') >= 0 {
+			if sc.name, err = jsontext.AppendUnquote(sc.name[:0], raw); err != nil {
+				return err
+			}
+			name = sc.name
+		}
+		f, exact := fieldOf(fields, name)
+		switch {
+		case f < 0:
+			err = sc.dec.SkipValue()
+		case !exact:
+			param := path(at(), string(name))
+			return apperr.Field(apperr.Invalid, "invalid_field_name", param,
+				"field names are case-sensitive: send '"+fields[f]+"', not '"+string(name)+"'")
+		case seen&(1<<f) != 0:
+			param := path(at(), fields[f])
+			return apperr.Field(apperr.Invalid, "duplicate_field", param, "field '"+param+"' is given twice; send it once")
+		default:
+			seen |= 1 << f
+			err = value(f)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	_, err := sc.dec.ReadToken() // '}'
+	return err
+}
+
+// fieldOf finds name among fields: its index and whether it matched
+// exactly, or -1 when it is none of them even folded.
+func fieldOf(fields []string, name []byte) (int, bool) {
+	folded := -1
+	for f, field := range fields {
+		if string(name) == field {
+			return f, true
+		}
+		if folded < 0 && bytes.EqualFold(name, []byte(field)) {
+			folded = f
+		}
+	}
+	return folded, false
+}
+
+func path(at, name string) string {
+	if at == "" {
+		return name
+	}
+	return at + "." + name
+}
+
+func itoa(i int) string { return strconv.Itoa(i) }
