@@ -140,6 +140,30 @@ func TestNodesShareLimitsAndChanges(t *testing.T) {
 	}
 }
 
+// TestNodesShareTheSignupThrottle: two gateways on one Redis give a client
+// address 5 signups an hour in all (SLUICE_SIGNUP_RATE's default), not 5
+// on each node.
+func TestNodesShareTheSignupThrottle(t *testing.T) {
+	nodes := startNodes(t, 2, clusterEnv(t, needRedis(t)))
+	accepted := 0
+	for i := range 10 {
+		var body struct {
+			Error struct{ Code, Message string }
+		}
+		r := nodes[i%2].call("POST", "/api/auth/signup", "", fmt.Sprintf(`{"email":"s%d@example.com","password":"password123","organization":"S"}`, i), &body)
+		switch {
+		case r.StatusCode == 201:
+			accepted++
+		case r.StatusCode != 429 || body.Error.Code != "signup_throttled" || r.Header.Get("Retry-After") == "" ||
+			!strings.HasPrefix(body.Error.Message, "too many signups from your address (5 an hour); try again in "):
+			t.Fatalf("signup %d on node %d: %d %+v", i+1, i%2, r.StatusCode, body.Error)
+		}
+	}
+	if accepted != 5 {
+		t.Fatalf("two nodes accepted %d signups from one address, want 5 in all", accepted)
+	}
+}
+
 // offer sends GET /v1/models with key at rate per second for d, spread over
 // nodes round robin, open loop, and returns how many were admitted and how
 // long the offered window really lasted.

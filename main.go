@@ -112,7 +112,10 @@ func runWith(ctx context.Context, args []string, getenv func(string) string, std
 	if err != nil {
 		return err
 	}
-	acc, err := accounts.NewService(store, dir, adm.bus, accounts.NewLoginThrottle(nil), cfg.BcryptCost)
+	// Signups per client address draw on the node's limiter: one bucket
+	// per address for the whole cluster through Redis, in memory without.
+	acc, err := accounts.NewService(store, dir, adm.bus, accounts.NewLoginThrottle(nil), cfg.BcryptCost,
+		accounts.WithSignupThrottle(accounts.NewSignupThrottle(adm.limiter, cfg.SignupRate)))
 	if err != nil {
 		return err
 	}

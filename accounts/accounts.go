@@ -24,19 +24,33 @@ type Service struct {
 	dir        *Directory
 	bus        cluster.Bus
 	throttle   *LoginThrottle
+	signups    *SignupThrottle // nil: signups are not throttled
 	bcryptCost int
 	dummyHash  []byte // compared against for unknown emails, so timing does not reveal them
+}
+
+// ServiceOption adjusts a Service.
+type ServiceOption func(*Service)
+
+// WithSignupThrottle bounds signups per client address; without it (or
+// with a nil throttle) they are not bounded.
+func WithSignupThrottle(t *SignupThrottle) ServiceOption {
+	return func(s *Service) { s.signups = t }
 }
 
 // NewService returns the account service. bcryptCost is 12 in production.
 // Changes the gateway caches (revocations, tiers, freezes) are applied to
 // dir at once and published on bus for the other nodes.
-func NewService(store *models.Store, dir *Directory, bus cluster.Bus, throttle *LoginThrottle, bcryptCost int) (*Service, error) {
+func NewService(store *models.Store, dir *Directory, bus cluster.Bus, throttle *LoginThrottle, bcryptCost int, opts ...ServiceOption) (*Service, error) {
 	dummy, err := bcrypt.GenerateFromPassword([]byte("not a real password"), bcryptCost)
 	if err != nil {
 		return nil, apperr.Wrap(err, "bcrypt")
 	}
-	return &Service{store: store, dir: dir, bus: bus, throttle: throttle, bcryptCost: bcryptCost, dummyHash: dummy}, nil
+	s := &Service{store: store, dir: dir, bus: bus, throttle: throttle, bcryptCost: bcryptCost, dummyHash: dummy}
+	for _, o := range opts {
+		o(s)
+	}
+	return s, nil
 }
 
 // ValidatePassword enforces bcrypt's real limits: below 8 bytes is weak,
@@ -68,7 +82,8 @@ func validateOrgName(name string) error {
 }
 
 // Signup creates an organization on the free tier with the user as owner.
-func (s *Service) Signup(ctx context.Context, email, password, orgName string) (models.User, models.Organization, error) {
+// Signups from one client address are throttled (SignupThrottle).
+func (s *Service) Signup(ctx context.Context, email, password, orgName, clientIP string) (models.User, models.Organization, error) {
 	email = strings.TrimSpace(email)
 	if err := ValidateEmail(email); err != nil {
 		return models.User{}, models.Organization{}, err
@@ -79,11 +94,26 @@ func (s *Service) Signup(ctx context.Context, email, password, orgName string) (
 	if err := validateOrgName(orgName); err != nil {
 		return models.User{}, models.Organization{}, err
 	}
+	// The throttle counts every signup that passed the checks above,
+	// whatever becomes of it: one refused because the email is taken
+	// counts too (it cost a bcrypt hash and tells whether the address has
+	// an account), so varying the email, or probing emails, gains nothing.
+	// A signup refused by those checks does not count: it makes nothing,
+	// costs no hash, and a person fixing a typo is not locked out for it.
+	// One that fails on our side (the database unreachable) is given back.
+	giveBack, err := s.signups.take(ctx, clientIP)
+	if err != nil {
+		return models.User{}, models.Organization{}, err
+	}
 	hash, err := bcrypt.GenerateFromPassword([]byte(password), s.bcryptCost)
 	if err != nil {
+		giveBack()
 		return models.User{}, models.Organization{}, apperr.Wrap(err, "hash password")
 	}
 	o, u, err := s.store.CreateOrganizationWithOwner(ctx, strings.TrimSpace(orgName), "free", email, string(hash), models.RoleOwner)
+	if err != nil && apperr.Status(apperr.CodeOf(err)) >= 500 {
+		giveBack()
+	}
 	return u, o, err
 }
 

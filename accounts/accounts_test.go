@@ -28,7 +28,7 @@ func TestServiceHashesAtItsCost(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	u, _, err := svc.Signup(ctx, "ada@example.com", "password1", "Acme")
+	u, _, err := svc.Signup(ctx, "ada@example.com", "password1", "Acme", "192.0.2.1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,7 +61,7 @@ func TestSignupValidation(t *testing.T) {
 		}
 		for _, tt := range bad {
 			t.Run(tt.name, func(t *testing.T) {
-				_, _, err := e.svc.Signup(ctx, tt.email, tt.password, tt.org)
+				_, _, err := e.svc.Signup(ctx, tt.email, tt.password, tt.org, "192.0.2.1")
 				got := wantErr(t, err, apperr.Unprocessable, "")
 				if !strings.Contains(got.Message, tt.msg) {
 					t.Errorf("message %q does not name the problem (%q)", got.Message, tt.msg)
@@ -83,7 +83,7 @@ func TestSignupValidation(t *testing.T) {
 		}
 		for _, tt := range good {
 			t.Run(tt.name, func(t *testing.T) {
-				u, o, err := e.svc.Signup(ctx, tt.email, tt.password, tt.org)
+				u, o, err := e.svc.Signup(ctx, tt.email, tt.password, tt.org, "192.0.2.1")
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -102,7 +102,7 @@ func TestSignupCreatesOwnerOnFreeTier(t *testing.T) {
 	t.Parallel()
 	testdb.Each(t, func(t *testing.T, db *models.DB) {
 		e := newEnv(t, db)
-		u, o, err := e.svc.Signup(ctx, "ada@example.com", "password1", "Acme")
+		u, o, err := e.svc.Signup(ctx, "ada@example.com", "password1", "Acme", "192.0.2.1")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -130,7 +130,7 @@ func TestSignupCreatesOwnerOnFreeTier(t *testing.T) {
 
 		// The same email again, differing only in case and spaces.
 		for _, dup := range []string{"ada@example.com", "ADA@Example.com", " Ada@example.COM "} {
-			_, _, err := e.svc.Signup(ctx, dup, "password2", "Other")
+			_, _, err := e.svc.Signup(ctx, dup, "password2", "Other", "192.0.2.1")
 			got := wantErr(t, err, apperr.Conflict, "email_taken")
 			if got.Message == "" {
 				t.Errorf("%q: no message", dup)

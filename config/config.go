@@ -70,6 +70,7 @@ type Config struct {
 
 	// Security (issue 11).
 	TrustedProxies []netip.Prefix // SLUICE_TRUSTED_PROXIES: proxies whose X-Forwarded-For and X-Forwarded-Proto are believed; none by default
+	SignupRate     int            // SLUICE_SIGNUP_RATE: signups an hour per client address; 0 = not throttled
 
 	// Observability (issue 11).
 	LogFormat    string // SLUICE_LOG_FORMAT: json (default with DATABASE_URL) or text (default embedded)
@@ -77,6 +78,9 @@ type Config struct {
 	MetricsAddr  string // SLUICE_METRICS_ADDR: serve /metrics on this address instead of the main one
 	MetricsToken string // SLUICE_METRICS_TOKEN: bearer token /metrics requires
 }
+
+// MaxSignupRate bounds SLUICE_SIGNUP_RATE (signups an hour per address).
+const MaxSignupRate = 1_000_000
 
 // SQLitePath is where the embedded database lives.
 func (c Config) SQLitePath() string { return filepath.Join(c.DataDir, "sluice.db") }
@@ -137,6 +141,7 @@ func Load(args []string, getenv func(string) string) (Config, error) {
 
 		// Security (issue 11).
 		TrustedProxies: r.prefixes("SLUICE_TRUSTED_PROXIES"),
+		SignupRate:     int(r.int64("SLUICE_SIGNUP_RATE", 5, 0, MaxSignupRate)),
 
 		// Observability (issue 11).
 		MetricsAddr:  r.str("SLUICE_METRICS_ADDR", ""),

@@ -14,7 +14,7 @@ func TestDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	if c.Addr != ":8080" || c.SQLitePath() != "data/sluice.db" || !c.Embedded() || !c.AutoMigrate ||
-		c.MaxBodyBytes != 1<<20 || c.BcryptCost != 12 || c.AdminEmail != "admin@localhost" || c.Command != "serve" {
+		c.MaxBodyBytes != 1<<20 || c.BcryptCost != 12 || c.AdminEmail != "admin@localhost" || c.Command != "serve" || c.SignupRate != 5 {
 		t.Fatalf("unexpected defaults: %+v", c)
 	}
 }
@@ -56,6 +56,7 @@ func TestInvalidValuesNameTheVariable(t *testing.T) {
 		"SLUICE_PRIORITY_WEIGHTS": {"SLUICE_PRIORITY_WEIGHTS": "urgent=5"},
 		"REDIS_URL":               {"REDIS_URL": "localhost:6379"},
 		"SLUICE_TUNE_INTERVAL":    {"SLUICE_TUNE_INTERVAL": "1ms"},
+		"SLUICE_SIGNUP_RATE":      {"SLUICE_SIGNUP_RATE": "-1"},
 	}
 	for name, vars := range cases {
 		_, err := Load(nil, env(vars))
@@ -89,5 +90,30 @@ func TestPriorityWeights(t *testing.T) {
 	}
 	if d, _ := Load(nil, env(nil)); d.PriorityWeights["high"] != 2 || d.PriorityWeights["low"] != 1 || d.ExpectedNodes != 1 {
 		t.Fatalf("defaults %v %d", d.PriorityWeights, d.ExpectedNodes)
+	}
+}
+
+func TestSignupRate(t *testing.T) {
+	for _, tt := range []struct {
+		value string
+		want  int
+		err   string
+	}{
+		{"", 5, ""},
+		{"0", 0, ""}, // the throttle off
+		{"20", 20, ""},
+		{"1000000", 1_000_000, ""},
+		{"-1", 5, `SLUICE_SIGNUP_RATE: "-1" must be a whole number from 0 to 1000000`},
+		{"1000001", 5, `SLUICE_SIGNUP_RATE: "1000001" must be a whole number from 0 to 1000000`},
+		{"5/h", 5, `SLUICE_SIGNUP_RATE: "5/h" must be a whole number from 0 to 1000000`},
+		{"2.5", 5, `SLUICE_SIGNUP_RATE: "2.5" must be a whole number from 0 to 1000000`},
+	} {
+		c, err := Load(nil, env(map[string]string{"SLUICE_SIGNUP_RATE": tt.value}))
+		switch {
+		case tt.err == "" && (err != nil || c.SignupRate != tt.want):
+			t.Errorf("%q: %d, %v; want %d", tt.value, c.SignupRate, err, tt.want)
+		case tt.err != "" && (err == nil || err.Error() != tt.err):
+			t.Errorf("%q: got %v, want %q", tt.value, err, tt.err)
+		}
 	}
 }

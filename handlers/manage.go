@@ -130,7 +130,7 @@ func (m *manage) signup(c *gin.Context) {
 		writeAPIError(c, m.log, err)
 		return
 	}
-	u, o, err := m.Accounts.Signup(c.Request.Context(), in.Email, in.Password, in.Organization)
+	u, o, err := m.Accounts.Signup(c.Request.Context(), in.Email, in.Password, in.Organization, c.ClientIP())
 	if err != nil {
 		writeAPIError(c, m.log, err)
 		return

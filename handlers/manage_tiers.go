@@ -26,12 +26,13 @@ type tierOut struct {
 	Overage               string  `json:"overage"`
 	BillCacheHits         bool    `json:"bill_cache_hits"`
 	BatchFileBytes        int64   `json:"batch_file_bytes"`
+	MaxAPITokens          int     `json:"max_api_tokens"`
 }
 
 func toTierOut(t models.Tier) tierOut {
 	return tierOut{t.Name, t.Capacity, t.RefillPerSec, t.EffectiveRefill(), t.TokensPerMinute, t.FreezeThreshold, t.FreezeMinutes,
 		t.Autotune, t.RefillFloor, t.UpstreamFallback, t.MonthlyFee.String(), t.IncludedCredit.String(), t.Overage, t.BillCacheHits,
-		t.BatchFileBytes}
+		t.BatchFileBytes, t.MaxAPITokens}
 }
 
 func (m *manage) listTiers(c *gin.Context) {
@@ -64,6 +65,7 @@ type tierIn struct {
 	Overage         *string  `json:"overage"`
 	BillCacheHits   *bool    `json:"bill_cache_hits"`
 	BatchFileBytes  *int64   `json:"batch_file_bytes"`
+	MaxAPITokens    *int     `json:"max_api_tokens"`
 }
 
 // apply merges the given fields into l, reading money from decimal strings.
@@ -79,6 +81,7 @@ func (in tierIn) apply(l *models.TierSettings) error {
 	set(&l.Overage, in.Overage)
 	set(&l.BillCacheHits, in.BillCacheHits)
 	set(&l.BatchFileBytes, in.BatchFileBytes)
+	set(&l.MaxAPITokens, in.MaxAPITokens)
 	for _, f := range []struct {
 		name string
 		in   *string
@@ -125,7 +128,7 @@ func (m *manage) updateTier(c *gin.Context) {
 // createTier adds a tier. capacity and refill_per_sec are required; the
 // rest default to no tokens-per-minute limit, freezing at 20 rejections
 // for 10 minutes, no auto-tuning, no fee or credit, overage blocked, batch
-// files up to 1 MiB.
+// files up to 1 MiB, 10 active API tokens (the free tier's; 0 lifts it).
 func (m *manage) createTier(c *gin.Context) {
 	var in tierIn
 	if err := m.decode(c, &in); err != nil {
@@ -137,7 +140,7 @@ func (m *manage) createTier(c *gin.Context) {
 		return
 	}
 	l := models.TierSettings{FreezeThreshold: 20, FreezeMinutes: 10, UpstreamFallback: "local", Overage: models.OverageBlock,
-		BatchFileBytes: 1 << 20}
+		BatchFileBytes: 1 << 20, MaxAPITokens: 10}
 	if err := in.apply(&l); err != nil {
 		writeAPIError(c, m.log, err)
 		return

@@ -2,6 +2,7 @@ package migrations_test
 
 import (
 	"context"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -116,4 +117,69 @@ func TestMonthlyModelsBackfill(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestTokenLimitsMigration applies 0011 (token limits) to a database
+// migrated up to the version before it, with a tier of an admin's own: the default tiers get their limits
+// (free 10, premium 200) and the other tier no limit (0).
+func TestTokenLimitsMigration(t *testing.T) {
+	for _, dialect := range []string{"sqlite", "postgres"} {
+		t.Run(dialect, func(t *testing.T) {
+			ctx := context.Background()
+			var db *models.DB
+			var err error
+			if dialect == "sqlite" {
+				db, err = models.Open(ctx, "", filepath.Join(t.TempDir(), "sluice.db"))
+			} else {
+				db, err = models.Open(ctx, testdb.PostgresURL(t), "")
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { db.Close() })
+			sqlDB, _ := db.SQL()
+			d := migrations.Dialect(db.Dialect)
+			all, err := migrations.List(d)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var target migrations.Migration
+			if _, err := migrations.Current(ctx, sqlDB); err != nil { // creates schema_migrations
+				t.Fatal(err)
+			}
+			for _, m := range all {
+				if strings.HasSuffix(m.Name, "_token_limits.sql") {
+					target = m
+					break
+				}
+				// Applied by hand and recorded, as Apply would have.
+				if _, err := sqlDB.ExecContext(ctx, m.SQL); err != nil {
+					t.Fatalf("%s: %v", m.Name, err)
+				}
+				if err := db.Gorm.Exec("INSERT INTO schema_migrations (version, name) VALUES (?, ?)", m.Version, m.Name).Error; err != nil {
+					t.Fatal(err)
+				}
+			}
+			if target.Version == 0 {
+				t.Fatalf("no *_token_limits.sql in %s", d)
+			}
+			if err := db.Gorm.Exec("INSERT INTO tiers (name, capacity, refill_per_sec) VALUES ('team', 100, 2)").Error; err != nil {
+				t.Fatal(err)
+			}
+			applied, err := migrations.Apply(ctx, sqlDB, d)
+			if err != nil || len(applied) == 0 || applied[0] != target.Version {
+				t.Fatalf("apply from the version before %s: %v %v", target.Name, applied, err)
+			}
+			s := models.NewStore(db)
+			for name, want := range map[string]int{"free": 10, "premium": 200, "team": 0} {
+				tier, err := s.TierByName(ctx, name)
+				if err != nil || tier.MaxAPITokens != want {
+					t.Errorf("%s: max_api_tokens %d (%v), want %d", name, tier.MaxAPITokens, err, want)
+				}
+			}
+			if err := db.Gorm.Exec("UPDATE tiers SET max_api_tokens = -1 WHERE name = 'team'").Error; err == nil {
+				t.Error("a negative max_api_tokens was stored")
+			}
+		})
+	}
 }

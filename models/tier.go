@@ -43,8 +43,11 @@ type Tier struct {
 	// BatchFileBytes is the largest batch input file (POST /v1/files) an
 	// organization on the tier may upload; 0 refuses uploads.
 	BatchFileBytes int64
-	CreatedAt      time.Time
-	UpdatedAt      time.Time
+	// MaxAPITokens is the most active API tokens (neither revoked nor
+	// expired) an organization on the tier may hold; 0: no limit.
+	MaxAPITokens int
+	CreatedAt    time.Time
+	UpdatedAt    time.Time
 }
 
 // Overage choices of a tier.
@@ -78,17 +81,21 @@ type TierSettings struct {
 	Overage          string // "bill" or "block"; empty keeps the tier's current choice
 	BillCacheHits    bool
 	BatchFileBytes   int64
+	MaxAPITokens     int // 0: no limit
 }
 
 // Settings returns the tier's editable settings, to merge a partial update into.
 func (t Tier) Settings() TierSettings {
 	return TierSettings{t.Capacity, t.RefillPerSec, t.TokensPerMinute, t.FreezeThreshold, t.FreezeMinutes, t.Autotune, t.RefillFloor,
-		t.UpstreamFallback, t.MonthlyFee, t.IncludedCredit, t.Overage, t.BillCacheHits, t.BatchFileBytes}
+		t.UpstreamFallback, t.MonthlyFee, t.IncludedCredit, t.Overage, t.BillCacheHits, t.BatchFileBytes, t.MaxAPITokens}
 }
 
 // MaxBatchFileBytes bounds a tier's batch file limit: an upload is held in
 // memory while it is stored.
 const MaxBatchFileBytes = 256 << 20
+
+// MaxTierAPITokens bounds a tier's API token limit.
+const MaxTierAPITokens = 100_000
 
 // Validate says what is wrong with the settings, in words for the admin.
 func (l TierSettings) Validate() error {
@@ -117,6 +124,8 @@ func (l TierSettings) Validate() error {
 		return apperr.New(apperr.Unprocessable, "overage must be bill or block")
 	case l.BatchFileBytes < 0 || l.BatchFileBytes > MaxBatchFileBytes:
 		return apperr.New(apperr.Unprocessable, "batch_file_bytes must be from 0 (no batch files) to %d (256 MiB)", MaxBatchFileBytes)
+	case l.MaxAPITokens < 0 || l.MaxAPITokens > MaxTierAPITokens:
+		return apperr.New(apperr.Unprocessable, "max_api_tokens must be from 0 (no limit) to %d", MaxTierAPITokens)
 	}
 	return nil
 }
@@ -153,7 +162,8 @@ func (s *Store) CreateTier(ctx context.Context, actor User, name string, l TierS
 	t := Tier{Name: name, Capacity: l.Capacity, RefillPerSec: l.RefillPerSec, TokensPerMinute: l.TokensPerMinute,
 		FreezeThreshold: l.FreezeThreshold, FreezeMinutes: l.FreezeMinutes, Autotune: l.Autotune, RefillFloor: l.RefillFloor,
 		UpstreamFallback: l.UpstreamFallback, MonthlyFee: l.MonthlyFee, IncludedCredit: l.IncludedCredit,
-		Overage: l.Overage, BillCacheHits: l.BillCacheHits, BatchFileBytes: l.BatchFileBytes, CreatedAt: now, UpdatedAt: now}
+		Overage: l.Overage, BillCacheHits: l.BillCacheHits, BatchFileBytes: l.BatchFileBytes, CreatedAt: now, UpdatedAt: now,
+		MaxAPITokens: l.MaxAPITokens}
 	err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		if err := tx.Create(&t).Error; err != nil {
 			return dbErr(err, "tier "+name)
@@ -221,10 +231,11 @@ func (s *Store) UpdateTier(ctx context.Context, actor User, name string, l TierS
 		}
 		t.MonthlyFee, t.IncludedCredit, t.BillCacheHits = l.MonthlyFee, l.IncludedCredit, l.BillCacheHits
 		t.BatchFileBytes = l.BatchFileBytes
+		t.MaxAPITokens = l.MaxAPITokens
 		t.EffectiveRefillPerSec, t.UpdatedAt = nil, time.Now().UTC()
 		err := tx.Model(&t).Select("capacity", "refill_per_sec", "tokens_per_minute", "freeze_threshold", "freeze_minutes",
 			"autotune", "refill_floor", "upstream_fallback", "monthly_fee", "included_credit", "overage", "bill_cache_hits",
-			"batch_file_bytes", "effective_refill_per_sec", "updated_at").Updates(&t).Error
+			"batch_file_bytes", "effective_refill_per_sec", "updated_at", "max_api_tokens").Updates(&t).Error
 		if err != nil {
 			return dbErr(err, "tier "+name)
 		}
@@ -258,6 +269,7 @@ func describeChange(a, b TierSettings) string {
 	}
 	add("bill_cache_hits", a.BillCacheHits, b.BillCacheHits)
 	add("batch_file_bytes", a.BatchFileBytes, b.BatchFileBytes)
+	add("max_api_tokens", a.MaxAPITokens, b.MaxAPITokens)
 	if len(parts) == 0 {
 		return "no change"
 	}

@@ -58,7 +58,9 @@ type TokenOwner struct {
 const maxTokenName = 100
 
 // CreateAPIToken issues a token for a user of orgID and returns it with the
-// plain text, which is never stored.
+// plain text, which is never stored. An organization holding as many
+// active tokens as its tier allows (MaxAPITokens) is refused with a
+// conflict; revoked and expired tokens do not count.
 func (s *Store) CreateAPIToken(ctx context.Context, orgID, userID int64, name string, expiresAt *time.Time) (APIToken, string, error) {
 	if name == "" || len(name) > maxTokenName {
 		return APIToken{}, "", apperr.New(apperr.Unprocessable, "name must be 1 to %d characters", maxTokenName)
@@ -67,18 +69,65 @@ func (s *Store) CreateAPIToken(ctx context.Context, orgID, userID int64, name st
 	if err != nil {
 		return APIToken{}, "", err
 	}
+	now := time.Now().UTC()
 	t := APIToken{
 		OrgID: orgID, UserID: userID, Name: name,
 		Prefix: TokenDisplayPrefix(secret), Hash: HashToken(secret),
-		CreatedAt: time.Now().UTC(), ExpiresAt: expiresAt,
+		CreatedAt: now, ExpiresAt: expiresAt,
 	}
 	err = s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		if err := s.checkTokenLimit(tx, orgID, now); err != nil {
+			return err
+		}
 		if err := tx.Create(&t).Error; err != nil {
 			return dbErr(err, "token")
 		}
 		return audit(tx, orgID, userID, "token.create", fmt.Sprint(t.ID), t.Name)
 	})
 	return t, secret, dbErr(err, "token")
+}
+
+// checkTokenLimit refuses a new token for orgID when it already holds as
+// many active tokens as its tier allows. It runs in the transaction that
+// inserts the token, and that transaction is the only one of the
+// organization's token creations running: on Postgres the organization's
+// row is locked (FOR NO KEY UPDATE, which other token creations wait for
+// and foreign-key checks of usage and other rows do not), so the count
+// below sees every token committed before; SQLite has one writer (one
+// connection in this process, and a transaction that read before another
+// wrote cannot write after it), so the count and the insert are one step.
+func (s *Store) checkTokenLimit(tx *gorm.DB, orgID int64, now time.Time) error {
+	q := `SELECT tiers.name, tiers.max_api_tokens FROM organizations JOIN tiers ON tiers.id = organizations.tier_id
+		WHERE organizations.id = ?`
+	if s.db.Dialector.Name() == "postgres" {
+		q += ` FOR NO KEY UPDATE OF organizations`
+	}
+	var tier struct {
+		Name         string
+		MaxAPITokens int
+	}
+	res := tx.Raw(q, orgID).Scan(&tier)
+	if res.Error != nil {
+		return dbErr(res.Error, "organization")
+	}
+	if res.RowsAffected == 0 {
+		return apperr.New(apperr.NotFound, "organization not found")
+	}
+	if tier.MaxAPITokens == 0 {
+		return nil
+	}
+	var active int64
+	err := tx.Model(&APIToken{}).Where("org_id = ? AND revoked_at IS NULL AND (expires_at IS NULL OR expires_at > ?)", orgID, now).
+		Count(&active).Error
+	if err != nil {
+		return dbErr(err, "tokens")
+	}
+	if active >= int64(tier.MaxAPITokens) {
+		return apperr.WithReason(apperr.Conflict, "token_limit_reached", fmt.Sprintf(
+			"the %s tier allows %d active API tokens and this organization has %d (revoked and expired ones do not count); revoke one or upgrade",
+			tier.Name, tier.MaxAPITokens, active))
+	}
+	return nil
 }
 
 // APITokens lists an organization's tokens, newest first.

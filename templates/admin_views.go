@@ -62,6 +62,7 @@ type TierRow struct {
 	Overage          string // "bill" or "block"
 	BillCacheHits    bool
 	BatchFileMiB     string // the largest batch file, in MiB, e.g. "1" or "0.5"
+	MaxAPITokens     int    // active API tokens an organization may hold; 0: no limit
 	Organizations    int64  // on this tier; a tier in use cannot be deleted
 }
 
@@ -81,6 +82,7 @@ type AdminTierForm struct {
 	Overage          string
 	BillCacheHits    bool
 	BatchFileMiB     string
+	MaxAPITokens     string
 }
 
 // AdminOverviewView is the overview of every organization: one page of

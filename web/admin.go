@@ -27,7 +27,7 @@ var adminFlashes = map[string]string{
 // gets through the API when it gives none.
 var newTierDefaults = templates.AdminTierForm{TokensPerMinute: "0", FreezeThreshold: "20", FreezeMinutes: "10",
 	RefillFloor: "0", UpstreamFallback: "local", MonthlyFee: "0.00", IncludedCredit: "0.00", Overage: models.OverageBlock,
-	BatchFileMiB: "1"}
+	BatchFileMiB: "1", MaxAPITokens: "10"}
 
 // AdminTiers shows the tiers with their editable limits and plans, the
 // freezes and the auto-tuner.
@@ -82,7 +82,8 @@ func (p *Pages) showAdmin(c *gin.Context, status int, formErr, flash string, new
 			FreezeThreshold: t.FreezeThreshold, FreezeMinutes: t.FreezeMinutes,
 			Autotune: t.Autotune, RefillFloor: formatRate(t.RefillFloor), UpstreamFallback: t.UpstreamFallback,
 			MonthlyFee: t.MonthlyFee.String(), IncludedCredit: t.IncludedCredit.String(), Overage: t.Overage,
-			BillCacheHits: t.BillCacheHits, BatchFileMiB: formatMiB(t.BatchFileBytes), Organizations: usage[t.ID]})
+			BillCacheHits: t.BillCacheHits, BatchFileMiB: formatMiB(t.BatchFileBytes), MaxAPITokens: t.MaxAPITokens,
+			Organizations: usage[t.ID]})
 	}
 	view.Freezes = p.freezeRows(c, freezes, orgNames)
 	for _, e := range tuning {
@@ -134,7 +135,8 @@ func (p *Pages) CreateTier(c *gin.Context) {
 		FreezeThreshold: c.PostForm("freeze_threshold"), FreezeMinutes: c.PostForm("freeze_minutes"),
 		RefillFloor: c.PostForm("refill_floor"), UpstreamFallback: c.PostForm("upstream_fallback"),
 		Autotune: c.PostForm("autotune") == "on", MonthlyFee: c.PostForm("monthly_fee"), IncludedCredit: c.PostForm("included_credit"),
-		Overage: c.PostForm("overage"), BillCacheHits: c.PostForm("bill_cache_hits") == "on", BatchFileMiB: c.PostForm("batch_file_mib")}
+		Overage: c.PostForm("overage"), BillCacheHits: c.PostForm("bill_cache_hits") == "on", BatchFileMiB: c.PostForm("batch_file_mib"),
+		MaxAPITokens: c.PostForm("max_api_tokens")}
 	var settings models.TierSettings
 	if err := tierForm(c, &settings); err != nil {
 		p.showAdmin(c, http.StatusUnprocessableEntity, err.Error(), "", form)
@@ -220,6 +222,13 @@ func tierForm(c *gin.Context, s *models.TierSettings) error {
 			bad = append(bad, "batch_file_mib")
 		}
 		s.BatchFileBytes = int64(math.Round(mib * (1 << 20)))
+	}
+	if v, ok := c.GetPostForm("max_api_tokens"); ok {
+		n, err := strconv.Atoi(strings.TrimSpace(v))
+		if err != nil {
+			bad = append(bad, "max_api_tokens")
+		}
+		s.MaxAPITokens = n
 	}
 	switch {
 	case len(bad) > 0:

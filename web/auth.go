@@ -47,7 +47,7 @@ func (p *Pages) SignupForm(c *gin.Context) {
 // Signup creates an organization on the free tier and signs its owner in.
 func (p *Pages) Signup(c *gin.Context) {
 	view := templates.SignupView{Email: c.PostForm("email"), Organization: c.PostForm("organization")}
-	u, _, err := p.accounts.Signup(c.Request.Context(), view.Email, c.PostForm("password"), view.Organization)
+	u, _, err := p.accounts.Signup(c.Request.Context(), view.Email, c.PostForm("password"), view.Organization, c.ClientIP())
 	if err == nil {
 		err = p.setSession(c, u)
 	}
@@ -69,12 +69,15 @@ func (p *Pages) Logout(c *gin.Context) {
 	c.Redirect(http.StatusSeeOther, "/login")
 }
 
-// formError shows a user's mistake on the form they submitted, and anything
+// formError shows a user's mistake (or a refusal: too many signups) on the
+// form they submitted, with a Retry-After when waiting helps, and anything
 // else (a bug, a database outage) on the error page.
 func (p *Pages) formError(c *gin.Context, err error, show func(templates.Page), title string) {
 	if apperr.Status(apperr.CodeOf(err)) >= 500 {
 		p.fail(c, err)
 		return
 	}
-	show(templates.Page{Title: title, Error: apperr.As(err).Message})
+	e := apperr.As(err)
+	setRetryAfter(c, e)
+	show(templates.Page{Title: title, Error: e.Message})
 }

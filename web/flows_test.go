@@ -161,11 +161,11 @@ func TestAdminChangesTiersOrganizationsAndFreezes(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		// The plan (fee, credit, overage) and the batch file limit are not on
-		// this form: they keep their values.
+		// The plan (fee, credit, overage), the batch file limit and the token
+		// limit are not in these values: they keep theirs.
 		if want := (models.TierSettings{Capacity: 45, RefillPerSec: 0.75, FreezeThreshold: 20, FreezeMinutes: 10,
 			RefillFloor: 0.3, UpstreamFallback: "error", IncludedCredit: money.Dollar, Overage: models.OverageBlock,
-			BatchFileBytes: 1 << 20}); tier.Settings() != want {
+			BatchFileBytes: 1 << 20, MaxAPITokens: 10}); tier.Settings() != want {
 			t.Errorf("free tier = %+v, want %+v", tier.Settings(), want)
 		}
 		w := admin.get("/admin/tiers?done=tier")

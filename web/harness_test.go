@@ -169,7 +169,7 @@ func router(p *web.Pages) http.Handler {
 // signup creates an organization on the free tier with its owner.
 func (s *site) signup(email, org string) models.User {
 	s.t.Helper()
-	u, _, err := s.accounts.Signup(context.Background(), email, password, org)
+	u, _, err := s.accounts.Signup(context.Background(), email, password, org, "192.0.2.1")
 	if err != nil {
 		s.t.Fatalf("signup %s: %v", email, err)
 	}

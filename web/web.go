@@ -98,9 +98,7 @@ func RenderError(c *gin.Context, log *slog.Logger, err error) {
 		log.Error("page failed", "method", c.Request.Method, "path", c.FullPath(), "err", err)
 		msg = "Something went wrong on our side. Please try again."
 	}
-	if e.RetryAfter > 0 { // whole seconds, rounded up, as the API sends it
-		c.Header("Retry-After", strconv.FormatInt(int64((e.RetryAfter+time.Second-1)/time.Second), 10))
-	}
+	setRetryAfter(c, e)
 	page := templates.Page{Title: strconv.Itoa(status) + " " + http.StatusText(status)}
 	if u, ok := userOf(c); ok {
 		page.User = &templates.UserNav{Email: u.Email, IsAdmin: u.IsAdmin()}
@@ -110,6 +108,14 @@ func RenderError(c *gin.Context, log *slog.Logger, err error) {
 }
 
 func (p *Pages) fail(c *gin.Context, err error) { RenderError(c, p.log, err) }
+
+// setRetryAfter sends e's Retry-After, if it has one, in whole seconds
+// rounded up, as the API sends it.
+func setRetryAfter(c *gin.Context, e *apperr.Error) {
+	if e.RetryAfter > 0 {
+		c.Header("Retry-After", strconv.FormatInt(int64((e.RetryAfter+time.Second-1)/time.Second), 10))
+	}
+}
 
 // GuardOrigin rejects cross-site form posts before they reach a handler.
 func (p *Pages) GuardOrigin(c *gin.Context) {
