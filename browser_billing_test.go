@@ -109,7 +109,11 @@ func TestBrowserBillingJourney(t *testing.T) {
 		return b
 	}
 	waitFor(t, 10*time.Second, "the unpriced calls recorded", func() bool { return monthRequests(t, c, session.Token) == unpricedCalls })
-	if b := budget(); b.Spent != "0.00" || b.MonthlyLimit != nil || b.IncludedCredit != "1.00" || b.Overage != "block" {
+	// The organization was created just now (the real clock): its first
+	// month's credit is the free plan's $1.00 for the part of the month
+	// left, whatever day this runs.
+	freeCredit := credit(t, budget().IncludedCredit, money.Dollar)
+	if b := budget(); b.Spent != "0.00" || b.MonthlyLimit != nil || b.Overage != "block" {
 		t.Fatalf("budget before any price: %+v", b)
 	}
 
@@ -185,13 +189,15 @@ func TestBrowserBillingJourney(t *testing.T) {
 		t.Fatalf("%d calls cost only $%s: the budget step below needs a few cents", pricedCalls, spent)
 	}
 	b := budget()
-	if b.Reserved != "0.00" || b.IncludedCredit != "1.00" {
+	if b.Reserved != "0.00" || b.IncludedCredit != freeCredit.String() {
 		t.Errorf("budget after the priced calls: %+v", b)
 	}
+	// The credit line covers the usage up to the month's share of $1.00.
+	credited := min(freeCredit.RoundCents(), want.RoundCents())
 	inv := draftInvoice(t, c, session.Token)
-	wantLines := fmt.Sprintf("[{usage sluice-local %d requests, in  out : 0.00} {usage sluice-local %d requests, in 400.00 out 1000.00: %s} {credit  0 requests, in  out : -%[3]s}]",
-		unpricedCalls, pricedCalls, want.StringCents())
-	if got := fmt.Sprint(inv.Lines); got != wantLines || inv.Total != "0.00" || inv.Status != "draft" {
+	wantLines := fmt.Sprintf("[{usage sluice-local %d requests, in  out : 0.00} {usage sluice-local %d requests, in 400.00 out 1000.00: %s} {credit  0 requests, in  out : -%s}]",
+		unpricedCalls, pricedCalls, want.StringCents(), credited.StringCents())
+	if got := fmt.Sprint(inv.Lines); got != wantLines || inv.Total != (want.RoundCents()-credited).StringCents() || inv.Status != "draft" {
 		t.Fatalf("the draft invoice: total %s (%s), lines\n%s\nwant\n%s", inv.Total, inv.Status, got, wantLines)
 	}
 	if d := inv.Lines[0].Description; d != "sluice-local (not billed)" {
@@ -233,12 +239,14 @@ func TestBrowserBillingJourney(t *testing.T) {
 	wantPage := []string{
 		fmt.Sprintf("usage | sluice-local %d requests | not billed | $0.00", unpricedCalls),
 		fmt.Sprintf("usage | sluice-local %d requests | at $400.00/M | $%s", pricedCalls, want.StringCents()),
-		fmt.Sprintf("credit | included credit ($1.00 a month) | | -$%s", want.StringCents()),
 	}
-	if strings.Join(lines, "\n") != strings.Join(wantPage, "\n") {
-		t.Errorf("invoice lines on the page:\n%s\nwant\n%s", strings.Join(lines, "\n"), strings.Join(wantPage, "\n"))
+	// The credit line names the part of the month the free plan was in
+	// force, which depends on when this runs.
+	if len(lines) != 3 || strings.Join(lines[:2], "\n") != strings.Join(wantPage, "\n") ||
+		!strings.HasPrefix(lines[2], "credit | included credit ($1.00 a month") || !strings.HasSuffix(lines[2], " | -$"+credited.StringCents()) {
+		t.Errorf("invoice lines on the page:\n%s\nwant\n%s\nand the credit", strings.Join(lines, "\n"), strings.Join(wantPage, "\n"))
 	}
-	expectText(t, user, `[data-testid=draft-total]`, "$0.00")
+	expectText(t, user, `[data-testid=draft-total]`, "$"+(want.RoundCents()-credited).StringCents())
 	expectNumber(t, user, `[data-testid=invoice-line][data-kind=usage]:nth-child(2) [data-testid=line-input] .invoice-count`, prompt)
 	expectNumber(t, user, `[data-testid=invoice-line][data-kind=usage]:nth-child(2) [data-testid=line-output] .invoice-count`, completion)
 
@@ -337,10 +345,18 @@ func TestBrowserBillingJourney(t *testing.T) {
 	expectText(t, user, `[data-testid=plan-fee]`, "$49.00")
 	expectText(t, user, `[data-testid=plan-credit]`, "$10.00 a month")
 	expectText(t, user, `[data-testid=plan-overage]`, "usage is billed on the invoice")
-	expectText(t, user, `[data-testid=spend-credit]`, "The Premium plan includes $10.00 of usage a month; usage past it is billed on the invoice.")
+	// This month's credit: the free plan's share until the approval, the
+	// premium plan's from then on.
+	monthCredit := credit(t, budget().IncludedCredit, 10*money.Dollar)
+	if monthCredit == 10*money.Dollar {
+		expectText(t, user, `[data-testid=spend-credit]`, "The Premium plan includes $10.00 of usage a month; usage past it is billed on the invoice.")
+	} else {
+		expectText(t, user, `[data-testid=spend-credit]`, "The Premium plan includes $10.00 of usage a month; this month, prorated, $"+
+			monthCredit.String()+"; usage past it is billed on the invoice.")
+	}
 	expectText(t, user, `[data-testid=spend-spent]`, "$"+spent) // the month's spending goes with the organization
-	if b := budget(); b.IncludedCredit != "10.00" || b.Overage != "bill" || b.Spent != spent || b.MonthlyLimit == nil || *b.MonthlyLimit != limit {
-		t.Errorf("GET /api/budget after the upgrade: %+v", b)
+	if b := budget(); b.Overage != "bill" || b.Spent != spent || b.MonthlyLimit == nil || *b.MonthlyLimit != limit || monthCredit <= freeCredit {
+		t.Errorf("GET /api/budget after the upgrade: %+v (the free plan's credit was %s)", b, freeCredit)
 	}
 	screenshot(t, user, "desktop-billing-premium")
 
@@ -388,6 +404,18 @@ func TestBrowserBillingJourney(t *testing.T) {
 		t.Fatal(err)
 	}
 	sectionShot(t, user, `[data-testid=webhook-settings]`, "desktop-billing-webhook")
+}
+
+// credit reads GET /api/budget's included_credit: a plan's monthly credit
+// prorated over the part of the month it was in force, so above zero and
+// at most the whole month's.
+func credit(t *testing.T, s string, month money.Amount) money.Amount {
+	t.Helper()
+	a, err := money.ParseAmount(s)
+	if err != nil || a <= 0 || a > month {
+		t.Fatalf("included_credit %q (%v), want a share of %s", s, err, month)
+	}
+	return a
 }
 
 // budgetState is GET /api/budget.

@@ -40,6 +40,9 @@ type Caller struct {
 	TokenKey string
 	// Budget is the organization's monthly spending limit, if any.
 	Budget models.Budget
+	// IncludedCredit is the organization's included credit this month,
+	// prorated over the tiers and terms in force in it; read at cache fill.
+	IncludedCredit money.Amount
 	// TokenPrefix is the token's display prefix (sk_sluice_ and 6
 	// characters), what logs may say of it; never the token.
 	TokenPrefix string
@@ -49,13 +52,13 @@ type Caller struct {
 }
 
 // SpendLimit is what the organization may spend in a month before its
-// requests are refused, and what that limit is called: the tier's
+// requests are refused, and what that limit is called: the month's
 // included credit when the tier blocks overage, the budget when it is a
 // hard stop, the lower of the two when both apply. ok is false when
 // nothing limits spending.
 func (c Caller) SpendLimit() (limit money.Amount, what string, ok bool) {
 	if c.Tier.Overage == models.OverageBlock {
-		limit, what, ok = c.Tier.IncludedCredit, "the "+c.Tier.Name+" tier's included credit", true
+		limit, what, ok = c.IncludedCredit, "the "+c.Tier.Name+" tier's included credit", true
 	}
 	if b := c.Budget.Limit; b != nil && c.Budget.HardStop && (!ok || *b < limit) {
 		limit, what, ok = *b, "the organization's monthly budget", true
@@ -186,7 +189,7 @@ func (d *Directory) caller(e tokenEntry) (Caller, error) {
 	return Caller{TokenID: e.owner.ID, OrgID: e.owner.OrgID, UserID: e.owner.UserID, Tier: tier,
 		RequestsKey: e.requestsKey, TPMKey: e.tpmKey, TokenKey: e.tokenKey,
 		Budget: models.Budget{Limit: e.owner.BudgetLimit, HardStop: e.owner.BudgetHardStop}, TokenPrefix: e.owner.Prefix,
-		SigningSecret: e.signingSecret}, nil
+		SigningSecret: e.signingSecret, IncludedCredit: e.owner.IncludedCredit}, nil
 }
 
 // entry is what the cache keeps of a token: its keys formatted and its

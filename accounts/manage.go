@@ -65,14 +65,19 @@ func (s *Service) SetTokenSigning(ctx context.Context, u models.User, id int64, 
 }
 
 // UpdateTier changes a tier's settings; the next API request, on every
-// node, uses them.
+// node, uses them. New plan terms also reach this node's included-credit
+// limits at once, and other nodes' within the token cache TTL.
 func (s *Service) UpdateTier(ctx context.Context, admin models.User, name string, l models.TierSettings) (models.Tier, error) {
 	if !admin.IsAdmin() {
 		return models.Tier{}, apperr.New(apperr.Forbidden, "only admins may change tiers")
 	}
+	old := s.dir.Tier(name)
 	t, err := s.store.UpdateTier(ctx, admin, name, l)
 	if err != nil {
 		return t, err
+	}
+	if old == nil || !old.TermsFrom.Equal(t.TermsFrom) {
+		s.dir.forgetTier(t.Name)
 	}
 	s.publish(ctx, cluster.Event{Kind: cluster.TiersChanged})
 	return t, s.dir.ReloadTiers(ctx)

@@ -156,11 +156,14 @@ type BudgetState struct {
 	Reserved    money.Amount
 	PeriodStart time.Time
 	PeriodEnd   time.Time
-	// Credit is the tier's included credit and how usage beyond it is
-	// treated, for the dashboard's gauge.
-	Credit  money.Amount
-	Overage string
-	Alerts  []int // thresholds crossed this month
+	// Credit is the month's included credit, prorated over the tiers and
+	// terms in force in it (the limit when the tier blocks overage), and
+	// how usage beyond it is treated, for the dashboard's gauge.
+	// TierCredit is the current tier's credit for a whole month.
+	Credit     money.Amount
+	TierCredit money.Amount
+	Overage    string
+	Alerts     []int // thresholds crossed this month
 }
 
 // Budget reads orgID's budget and spending this month: from the ledger
@@ -172,9 +175,13 @@ func (s *Service) Budget(ctx context.Context, orgID int64) (BudgetState, error) 
 		return BudgetState{}, err
 	}
 	period := metering.Period(s.now())
+	plan, err := s.store.MonthTerms(ctx, orgID, period)
+	if err != nil {
+		return BudgetState{}, err
+	}
 	st := BudgetState{Limit: o.BudgetLimit, HardStop: o.BudgetHardStop, PeriodStart: period, PeriodEnd: metering.PeriodEnd(period),
-		Credit: o.Tier.IncludedCredit, Overage: o.Tier.Overage}
-	c := accounts.Caller{Tier: &o.Tier, Budget: models.Budget{Limit: o.BudgetLimit, HardStop: o.BudgetHardStop}}
+		Credit: plan.IncludedCredit(), TierCredit: o.Tier.IncludedCredit, Overage: o.Tier.Overage}
+	c := accounts.Caller{Tier: &o.Tier, IncludedCredit: st.Credit, Budget: models.Budget{Limit: o.BudgetLimit, HardStop: o.BudgetHardStop}}
 	if c.TracksSpending() {
 		b, err := s.ledger.Balance(ctx, orgID, period)
 		if err != nil {

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/crypto/bcrypt"
+
 	"github.com/sluicehq/sluice/accounts"
 	"github.com/sluicehq/sluice/apperr"
 	"github.com/sluicehq/sluice/chat"
@@ -32,6 +34,7 @@ type fixture struct {
 	store *models.Store
 	clock *clocktest.Clock
 	svc   *Service
+	acc   *accounts.Service // tier edits and moves, as the admin API makes them
 	book  *metering.PriceBook
 	admin models.User
 }
@@ -39,8 +42,8 @@ type fixture struct {
 func newFixture(t *testing.T, db *models.DB, start time.Time) *fixture {
 	t.Helper()
 	ctx := context.Background()
-	store := models.NewStore(db)
 	clk := clocktest.New(start)
+	store := models.NewStore(db, models.WithClock(clk.Now))
 	dir, err := accounts.NewDirectory(ctx, store, time.Minute, clk.Now)
 	if err != nil {
 		t.Fatal(err)
@@ -53,6 +56,9 @@ func newFixture(t *testing.T, db *models.DB, start time.Time) *fixture {
 		Log: slog.New(slog.DiscardHandler), Now: clk.Now})
 	_, f.admin, err = store.CreateOrganizationWithOwner(ctx, "Ops", "premium", "ops@example.com", "h", models.RoleAdmin)
 	if err != nil {
+		t.Fatal(err)
+	}
+	if f.acc, err = accounts.NewService(store, dir, cluster.None{}, accounts.NewLoginThrottle(clk.Now), bcrypt.MinCost); err != nil {
 		t.Fatal(err)
 	}
 	return f
@@ -178,7 +184,7 @@ func golden(t *testing.T, name string, got []byte) {
 func TestBuildRoundsEachLineOnceAndCreditsUpToUsage(t *testing.T) {
 	period := time.Date(2026, 2, 1, 0, 0, 0, 0, time.UTC)
 	half := money.Cent / 2
-	inv := Build(period, Plan{Tier: "free", IncludedCredit: money.Dollar}, []Usage{
+	inv := Build(wholeMonth(period, models.TierTerms{TierName: "free", IncludedCredit: money.Dollar}), []Usage{
 		{Model: "a", PriceID: 1, Cost: 10*money.Cent + half},     // 0.105 -> 0.11
 		{Model: "b", PriceID: 2, Cost: 20*money.Cent + half - 1}, // just under 0.205 -> 0.20
 	})
@@ -186,11 +192,19 @@ func TestBuildRoundsEachLineOnceAndCreditsUpToUsage(t *testing.T) {
 		t.Fatalf("%+v", inv)
 	}
 	// Usage beyond the credit is what is left to pay.
-	inv = Build(period, Plan{Tier: "premium", MonthlyFee: 49 * money.Dollar, IncludedCredit: 10 * money.Dollar},
+	inv = Build(wholeMonth(period, models.TierTerms{TierName: "premium", MonthlyFee: 49 * money.Dollar, IncludedCredit: 10 * money.Dollar}),
 		[]Usage{{Model: "a", PriceID: 1, Cost: 12*money.Dollar + money.Picodollar}})
 	if inv.Total.StringCents() != "51.00" {
 		t.Fatalf("total %s", inv.Total.StringCents())
 	}
+}
+
+// wholeMonth is a month with one pair of terms in force all of it.
+func wholeMonth(period time.Time, terms models.TierTerms) models.MonthTerms {
+	end := period.AddDate(0, 1, 0)
+	secs := end.Unix() - period.Unix()
+	return models.MonthTerms{Period: period, Seconds: secs,
+		Terms: []models.TermsInForce{{Terms: terms, Spans: []models.Span{{From: period, To: end}}, Seconds: secs}}}
 }
 
 // Days are the organization's: the same two events are one UTC day but two

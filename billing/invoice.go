@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
+	"github.com/sluicehq/sluice/models"
 	"github.com/sluicehq/sluice/money"
 )
 
@@ -59,13 +61,6 @@ func (l Line) Billed() bool {
 	return l.Kind == LineUsage && (l.InputPrice != 0 || l.OutputPrice != 0 || l.CachedInputPrice != 0)
 }
 
-// Plan is what a tier charges, as it stood when the invoice was made.
-type Plan struct {
-	Tier           string
-	MonthlyFee     money.Amount
-	IncludedCredit money.Amount
-}
-
 // Usage is a month's usage of one model at one price version (PriceID 0:
 // not billed), with its exact cost.
 type Usage struct {
@@ -82,15 +77,22 @@ type Usage struct {
 	EffectiveFrom    time.Time // of the price version
 }
 
-// Build makes an invoice: the plan fee, one usage line per model and price
-// version, and the included credit as a negative line covering usage up to
-// the credit. Each line is rounded once, half-up to the cent; the total is
-// the sum of the rounded lines, so the lines always add up to it.
-func Build(period time.Time, plan Plan, usage []Usage) Invoice {
+// Build makes an invoice from what the organization's tiers charged over
+// the month (plan) and its usage: a fee line per (tier, terms version)
+// pair in force in the month, one usage line per model and price version,
+// and the included credit as negative lines, one per pair, covering usage
+// up to the credit (the earlier pairs' first). A pair's fee and credit are
+// prorated over the seconds it was in force: amount × seconds / seconds
+// of the month, exactly. Each line is rounded once, half-up to the cent;
+// the total is the sum of the rounded lines, so the lines always add up to
+// it. Lines that come to nothing are left out.
+func Build(plan models.MonthTerms, usage []Usage) Invoice {
+	period := plan.Period
 	inv := Invoice{PeriodStart: period, PeriodEnd: period.AddDate(0, 1, 0), Status: Draft, Currency: "USD"}
-	if plan.MonthlyFee > 0 {
-		inv.Lines = append(inv.Lines, Line{Kind: LineFee, Description: plan.Tier + " plan, " + period.Format("January 2006"),
-			Amount: plan.MonthlyFee.RoundCents()})
+	for _, t := range plan.Terms {
+		if fee := money.Prorate(t.Terms.MonthlyFee, t.Seconds, plan.Seconds).RoundCents(); fee > 0 {
+			inv.Lines = append(inv.Lines, Line{Kind: LineFee, Description: feeDescription(plan, t), Amount: fee})
+		}
 	}
 	usage = slices.Clone(usage)
 	slices.SortFunc(usage, func(a, b Usage) int {
@@ -116,9 +118,12 @@ func Build(period time.Time, plan Plan, usage []Usage) Invoice {
 		usageTotal += l.Amount
 		inv.Lines = append(inv.Lines, l)
 	}
-	if credit := min(plan.IncludedCredit.RoundCents(), usageTotal); credit > 0 {
-		inv.Lines = append(inv.Lines, Line{Kind: LineCredit, Description: "included credit ($" + plan.IncludedCredit.StringCents() + " a month)",
-			Amount: -credit})
+	left := usageTotal
+	for _, t := range plan.Terms {
+		if credit := min(money.Prorate(t.Terms.IncludedCredit, t.Seconds, plan.Seconds).RoundCents(), left); credit > 0 {
+			inv.Lines = append(inv.Lines, Line{Kind: LineCredit, Description: creditDescription(plan, t), Amount: -credit})
+			left -= credit
+		}
 	}
 	for _, l := range inv.Lines {
 		inv.Total += l.Amount
@@ -150,3 +155,67 @@ func (inv Invoice) CSV() []byte {
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+// feeDescription names a fee line: the tier's plan and the month when the
+// pair was in force all of it, as invoices always said; otherwise the fee
+// it was at and when, so each version reads as its own line.
+func feeDescription(plan models.MonthTerms, t models.TermsInForce) string {
+	if t.Seconds == plan.Seconds {
+		return t.Terms.TierName + " plan, " + plan.Period.Format("January 2006")
+	}
+	return t.Terms.TierName + " plan at $" + t.Terms.MonthlyFee.String() + " a month, " + inForce(plan, t)
+}
+
+// creditDescription names a credit line the same way.
+func creditDescription(plan models.MonthTerms, t models.TermsInForce) string {
+	if t.Seconds == plan.Seconds {
+		return "included credit ($" + t.Terms.IncludedCredit.StringCents() + " a month)"
+	}
+	return "included credit ($" + t.Terms.IncludedCredit.String() + " a month, " + t.Terms.TierName + " plan), " + inForce(plan, t)
+}
+
+// inForce says when a pair was in force within the month and what share
+// of it that is: "1–14 November 2026 (14 of 30 days)", or with times
+// (UTC) when a stretch does not start and end at midnight:
+// "14 November 2026 09:00 – 30 November 2026 17:30 UTC (16.35 of 30 days)".
+func inForce(plan models.MonthTerms, t models.TermsInForce) string {
+	parts := make([]string, len(t.Spans))
+	for i, sp := range t.Spans {
+		parts[i] = spanText(sp)
+	}
+	return strings.Join(parts, " and ") + " (" + days(t.Seconds) + " of " + days(plan.Seconds) + " days)"
+}
+
+const secondsPerDay = 24 * 60 * 60
+
+// spanText is a stretch of time as a reader of an invoice says it: whole
+// days as dates, the last one included; anything else from and to the
+// minute (the second, when there is one), the end excluded.
+func spanText(sp models.Span) string {
+	from, to := sp.From.UTC(), sp.To.UTC()
+	if from.Unix()%secondsPerDay == 0 && to.Unix()%secondsPerDay == 0 {
+		last := to.AddDate(0, 0, -1)
+		if last.Equal(from) {
+			return from.Format("2 January 2006")
+		}
+		return strconv.Itoa(from.Day()) + "–" + last.Format("2 January 2006")
+	}
+	layout := "2 January 2006 15:04"
+	if from.Second() != 0 || to.Second() != 0 {
+		layout += ":05"
+	}
+	return from.Format(layout) + " – " + to.Format(layout) + " UTC"
+}
+
+// days is a count of seconds in days: whole, or with two decimals
+// (half-up) for a part of a day; the amounts themselves use the exact seconds.
+func days(seconds int64) string {
+	if seconds%secondsPerDay == 0 {
+		return strconv.FormatInt(seconds/secondsPerDay, 10)
+	}
+	hundredths := (seconds*100 + secondsPerDay/2) / secondsPerDay
+	if hundredths == 0 {
+		return "under 0.01"
+	}
+	return fmt.Sprintf("%d.%02d", hundredths/100, hundredths%100)
+}

@@ -64,10 +64,10 @@ func (s *Service) invoice(ctx context.Context, r models.Invoice, stored []models
 	return inv, err
 }
 
-// build computes orgID's invoice for a month from the rollups and its
-// tier's plan as it stands.
+// build computes orgID's invoice for a month from the rollups and the
+// terms of the tiers it was on, each for its part of the month.
 func (s *Service) build(ctx context.Context, orgID int64, period time.Time) (Invoice, error) {
-	o, err := s.store.Organization(ctx, orgID)
+	plan, err := s.store.MonthTerms(ctx, orgID, period)
 	if err != nil {
 		return Invoice{}, err
 	}
@@ -90,7 +90,7 @@ func (s *Service) build(ctx context.Context, orgID int64, period time.Time) (Inv
 			CompletionTokens: u.CompletionTokens, CachedTokens: u.CachedTokens, Cost: u.Cost,
 			InputPrice: p.InputPerMTok, OutputPrice: p.OutputPerMTok, CachedInputPrice: p.CachedInputPerMTok, EffectiveFrom: p.EffectiveFrom}
 	}
-	return Build(period, Plan{Tier: o.Tier.Name, MonthlyFee: o.Tier.MonthlyFee, IncludedCredit: o.Tier.IncludedCredit}, usage), nil
+	return Build(plan, usage), nil
 }
 
 // FinalizeIfLeading runs FinalizeDue when this node leads, so one node

@@ -199,11 +199,14 @@ func TestBudgetHoldsUnderConcurrency(t *testing.T) {
 	}
 }
 
-// A free tier that blocks overage is limited by its included credit; a
-// soft budget only raises alerts.
+// A free tier that blocks overage is limited by the month's included
+// credit (as prorated for the organization, the caller's IncludedCredit,
+// not the tier's figure for a whole month); a soft budget only raises
+// alerts.
 func TestIncludedCreditBlocksAndSoftBudgetsAlert(t *testing.T) {
 	r := newRig(t)
-	r.caller.Tier.Overage, r.caller.Tier.IncludedCredit = models.OverageBlock, amount(t, "0.00006")
+	r.caller.Tier.Overage, r.caller.Tier.IncludedCredit = models.OverageBlock, amount(t, "1")
+	r.caller.IncludedCredit = amount(t, "0.00006")
 	soft := amount(t, "0.00004")
 	r.caller.Budget = models.Budget{Limit: &soft, HardStop: false}
 	r.price("gpt-test", "1", "2", "1")

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -211,6 +212,29 @@ func TestBillingAPI(t *testing.T) {
 			body: `{"name":"team","capacity":50,"refill_per_sec":1,"monthly_fee":"19.00","included_credit":"5","overage":"bill"}`})
 		if w.Code != 201 || !strings.Contains(w.Body.String(), `"monthly_fee":"19.00","included_credit":"5.00","overage":"bill"`) {
 			t.Fatalf("create tier: %d %s", w.Code, w.Body.String())
+		}
+		// Its terms are in force from its creation (to the second); an edit
+		// of its limits keeps them, an edit of its fee is new terms from
+		// then on.
+		termsFrom := func(w *httptest.ResponseRecorder) time.Time {
+			t.Helper()
+			var out struct {
+				TermsFrom time.Time `json:"terms_effective_from"`
+			}
+			if w.Code != 200 && w.Code != 201 || json.Unmarshal(w.Body.Bytes(), &out) != nil {
+				t.Fatalf("%d %s", w.Code, w.Body.String())
+			}
+			return out.TermsFrom
+		}
+		created := termsFrom(w)
+		if since := time.Since(created); since < 0 || since > time.Minute {
+			t.Fatalf("terms of a new tier in force from %v", created)
+		}
+		if got := termsFrom(e.do(request{method: "PUT", path: "/api/admin/tiers/team", bearer: admin, body: `{"capacity":60}`})); !got.Equal(created) {
+			t.Errorf("a capacity edit moved the terms to %v from %v", got, created)
+		}
+		if got := termsFrom(e.do(request{method: "PUT", path: "/api/admin/tiers/team", bearer: admin, body: `{"monthly_fee":"21.00"}`})); got.Before(created) || time.Since(got) > time.Minute {
+			t.Errorf("a fee edit left the terms in force from %v (created %v)", got, created)
 		}
 		expectError(t, e.do(request{method: "POST", path: "/api/admin/tiers", bearer: admin, body: `{"name":"bad","capacity":5,"refill_per_sec":0}`}),
 			422, "unprocessable", "refill_per_sec must be greater than 0")

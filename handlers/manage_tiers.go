@@ -2,6 +2,7 @@ package handlers
 
 import (
 	"net/http"
+	"time"
 
 	"github.com/gin-gonic/gin"
 
@@ -27,12 +28,14 @@ type tierOut struct {
 	BillCacheHits         bool    `json:"bill_cache_hits"`
 	BatchFileBytes        int64   `json:"batch_file_bytes"`
 	MaxAPITokens          int     `json:"max_api_tokens"`
+	// TermsEffectiveFrom is when the fee, credit and overage took effect.
+	TermsEffectiveFrom time.Time `json:"terms_effective_from"`
 }
 
 func toTierOut(t models.Tier) tierOut {
 	return tierOut{t.Name, t.Capacity, t.RefillPerSec, t.EffectiveRefill(), t.TokensPerMinute, t.FreezeThreshold, t.FreezeMinutes,
 		t.Autotune, t.RefillFloor, t.UpstreamFallback, t.MonthlyFee.String(), t.IncludedCredit.String(), t.Overage, t.BillCacheHits,
-		t.BatchFileBytes, t.MaxAPITokens}
+		t.BatchFileBytes, t.MaxAPITokens, t.TermsFrom.UTC()}
 }
 
 func (m *manage) listTiers(c *gin.Context) {

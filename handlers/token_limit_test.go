@@ -82,7 +82,7 @@ func TestTokenLimitAPI(t *testing.T) {
 		newToken := request{method: "POST", path: "/api/tokens", bearer: owner, body: `{"name":"ci"}`}
 		runSteps(t, e, e.h, []step{
 			{name: "listed", req: request{method: "GET", path: "/api/admin/tiers", bearer: admin}, status: 200,
-				body: []string{`"name":"free"`, `"max_api_tokens":10}`, `"max_api_tokens":200}`}},
+				body: []string{`"name":"free"`, `"max_api_tokens":10,`, `"max_api_tokens":200,`}},
 			{name: "negative", req: put(`{"max_api_tokens":-1}`), status: 422, code: "unprocessable", message: "max_api_tokens must be from 0 (no limit) to 100000"},
 			{name: "too many", req: put(`{"max_api_tokens":100001}`), status: 422, code: "unprocessable", message: "max_api_tokens must be from 0 (no limit) to 100000"},
 			{name: "not a number", req: put(`{"max_api_tokens":"ten"}`), status: 400, code: "invalid_json",

@@ -2,6 +2,7 @@ package migrations_test
 
 import (
 	"context"
+	"fmt"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -119,7 +120,113 @@ func TestMonthlyModelsBackfill(t *testing.T) {
 	})
 }
 
-// TestTokenLimitsMigration applies 0011 (token limits) to a database
+// TestTierTermsBackfill runs 0011 over a database of an earlier version:
+// every tier gets one version of its terms in force since the epoch, every
+// organization one membership of its tier from its creation, so a month
+// still open bills as it did before (the tier as it stands, from the
+// organization's creation on).
+func TestTierTermsBackfill(t *testing.T) {
+	for _, open := range []struct {
+		name string
+		db   func(t *testing.T) *models.DB
+	}{
+		{"sqlite", func(t *testing.T) *models.DB {
+			db, err := models.Open(context.Background(), "", filepath.Join(t.TempDir(), "sluice.db"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { db.Close() })
+			return db
+		}},
+		{"postgres", func(t *testing.T) *models.DB {
+			db, err := models.Open(context.Background(), testdb.PostgresURL(t), "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { db.Close() })
+			return db
+		}},
+	} {
+		t.Run(open.name, func(t *testing.T) {
+			ctx := context.Background()
+			db := open.db(t)
+			sqlDB, _ := db.SQL()
+			d := migrations.Dialect(db.Dialect)
+			all, err := migrations.List(d)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := migrations.Current(ctx, sqlDB); err != nil { // creates schema_migrations
+				t.Fatal(err)
+			}
+			for _, m := range all {
+				if m.Version >= 11 {
+					break
+				}
+				if _, err := sqlDB.ExecContext(ctx, m.SQL); err != nil {
+					t.Fatalf("%s: %v", m.Name, err)
+				}
+				if err := db.Gorm.Exec("INSERT INTO schema_migrations (version, name) VALUES (?, ?)", m.Version, m.Name).Error; err != nil {
+					t.Fatal(err)
+				}
+			}
+			// Before 0011: two organizations, one created mid-October, one
+			// mid-November, and an edited tier.
+			oct15, nov15 := time.Date(2026, 10, 15, 0, 0, 0, 0, time.UTC), time.Date(2026, 11, 15, 0, 0, 0, 0, time.UTC)
+			for _, q := range []struct {
+				sql  string
+				args []any
+			}{
+				{"UPDATE tiers SET monthly_fee = ? WHERE name = 'premium'", []any{59 * money.Dollar}},
+				{"INSERT INTO organizations (name, tier_id, created_at) SELECT 'Old', id, ? FROM tiers WHERE name = 'premium'", []any{oct15}},
+				{"INSERT INTO organizations (name, tier_id, created_at) SELECT 'New', id, ? FROM tiers WHERE name = 'premium'", []any{nov15}},
+			} {
+				if err := db.Gorm.Exec(q.sql, q.args...).Error; err != nil {
+					t.Fatal(err)
+				}
+			}
+			applied, err := migrations.Apply(ctx, sqlDB, d)
+			if err != nil || len(applied) == 0 || applied[0] != 11 {
+				t.Fatalf("applied %v: %v", applied, err)
+			}
+			s := models.NewStore(db)
+			tiers, err := s.Tiers(ctx)
+			if err != nil || len(tiers) != 2 {
+				t.Fatalf("tiers %+v %v", tiers, err)
+			}
+			for _, tier := range tiers {
+				if tier.TermsFrom.Unix() != 0 {
+					t.Errorf("%s: terms from %v, want the epoch", tier.Name, tier.TermsFrom)
+				}
+			}
+			var orgs []models.Organization
+			db.Gorm.Order("id").Find(&orgs)
+			nov := time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
+			for i, want := range []string{
+				"premium 59.00/10.00/bill from 2026-11-01 for 2592000 s",
+				"premium 59.00/10.00/bill from 2026-11-15 for 1382400 s",
+			} {
+				m, err := s.MonthTerms(ctx, orgs[i].ID, nov)
+				if err != nil || len(m.Terms) != 1 {
+					t.Fatalf("%s: %+v %v", orgs[i].Name, m, err)
+				}
+				tt := m.Terms[0]
+				got := fmt.Sprintf("%s %s/%s/%s from %s for %d s", tt.Terms.TierName, tt.Terms.MonthlyFee, tt.Terms.IncludedCredit, tt.Terms.Overage,
+					tt.Spans[0].From.Format("2006-01-02"), tt.Seconds)
+				if got != want || tt.Terms.EffectiveFrom.Unix() != 0 {
+					t.Errorf("%s in November: %s (version from %v), want %s", orgs[i].Name, got, tt.Terms.EffectiveFrom, want)
+				}
+			}
+			var memberships int64
+			db.Gorm.Model(&models.TierMembership{}).Count(&memberships)
+			if memberships != 2 {
+				t.Errorf("%d memberships, want one per organization", memberships)
+			}
+		})
+	}
+}
+
+// TestTokenLimitsMigration applies 0012 (token limits) to a database
 // migrated up to the version before it, with a tier of an admin's own: the default tiers get their limits
 // (free 10, premium 200) and the other tier no limit (0).
 func TestTokenLimitsMigration(t *testing.T) {

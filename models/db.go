@@ -96,11 +96,28 @@ func (db *DB) SQL() (*sql.DB, error) { return db.Gorm.DB() }
 
 // Store is the gateway's access to durable state.
 type Store struct {
-	db *gorm.DB
+	db  *gorm.DB
+	now func() time.Time
+}
+
+// StoreOption adjusts a Store.
+type StoreOption func(*Store)
+
+// WithClock has the store stamp what it records as happening now (an
+// organization's creation, its moves between tiers, a tier's new terms)
+// with now instead of the wall clock: tests move time by hand.
+func WithClock(now func() time.Time) StoreOption {
+	return func(s *Store) { s.now = now }
 }
 
 // NewStore returns a store over db.
-func NewStore(db *DB) *Store { return &Store{db: db.Gorm} }
+func NewStore(db *DB, opts ...StoreOption) *Store {
+	s := &Store{db: db.Gorm, now: time.Now}
+	for _, o := range opts {
+		o(s)
+	}
+	return s
+}
 
 // DatabaseRetryAfter is how long a client is told to wait while the
 // database cannot be reached: about what a restart or a failover takes.

@@ -103,7 +103,9 @@ func (s *Store) Organizations(ctx context.Context) ([]Organization, error) {
 	return os, dbErr(err, "organizations")
 }
 
-// SetOrganizationTier moves an organization to another tier.
+// SetOrganizationTier moves an organization to another tier from now on,
+// recorded as a membership so the months it spans bill each tier for its
+// part of them.
 func (s *Store) SetOrganizationTier(ctx context.Context, actor User, orgID int64, tierName string) (Organization, error) {
 	var o Organization
 	err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
@@ -111,8 +113,11 @@ func (s *Store) SetOrganizationTier(ctx context.Context, actor User, orgID int64
 		if err := tx.Where("name = ?", tierName).Take(&t).Error; err != nil {
 			return dbErr(err, "tier "+tierName)
 		}
-		if err := tx.Where("id = ?", orgID).Take(&o).Error; err != nil {
+		if err := lockedForUpdate(tx).Where("id = ?", orgID).Take(&o).Error; err != nil {
 			return dbErr(err, "organization")
+		}
+		if err := s.joinTier(tx, actor, orgID, o.TierID, t.ID); err != nil {
+			return err
 		}
 		if err := tx.Model(&o).Update("tier_id", t.ID).Error; err != nil {
 			return dbErr(err, "organization")
@@ -139,10 +144,13 @@ func (s *Store) CreateOrganizationWithOwner(ctx context.Context, orgName, tierNa
 		if err := tx.Where("name = ?", tierName).Take(&t).Error; err != nil {
 			return dbErr(err, "tier "+tierName)
 		}
-		now := time.Now().UTC()
+		now := s.now().UTC()
 		o = Organization{Name: orgName, TierID: t.ID, CreatedAt: now}
 		if err := tx.Omit("Tier").Create(&o).Error; err != nil {
 			return dbErr(err, "organization")
+		}
+		if err := tx.Create(&TierMembership{OrgID: o.ID, TierID: t.ID, EffectiveFrom: now.Truncate(time.Second)}).Error; err != nil {
+			return dbErr(err, "tier membership")
 		}
 		o.Tier = t
 		u = User{OrgID: o.ID, Email: NormalizeEmail(email), PasswordHash: passwordHash, Role: role, CreatedAt: now}

@@ -37,6 +37,9 @@ type Tier struct {
 	// Overage is what happens past the included credit: "bill" it on the
 	// invoice, or "block" requests until the month ends.
 	Overage string
+	// TermsFrom is when the fee, credit and overage above took effect: the
+	// latest of the tier's versions (TierTerms), which invoices prorate.
+	TermsFrom time.Time
 	// BillCacheHits says whether an answer from Sluice's response cache
 	// costs what the model would have (true) or nothing (false).
 	BillCacheHits bool
@@ -158,15 +161,19 @@ func (s *Store) CreateTier(ctx context.Context, actor User, name string, l TierS
 	if err := l.Validate(); err != nil {
 		return Tier{}, err
 	}
-	now := time.Now().UTC()
+	now := s.now().UTC()
 	t := Tier{Name: name, Capacity: l.Capacity, RefillPerSec: l.RefillPerSec, TokensPerMinute: l.TokensPerMinute,
 		FreezeThreshold: l.FreezeThreshold, FreezeMinutes: l.FreezeMinutes, Autotune: l.Autotune, RefillFloor: l.RefillFloor,
 		UpstreamFallback: l.UpstreamFallback, MonthlyFee: l.MonthlyFee, IncludedCredit: l.IncludedCredit,
 		Overage: l.Overage, BillCacheHits: l.BillCacheHits, BatchFileBytes: l.BatchFileBytes, CreatedAt: now, UpdatedAt: now,
 		MaxAPITokens: l.MaxAPITokens}
+	t.TermsFrom = now.Truncate(time.Second)
 	err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		if err := tx.Create(&t).Error; err != nil {
 			return dbErr(err, "tier "+name)
+		}
+		if err := tx.Create(ptr(t.terms(actor, t.TermsFrom))).Error; err != nil {
+			return dbErr(err, "tier terms")
 		}
 		return audit(tx, actor.OrgID, actor.ID, "tier.create", name, describeChange(TierSettings{}, l))
 	})
@@ -211,16 +218,18 @@ func (s *Store) TierByName(ctx context.Context, name string) (Tier, error) {
 
 // UpdateTier changes a tier's settings and records who did it. The
 // auto-tuner's adjustment is dropped: the admin's values apply as given.
+// New plan terms (fee, credit, overage) are a new version from now on,
+// written with the tier row; earlier versions stay as they were.
 func (s *Store) UpdateTier(ctx context.Context, actor User, name string, l TierSettings) (Tier, error) {
 	if err := l.Validate(); err != nil {
 		return Tier{}, err
 	}
 	var t Tier
 	err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-		if err := tx.Where("name = ?", name).Take(&t).Error; err != nil {
+		if err := lockedForUpdate(tx).Where("name = ?", name).Take(&t).Error; err != nil {
 			return dbErr(err, "tier "+name)
 		}
-		before := t.Settings()
+		before, was := t.Settings(), t
 		t.Capacity, t.RefillPerSec, t.TokensPerMinute = l.Capacity, l.RefillPerSec, l.TokensPerMinute
 		t.FreezeThreshold, t.FreezeMinutes, t.Autotune, t.RefillFloor = l.FreezeThreshold, l.FreezeMinutes, l.Autotune, l.RefillFloor
 		if l.UpstreamFallback != "" {
@@ -232,10 +241,17 @@ func (s *Store) UpdateTier(ctx context.Context, actor User, name string, l TierS
 		t.MonthlyFee, t.IncludedCredit, t.BillCacheHits = l.MonthlyFee, l.IncludedCredit, l.BillCacheHits
 		t.BatchFileBytes = l.BatchFileBytes
 		t.MaxAPITokens = l.MaxAPITokens
-		t.EffectiveRefillPerSec, t.UpdatedAt = nil, time.Now().UTC()
+		t.EffectiveRefillPerSec, t.UpdatedAt = nil, s.now().UTC()
+		if !sameTerms(was, t) {
+			// Never before the version in force, whatever this node's clock says.
+			t.TermsFrom = maxTime(t.UpdatedAt.Truncate(time.Second), was.TermsFrom)
+			if err := tx.Create(ptr(t.terms(actor, t.TermsFrom))).Error; err != nil {
+				return dbErr(err, "tier terms")
+			}
+		}
 		err := tx.Model(&t).Select("capacity", "refill_per_sec", "tokens_per_minute", "freeze_threshold", "freeze_minutes",
 			"autotune", "refill_floor", "upstream_fallback", "monthly_fee", "included_credit", "overage", "bill_cache_hits",
-			"batch_file_bytes", "effective_refill_per_sec", "updated_at", "max_api_tokens").Updates(&t).Error
+			"batch_file_bytes", "effective_refill_per_sec", "updated_at", "terms_from", "max_api_tokens").Updates(&t).Error
 		if err != nil {
 			return dbErr(err, "tier "+name)
 		}

@@ -53,6 +53,11 @@ type TokenOwner struct {
 	TierName       string
 	BudgetLimit    *money.Amount
 	BudgetHardStop bool
+	// IncludedCredit is the organization's included credit for the month
+	// it was read in, prorated over the tiers and terms in force in it
+	// (MonthTerms.IncludedCredit): what a tier that blocks overage lets it
+	// spend.
+	IncludedCredit money.Amount `gorm:"-"`
 }
 
 const maxTokenName = 100
@@ -203,7 +208,12 @@ func (s *Store) tokenOwner(ctx context.Context, where string, arg any) (TokenOwn
 		Joins("JOIN organizations ON organizations.id = api_tokens.org_id").
 		Joins("JOIN tiers ON tiers.id = organizations.tier_id").
 		Where(where, arg).Take(&o).Error
-	return o, dbErr(err, "token")
+	if err != nil {
+		return o, dbErr(err, "token")
+	}
+	m, err := s.MonthTerms(ctx, o.OrgID, s.now())
+	o.IncludedCredit = m.IncludedCredit()
+	return o, err
 }
 
 // TouchAPITokens records when tokens were last used, in one statement, so

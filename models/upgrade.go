@@ -94,7 +94,7 @@ func (s *Store) DecideUpgrade(ctx context.Context, admin User, id int64, approve
 		if approve {
 			status = UpgradeApproved
 		}
-		now := time.Now().UTC()
+		now := s.now().UTC()
 		res := tx.Model(&UpgradeRequest{}).Where("id = ? AND status = ?", id, UpgradePending).
 			Updates(map[string]any{"status": status, "decided_at": now, "decided_by": admin.ID})
 		if res.Error != nil {
@@ -108,6 +108,13 @@ func (s *Store) DecideUpgrade(ctx context.Context, admin User, id int64, approve
 			var t Tier
 			if err := tx.Where("name = ?", r.ToTier).Take(&t).Error; err != nil {
 				return dbErr(err, "tier "+r.ToTier)
+			}
+			var o Organization
+			if err := lockedForUpdate(tx).Where("id = ?", r.OrgID).Take(&o).Error; err != nil {
+				return dbErr(err, "organization")
+			}
+			if err := s.joinTier(tx, admin, r.OrgID, o.TierID, t.ID); err != nil {
+				return err
 			}
 			if err := tx.Model(&Organization{}).Where("id = ?", r.OrgID).Update("tier_id", t.ID).Error; err != nil {
 				return dbErr(err, "organization")

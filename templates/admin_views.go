@@ -64,6 +64,7 @@ type TierRow struct {
 	BatchFileMiB     string // the largest batch file, in MiB, e.g. "1" or "0.5"
 	MaxAPITokens     int    // active API tokens an organization may hold; 0: no limit
 	Organizations    int64  // on this tier; a tier in use cannot be deleted
+	TermsFrom        string // when the fee, credit and overage took effect, e.g. "2026-11-16 09:30 UTC"; empty: since before terms were dated
 }
 
 // AdminTierForm refills the create-a-tier form after a failed attempt.

@@ -475,3 +475,40 @@ func TestUpgradeRequest(t *testing.T) {
 		}
 	})
 }
+
+// A month whose included credit differs from the plan's (the organization
+// joined, moved or had its terms changed during it) says both figures; the
+// tiers page says since when a tier's terms are in force.
+func TestProratedCreditAndTermsInForce(t *testing.T) {
+	spend := []struct {
+		name       string
+		planCredit string
+		want       string
+	}{
+		{"the plan's credit all month", "", "The free plan includes $7.00 of usage a month; past it, requests to priced models are refused."},
+		{"a month of changed terms", "$4.00",
+			"The free plan includes $4.00 of usage a month; this month, prorated, $7.00; past it, requests to priced models are refused."},
+	}
+	for _, tc := range spend {
+		b := sampleBilling()
+		b.Spend = SpendView{Spent: "$1.20", Credit: "$7.00", PlanCredit: tc.planCredit, Overage: "block", TierName: "free", Resets: "Apr 1, 2027 00:00 UTC"}
+		doc, _ := renderDashboard(t, b)
+		if got := text(byTestID(doc, "spend-credit")); got != tc.want {
+			t.Errorf("%s: spend-credit = %q\nwant %q", tc.name, got, tc.want)
+		}
+	}
+	tiers := []struct {
+		from, want string
+	}{
+		{"2026-11-16 09:30 UTC", "Plan terms in force since 2026-11-16 09:30 UTC."},
+		{"", "Plan terms in force as they were when Sluice began dating them."},
+	}
+	for _, tc := range tiers {
+		doc, _ := render(t, AdminTiers(Page{Title: "Tiers", User: member()}, AdminTiersView{Tiers: []TierRow{{Name: "free", Capacity: 1,
+			RefillPerSec: "1", MonthlyFee: "0.00", IncludedCredit: "4.00", Overage: "block", TermsFrom: tc.from}}}))
+		if got := text(byTestID(doc, "tier-terms-from")); !strings.HasPrefix(got, tc.want) ||
+			!strings.HasSuffix(got, "invoices bill the time before it at the terms it had.") {
+			t.Errorf("tier-terms-from = %q, want it to start %q", got, tc.want)
+		}
+	}
+}

@@ -67,7 +67,7 @@ type SpendView struct {
 	Gauge    Gauge
 	Spent    string // exact, e.g. "$1.234567"
 	Reserved string // held for requests in progress; empty when none
-	Credit   string // the tier's included credit; empty for none
+	Credit   string // this month's included credit, prorated over the plans in force in it; empty for none
 	Budget   string // empty when no budget is set
 	HardStop bool
 	// Overage is what happens past the included credit: "bill" or "block".
@@ -81,6 +81,10 @@ type SpendView struct {
 	// spent, so priced requests are refused until Resets.
 	CreditUsedUp bool
 	TierName     string
+	// PlanCredit is the current plan's included credit for a whole month,
+	// set only when this month's (Credit) differs: the organization joined,
+	// moved or had its plan's terms changed during the month.
+	PlanCredit string
 }
 
 // BudgetBanner is the budget alert shown on the dashboard: the highest

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/gin-gonic/gin"
 
@@ -83,7 +84,7 @@ func (p *Pages) showAdmin(c *gin.Context, status int, formErr, flash string, new
 			Autotune: t.Autotune, RefillFloor: formatRate(t.RefillFloor), UpstreamFallback: t.UpstreamFallback,
 			MonthlyFee: t.MonthlyFee.String(), IncludedCredit: t.IncludedCredit.String(), Overage: t.Overage,
 			BillCacheHits: t.BillCacheHits, BatchFileMiB: formatMiB(t.BatchFileBytes), MaxAPITokens: t.MaxAPITokens,
-			Organizations: usage[t.ID]})
+			Organizations: usage[t.ID], TermsFrom: formatTermsFrom(t.TermsFrom)})
 	}
 	view.Freezes = p.freezeRows(c, freezes, orgNames)
 	for _, e := range tuning {
@@ -285,4 +286,13 @@ func (p *Pages) LiftFreeze(c *gin.Context) {
 		return
 	}
 	c.Redirect(http.StatusSeeOther, "/admin/tiers?done=lifted")
+}
+
+// formatTermsFrom is when a tier's plan terms took effect; empty for the
+// terms a tier had before they were versioned (in force since the epoch).
+func formatTermsFrom(t time.Time) string {
+	if t.Unix() <= 0 {
+		return ""
+	}
+	return formatTime(t)
 }

@@ -353,6 +353,9 @@ func TestAdminTierFormsCreateEditAndDelete(t *testing.T) {
 		if got := w.texts("tier-orgs"); len(got) != 2 || got[0] != "1 organization is on this tier." {
 			t.Errorf("tier usage = %v", got)
 		}
+		if got := w.texts("tier-terms-from"); len(got) != 2 || !strings.HasPrefix(got[0], "Plan terms in force as they were when Sluice began dating them.") {
+			t.Errorf("the seeded tiers' terms = %q", got)
+		}
 
 		// Create.
 		admin.post("/admin/tiers", planValues(nil)).expectRedirect("/admin/tiers?done=created")
@@ -368,6 +371,9 @@ func TestAdminTierFormsCreateEditAndDelete(t *testing.T) {
 		w.expectPage(http.StatusOK, "flash", "tier-form-team")
 		if v, _ := w.testid("tier-form-team").Find(`input[name="monthly_fee"]`).Attr("value"); v != "19.99" {
 			t.Errorf("team fee shown = %q", v)
+		}
+		if got := w.testid("tier-form-team").Find(`[data-testid="tier-terms-from"]`).Text(); !strings.Contains(got, "in force since "+team.TermsFrom.Format("2006-01-02 15:04 UTC")) {
+			t.Errorf("team terms = %q, want them in force since its creation", got)
 		}
 
 		// Refused creations keep what was typed.

@@ -214,6 +214,9 @@ func spendView(st billing.BudgetState, tier string, loc *time.Location) template
 	v.Gauge = spendGauge("spend-gauge", st)
 	if st.Credit > 0 {
 		v.Credit = dollars(st.Credit)
+		if st.TierCredit != st.Credit {
+			v.PlanCredit = dollars(st.TierCredit)
+		}
 		v.CreditUsedUp = st.Overage == models.OverageBlock && st.Spent >= st.Credit
 	}
 	if st.Limit != nil {

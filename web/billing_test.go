@@ -274,6 +274,8 @@ func TestInvoicesAndCSV(t *testing.T) {
 		ctx := context.Background()
 		u := s.signup("ada@example.com", "Analytical Engines")
 		bob := s.signup("bob@example.com", "Babbage")
+		s.customerSince(u, time.Date(2027, 1, 1, 0, 0, 0, 0, time.UTC))
+		s.customerSince(bob, time.Date(2027, 1, 1, 0, 0, 0, 0, time.UTC))
 		price, err := s.billing.SetPrice(ctx, s.admin, "sluice-local", billing.PriceInput{Input: "2.50", Output: "10.00"})
 		if err != nil {
 			t.Fatal(err)
@@ -465,4 +467,49 @@ func TestBillingFormsNeedASignedInSameSiteUser(t *testing.T) {
 	if o.BudgetLimit != nil || o.TimeZone != "" || o.WebhookURL != "" || len(reqs) != 0 {
 		t.Errorf("refused posts changed the organization: %+v, %d requests", o, len(reqs))
 	}
+}
+
+// A fee edit in the admin's tiers form mid-month is two lines on the
+// customer's draft and on the admin's invoice page: the month until the
+// edit at the old fee, the rest at the new one.
+func TestAFeeEditMidMonthIsTwoInvoiceLines(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, db *models.DB) {
+		t.Parallel()
+		s := newSite(t, db)
+		ctx := context.Background()
+		u := s.signup("ada@example.com", "Analytical Engines")
+		if _, err := s.store.SetOrganizationTier(ctx, s.admin, u.OrgID, "premium"); err != nil {
+			t.Fatal(err)
+		}
+		s.customerSince(u, time.Date(2027, 3, 1, 0, 0, 0, 0, time.UTC)) // a premium customer since March 1st
+		admin := s.signedIn(s.admin)
+		admin.post("/admin/tiers/premium", tierValues(map[string]string{"capacity": "200", "refill_per_sec": "5", "refill_floor": "0",
+			"autotune": "-", "plan": "1", "monthly_fee": "59", "included_credit": "10", "overage": "bill"})).expectRedirect("/admin/tiers?done=tier")
+
+		want := []string{
+			"premium plan at $49.00 a month, 1 March 2027 00:00 – 15 March 2027 10:30 UTC (14.44 of 31 days)",
+			"premium plan at $59.00 a month, 15 March 2027 10:30 – 1 April 2027 00:00 UTC (16.56 of 31 days)",
+		}
+		w := s.signedIn(u).get("/dashboard")
+		w.expectPage(http.StatusOK, "draft-invoice")
+		if got := w.texts("line-description"); fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("draft lines = %q\nwant %q", got, want)
+		}
+		if got := w.texts("line-amount"); fmt.Sprint(got) != "[$22.82 $31.52]" || w.text("draft-total") != "$54.34" {
+			t.Errorf("draft amounts = %q, total %q", got, w.text("draft-total"))
+		}
+		invs, err := s.billing.Invoices(ctx, u.OrgID)
+		if err != nil || len(invs) != 1 {
+			t.Fatalf("%+v %v", invs, err)
+		}
+		inv := admin.get(fmt.Sprintf("/admin/organizations/%d/invoices/%d", u.OrgID, invs[0].ID))
+		inv.expectPage(http.StatusOK, "admin-invoice", "invoice-line")
+		var lines []string
+		inv.testid("invoice-line").Each(func(_ int, row *goquery.Selection) {
+			lines = append(lines, strings.TrimSpace(row.Find("td").First().Text())+" | "+strings.TrimSpace(row.Find("td").Last().Text()))
+		})
+		if fmt.Sprint(lines) != fmt.Sprint([]string{want[0] + " | $22.82", want[1] + " | $31.52"}) {
+			t.Errorf("admin invoice lines = %q", lines)
+		}
+	})
 }

@@ -283,12 +283,27 @@ func TestSpendGaugeAndBudgetBanner(t *testing.T) {
 
 		// The free tier blocks past its $1.00 credit.
 		free := s.signup("bob@example.com", "Babbage")
+		s.customerSince(free, time.Date(2027, 1, 1, 0, 0, 0, 0, time.UTC))
 		s.usage(event("bob", s.token(free, "ci"), "sluice-local", epoch.Add(-time.Hour), 10, 10, money.Dollar))
 		w := s.signedIn(free).get("/dashboard")
 		w.expectPage(http.StatusOK, "credit-banner")
 		want := "Included credit used up. The free tier's $1.00 of included credit for this month is spent, so requests to priced models are refused until Apr 1, 2027 00:00 UTC. Request an upgrade to keep going."
 		if got := w.text("credit-banner"); got != want {
 			t.Errorf("credit banner = %q\nwant %q", got, want)
+		}
+
+		// An organization that signs up now, on March 15th at 10:30, has
+		// the free plan's credit for the rest of the month: $1.00 ×
+		// 1431000 / 2678400 seconds, to the picodollar.
+		late := s.signup("cy@example.com", "Late Starters")
+		w = s.signedIn(late).get("/dashboard")
+		w.expectPage(http.StatusOK, "spend-credit")
+		if got, want := w.text("spend-credit"), "The free plan includes $1.00 of usage a month; this month, prorated, $0.534274193548; "+
+			"past it, requests to priced models are refused."; got != want {
+			t.Errorf("spend-credit = %q\nwant %q", got, want)
+		}
+		if got := w.text("gauge-credit"); got != "$0.534274193548" {
+			t.Errorf("gauge-credit = %q, want the month's share", got)
 		}
 	})
 }

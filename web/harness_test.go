@@ -74,8 +74,8 @@ type site struct {
 func newSite(t *testing.T, db *models.DB) *site {
 	t.Helper()
 	ctx := context.Background()
-	store := models.NewStore(db)
 	clk := clocktest.New(epoch)
+	store := models.NewStore(db, models.WithClock(clk.Now))
 	box, err := secrets.NewBox(bytes.Repeat([]byte{3}, 32))
 	if err != nil {
 		t.Fatal(err)
@@ -174,6 +174,18 @@ func (s *site) signup(email, org string) models.User {
 		s.t.Fatalf("signup %s: %v", email, err)
 	}
 	return u
+}
+
+// customerSince dates u's organization's creation, and so its first tier
+// membership, back to at: an organization that has been a customer since
+// then, billed for whole months (the clock cannot go back to sign it up).
+func (s *site) customerSince(u models.User, at time.Time) {
+	s.t.Helper()
+	for _, q := range []string{"UPDATE organizations SET created_at = ? WHERE id = ?", "UPDATE tier_memberships SET effective_from = ? WHERE org_id = ?"} {
+		if err := s.db.Gorm.Exec(q, at.UTC(), u.OrgID).Error; err != nil {
+			s.t.Fatal(err)
+		}
+	}
 }
 
 // member creates a user with the plain member role (signup makes owners).
