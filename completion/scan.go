@@ -132,29 +132,29 @@ func (sc *scanner) request(body []byte) error {
 	err := sc.object(requestFields, func(f int) error {
 		switch requestFields[f] {
 		case "model":
-			return sc.str(&s.model, "model")
+			return sc.str(&s.model, top("model"))
 		case "messages":
-			return sc.array("messages", sc.message)
+			return sc.array(top("messages"), sc.message)
 		case "max_tokens":
-			return sc.integer(&s.maxTokens, &s.hasMaxTokens, "max_tokens")
+			return sc.integer(&s.maxTokens, &s.hasMaxTokens, top("max_tokens"))
 		case "max_completion_tokens":
-			return sc.integer(&s.maxCompletionTokens, &s.hasMaxCompletion, "max_completion_tokens")
+			return sc.integer(&s.maxCompletionTokens, &s.hasMaxCompletion, top("max_completion_tokens"))
 		case "n":
-			return sc.integer(&s.n, &s.hasN, "n")
+			return sc.integer(&s.n, &s.hasN, top("n"))
 		case "temperature":
-			return sc.number(&s.temperature, "temperature")
+			return sc.number(&s.temperature, top("temperature"))
 		case "stream":
-			return sc.boolean(&s.stream, "stream")
+			return sc.boolean(&s.stream, top("stream"))
 		case "stream_options":
 			start := sc.peekOffset()
-			err := sc.objectOf("stream_options", optionFields, func(int) error {
-				return sc.boolean(&s.includeUsage, "stream_options.include_usage")
+			err := sc.objectOf(top("stream_options"), optionFields, func(int) error {
+				return sc.boolean(&s.includeUsage, top("stream_options.include_usage"))
 			})
 			s.streamOptions = span{start, sc.offset()}
 			return err
 		case "tools", "functions":
 			start, tools := sc.peekOffset(), int64(0)
-			err := sc.array(requestFields[f], func(int) error { tools++; return sc.dec.SkipValue() })
+			err := sc.array(top(requestFields[f]), func(int) error { tools++; return sc.dec.SkipValue() })
 			if tools > 0 {
 				s.raws = append(s.raws, span{start, sc.offset()})
 				s.fixed += toolsOverhead + toolOverhead*tools
@@ -167,7 +167,7 @@ func (sc *scanner) request(body []byte) error {
 		default: // tool_choice, function_call, response_format
 			return sc.counted()
 		}
-	}, func() string { return "" })
+	}, where{msg: -1})
 	if err != nil {
 		return err
 	}
@@ -183,21 +183,21 @@ func (sc *scanner) request(body []byte) error {
 func (sc *scanner) message(i int) error {
 	s := &sc.scan
 	s.messages++
-	at := func() string { return "messages[" + itoa(i) + "]" }
+	at := where{msg: i, part: -1}
 	var role string
-	err := sc.objectOf(at(), messageFields, func(f int) error {
+	err := sc.objectOf(at, messageFields, func(f int) error {
 		switch messageFields[f] {
 		case "role":
-			return sc.str(&role, at()+".role")
+			return sc.str(&role, at.in("role"))
 		case "content":
 			return sc.content(i)
 		case "name":
 			s.fixed += nameOverhead
-			return sc.text(at() + ".name")
+			return sc.text(at.in("name"))
 		case "refusal", "tool_call_id":
-			return sc.text(at() + "." + messageFields[f])
+			return sc.text(at.in(messageFields[f]))
 		case "audio": // a reference to an earlier spoken answer: billed as audio
-			sc.unboundable(at()+".audio", "audio")
+			sc.unboundable(at.in("audio"), "audio")
 			return sc.dec.SkipValue()
 		default: // tool_calls, function_call
 			return sc.counted()
@@ -210,12 +210,12 @@ func (sc *scanner) message(i int) error {
 	case "system", "developer", "user", "assistant", "tool":
 		return nil
 	}
-	return apperr.Field(apperr.Invalid, "invalid_role", at()+".role", "role must be one of system, developer, user, assistant, tool")
+	return apperr.Field(apperr.Invalid, "invalid_role", at.in("role").String(), "role must be one of system, developer, user, assistant, tool")
 }
 
 // content walks a message's content: a string, an array of parts, or null.
 func (sc *scanner) content(i int) error {
-	at := "messages[" + itoa(i) + "].content"
+	at := where{msg: i, part: -1, field: "content"}
 	switch sc.dec.PeekKind() {
 	case 'n':
 		return sc.dec.SkipValue()
@@ -227,14 +227,14 @@ func (sc *scanner) content(i int) error {
 	if err := sc.dec.SkipValue(); err != nil {
 		return err
 	}
-	return apperr.Field(apperr.Invalid, "invalid_content", at, "content must be a string or an array of content parts")
+	return apperr.Field(apperr.Invalid, "invalid_content", at.String(), "content must be a string or an array of content parts")
 }
 
 // part walks one content part. Its fields may come in any order, so the
 // type is judged at its end.
 func (sc *scanner) part(i, j int) error {
 	s := &sc.scan
-	at := "messages[" + itoa(i) + "].content[" + itoa(j) + "]"
+	at := where{msg: i, part: j}
 	var kind string
 	var text span
 	var image imagePart
@@ -242,10 +242,10 @@ func (sc *scanner) part(i, j int) error {
 	err := sc.objectOf(at, partFields, func(f int) error {
 		switch partFields[f] {
 		case "type":
-			return sc.str(&kind, at+".type")
+			return sc.str(&kind, at.in("type"))
 		case "text", "refusal":
 			if sc.dec.PeekKind() != '"' {
-				return sc.typeError(at+"."+partFields[f], "a string")
+				return sc.typeError(at.in(partFields[f]), "a string")
 			}
 			var err error
 			text, err = sc.value()
@@ -253,7 +253,7 @@ func (sc *scanner) part(i, j int) error {
 			return err
 		case "image_url":
 			hasImage = true
-			return sc.imageURL(&image, at+".image_url")
+			return sc.imageURL(&image, at.in("image_url"))
 		default: // input_audio, file: looked at only by their type
 			return sc.dec.SkipValue()
 		}
@@ -266,7 +266,7 @@ func (sc *scanner) part(i, j int) error {
 		s.texts = append(s.texts, text)
 		return nil
 	case kind == "text" || kind == "refusal":
-		return apperr.Field(apperr.Invalid, "invalid_content", at, "a "+kind+" part needs its '"+kind+"'")
+		return apperr.Field(apperr.Invalid, "invalid_content", at.String(), "a "+kind+" part needs its '"+kind+"'")
 	case kind == "image_url" && hasImage:
 		s.images = append(s.images, image)
 	case kind == "image_url":
@@ -282,13 +282,13 @@ func (sc *scanner) part(i, j int) error {
 }
 
 // imageURL walks an image_url: {"url": …, "detail": …}.
-func (sc *scanner) imageURL(image *imagePart, at string) error {
+func (sc *scanner) imageURL(image *imagePart, at where) error {
 	return sc.objectOf(at, imageFields, func(f int) error {
 		if imageFields[f] == "detail" {
-			return sc.str(&image.detail, at+".detail")
+			return sc.str(&image.detail, at.in("detail"))
 		}
 		if sc.dec.PeekKind() != '"' {
-			return sc.typeError(at+".url", "a string")
+			return sc.typeError(at.in("url"), "a string")
 		}
 		var err error
 		image.url, err = sc.value()
@@ -299,14 +299,14 @@ func (sc *scanner) imageURL(image *imagePart, at string) error {
 // unboundable notes a part whose cost Sluice cannot bound before the
 // provider answers (audio, files, types it does not know): the request is
 // refused when a limit relies on its estimate.
-func (sc *scanner) unboundable(at, kind string) {
+func (sc *scanner) unboundable(at where, kind string) {
 	if sc.scan.unbounded == "" {
-		sc.scan.unbounded = at + " (" + kind + ")"
+		sc.scan.unbounded = at.String() + " (" + kind + ")"
 	}
 }
 
 // text notes a JSON string (or null) of message text at the decoder.
-func (sc *scanner) text(at string) error {
+func (sc *scanner) text(at where) error {
 	switch sc.dec.PeekKind() {
 	case 'n':
 		return sc.dec.SkipValue()
@@ -353,7 +353,7 @@ func (sc *scanner) peekOffset() int {
 }
 
 // str decodes a JSON string (null: "") into dst.
-func (sc *scanner) str(dst *string, at string) error {
+func (sc *scanner) str(dst *string, at where) error {
 	switch sc.dec.PeekKind() {
 	case 'n':
 		return sc.dec.SkipValue()
@@ -376,7 +376,7 @@ func (sc *scanner) str(dst *string, at string) error {
 }
 
 // integer decodes a JSON integer (null: absent).
-func (sc *scanner) integer(dst *int64, set *bool, at string) error {
+func (sc *scanner) integer(dst *int64, set *bool, at where) error {
 	switch sc.dec.PeekKind() {
 	case 'n':
 		return sc.dec.SkipValue()
@@ -401,7 +401,7 @@ func (sc *scanner) integer(dst *int64, set *bool, at string) error {
 }
 
 // number decodes a JSON number (null: nil).
-func (sc *scanner) number(dst **float64, at string) error {
+func (sc *scanner) number(dst **float64, at where) error {
 	switch sc.dec.PeekKind() {
 	case 'n':
 		return sc.dec.SkipValue()
@@ -422,7 +422,7 @@ func (sc *scanner) number(dst **float64, at string) error {
 }
 
 // boolean decodes true or false (null: false).
-func (sc *scanner) boolean(dst *bool, at string) error {
+func (sc *scanner) boolean(dst *bool, at where) error {
 	switch sc.dec.PeekKind() {
 	case 'n':
 		return sc.dec.SkipValue()
@@ -440,26 +440,26 @@ func (sc *scanner) boolean(dst *bool, at string) error {
 
 // typeError refuses a field of the wrong type, after checking that the
 // rest of the body is JSON at all (a syntax error says more).
-func (sc *scanner) typeError(at, want string) error {
+func (sc *scanner) typeError(at where, want string) error {
 	if err := sc.dec.SkipValue(); err != nil {
 		return err
 	}
-	return apperr.Field(apperr.Invalid, "invalid_json", "", "request body is not valid JSON: field '"+at+"' must be "+want)
+	return apperr.Field(apperr.Invalid, "invalid_json", "", "request body is not valid JSON: field '"+at.String()+"' must be "+want)
 }
 
 // objectOf is object for a field that must be an object (null: absent).
-func (sc *scanner) objectOf(at string, fields []string, value func(field int) error) error {
+func (sc *scanner) objectOf(at where, fields []string, value func(field int) error) error {
 	switch sc.dec.PeekKind() {
 	case 'n':
 		return sc.dec.SkipValue()
 	case '{':
-		return sc.object(fields, value, func() string { return at })
+		return sc.object(fields, value, at)
 	}
 	return sc.typeError(at, "an object")
 }
 
 // array calls each for every element of an array (null: none).
-func (sc *scanner) array(at string, each func(i int) error) error {
+func (sc *scanner) array(at where, each func(i int) error) error {
 	switch sc.dec.PeekKind() {
 	case 'n':
 		return sc.dec.SkipValue()
@@ -481,8 +481,8 @@ func (sc *scanner) array(at string, each func(i int) error) error {
 
 // object reads an object, checking each name against fields and handing
 // the value of each one of them to value; other names' values are
-// skipped. at is the object's path, for errors only.
-func (sc *scanner) object(fields []string, value func(field int) error, at func() string) error {
+// skipped. at is the object's place, for errors only.
+func (sc *scanner) object(fields []string, value func(field int) error, at where) error {
 	if _, err := sc.dec.ReadToken(); err != nil { // '{'
 		return err
 	}
@@ -504,11 +504,11 @@ func (sc *scanner) object(fields []string, value func(field int) error, at func(
 		case f < 0:
 			err = sc.dec.SkipValue()
 		case !exact:
-			param := path(at(), string(name))
+			param := at.in(string(name)).String()
 			return apperr.Field(apperr.Invalid, "invalid_field_name", param,
 				"field names are case-sensitive: send '"+fields[f]+"', not '"+string(name)+"'")
 		case seen&(1<<f) != 0:
-			param := path(at(), fields[f])
+			param := at.in(fields[f]).String()
 			return apperr.Field(apperr.Invalid, "duplicate_field", param, "field '"+param+"' is given twice; send it once")
 		default:
 			seen |= 1 << f
@@ -537,11 +537,37 @@ func fieldOf(fields []string, name []byte) (int, bool) {
 	return folded, false
 }
 
-func path(at, name string) string {
-	if at == "" {
-		return name
+// where is a place in the body, for errors: a top-level field (msg -1),
+// a message's field (part -1) or a content part's, written out only when an
+// error names it, so the walk builds no paths.
+type where struct {
+	msg, part int
+	field     string // "" for the message or part itself; may be dotted
+}
+
+func top(field string) where { return where{msg: -1, field: field} }
+
+// in is the place of a field inside w.
+func (w where) in(field string) where {
+	if w.field != "" {
+		field = w.field + "." + field
 	}
-	return at + "." + name
+	w.field = field
+	return w
+}
+
+func (w where) String() string {
+	if w.msg < 0 {
+		return w.field
+	}
+	s := "messages[" + itoa(w.msg) + "]"
+	if w.part >= 0 {
+		s += ".content[" + itoa(w.part) + "]"
+	}
+	if w.field != "" {
+		s += "." + w.field
+	}
+	return s
 }
 
 func itoa(i int) string { return strconv.Itoa(i) }

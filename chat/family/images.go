@@ -25,6 +25,8 @@ type imageCost struct {
 // Tile and patch prices per model (longest prefix wins). Where OpenAI's
 // guide changed over time, the larger multiplier and budget are taken.
 var imageCosts = []prefixed[imageCost]{
+	{"gpt-4-turbo", imageCost{base: 85, perTile: 170}},
+	{"gpt-4-vision", imageCost{base: 85, perTile: 170}},
 	{"gpt-4o", imageCost{base: 85, perTile: 170}},
 	{"chatgpt-4o", imageCost{base: 85, perTile: 170}},
 	{"gpt-4o-mini", imageCost{base: 2833, perTile: 5667}},

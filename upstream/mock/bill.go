@@ -44,6 +44,17 @@ func newBiller(mode string) *biller {
 	return &biller{codec: codec}
 }
 
+// PromptTokens is what the mock bills for a chat request's prompt, with
+// the tiktoken encoding named ("o200k_base", "cl100k_base"): OpenAI's
+// cookbook count, the reference Sluice's estimate is checked against.
+func PromptTokens(body []byte, encoding string) (int, error) {
+	codec, err := tokenizer.Get(tokenizer.Encoding(encoding))
+	if err != nil {
+		return 0, err
+	}
+	return (&biller{codec: codec}).prompt(body), nil
+}
+
 // count is a text's tokens.
 func (b *biller) count(s string) int {
 	if b.words {

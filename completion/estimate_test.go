@@ -1,0 +1,155 @@
+package completion_test
+
+import (
+	"bytes"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"image"
+	"image/png"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/sluicehq/sluice/completion"
+	"github.com/sluicehq/sluice/upstream/mock"
+)
+
+// servesAll is a provider pool serving every model, never called.
+type servesAll struct{ servesGPT }
+
+func (servesAll) Serves(string) bool { return true }
+
+// corpusRequests are chat requests over the texts of testdata/corpus
+// (English prose, Go code, Chinese, JSON) and with tools, tool calls,
+// tool results, a response schema and an inline image: what the estimate
+// must count as a provider bills it.
+func corpusRequests(t *testing.T) map[string]string {
+	texts := map[string]string{}
+	files, _ := filepath.Glob("testdata/corpus/*")
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		texts[filepath.Base(f)] = strings.ToValidUTF8(string(b), "")
+	}
+	if len(texts) < 6 {
+		t.Fatalf("corpus: %d files", len(texts))
+	}
+	str := func(s string) string { b, _ := json.Marshal(s); return string(b) }
+	reqs := map[string]string{}
+	for name, text := range texts {
+		reqs[name] = `{"model":"MODEL","messages":[{"role":"system","content":"You are a careful assistant."},{"role":"user","content":` + str(text) + `}]}`
+		// The same text cut into a conversation of short turns: framing
+		// is a larger share of the count.
+		var turns []string
+		for i, line := range strings.Split(text, "\n") {
+			if strings.TrimSpace(line) == "" || i > 60 {
+				continue
+			}
+			role := []string{"user", "assistant"}[len(turns)%2]
+			turns = append(turns, `{"role":"`+role+`","content":`+str(line)+`}`)
+		}
+		reqs[name+" as turns"] = `{"model":"MODEL","messages":[` + strings.Join(turns, ",") + `]}`
+	}
+	tools := `[{"type":"function","function":{"name":"get_weather","description":"Get the current weather in a given city.","parameters":{"type":"object","properties":{"city":{"type":"string","description":"The city, e.g. Paris"},"unit":{"type":"string","enum":["celsius","fahrenheit"]}},"required":["city"]}}},` +
+		`{"type":"function","function":{"name":"search_orders","description":"Find a customer's orders by status and date range.","parameters":{"type":"object","properties":{"customer_id":{"type":"string","description":"The customer's id"},"status":{"type":"string","enum":["open","shipped","returned"]},"since":{"type":"string","description":"ISO date"}}}}}]`
+	reqs["tools and a tool round"] = `{"model":"MODEL","tools":` + tools + `,"messages":[{"role":"user","content":"What is the weather in Paris, and my open orders?"},` +
+		`{"role":"assistant","content":null,"tool_calls":[{"id":"call_1","type":"function","function":{"name":"get_weather","arguments":"{\"city\":\"Paris\",\"unit\":\"celsius\"}"}}]},` +
+		`{"role":"tool","tool_call_id":"call_1","content":"{\"temperature\":18,\"sky\":\"cloudy\",\"wind_kmh\":12}"}]}`
+	reqs["a response schema"] = `{"model":"MODEL","response_format":{"type":"json_schema","json_schema":{"name":"invoice","schema":{"type":"object","properties":{"total":{"type":"number"},"lines":{"type":"array","items":{"type":"string"}}},"required":["total"]}}},` +
+		`"messages":[{"role":"user","content":` + str(texts["prose.md"][:2000]) + `}]}`
+	var img bytes.Buffer
+	_ = png.Encode(base64.NewEncoder(base64.StdEncoding, &img), image.NewGray(image.Rect(0, 0, 1200, 900)))
+	reqs["an inline image"] = `{"model":"MODEL","messages":[{"role":"user","content":[{"type":"text","text":"What does this chart show?"},` +
+		`{"type":"image_url","image_url":{"url":"data:image/png;base64,` + img.String() + `"}}]}]}`
+	return reqs
+}
+
+// TestTheReservationIsNeverBelowTheBill: for each tokenizer Sluice has,
+// over the corpus, the prompt estimate is never below what the provider
+// bills (the mock's cookbook count with tiktoken-go, an implementation of
+// its own) and on average no more than 1.5 times it.
+func TestTheReservationIsNeverBelowTheBill(t *testing.T) {
+	p := completion.New(completion.Deps{Providers: servesAll{}})
+	reqs := corpusRequests(t)
+	for _, tc := range []struct{ model, encoding string }{{"gpt-4o", "o200k_base"}, {"gpt-4-turbo", "cl100k_base"}} {
+		t.Run(tc.encoding, func(t *testing.T) {
+			var ratios float64
+			for name, body := range reqs {
+				body := []byte(strings.Replace(body, "MODEL", tc.model, 1))
+				req, err := p.Parse(body)
+				if err != nil {
+					t.Fatalf("%s: %v", name, err)
+				}
+				billed, err := mock.PromptTokens(body, tc.encoding)
+				if err != nil || billed == 0 {
+					t.Fatalf("%s: the reference billed %d (%v)", name, billed, err)
+				}
+				if req.Prompt.Family.Name != tc.encoding {
+					t.Fatalf("%s: counted with %s", tc.model, req.Prompt.Family.Name)
+				}
+				ratio := float64(req.Prompt.Tokens) / float64(billed)
+				t.Logf("%-24s estimate %6d, billed %6d, %.3fx", name, req.Prompt.Tokens, billed, ratio)
+				if req.Prompt.Tokens < int64(billed) {
+					t.Errorf("%s: estimate %d below the bill %d", name, req.Prompt.Tokens, billed)
+				}
+				ratios += ratio
+			}
+			if mean := ratios / float64(len(reqs)); mean > 1.5 {
+				t.Errorf("the estimate is on average %.3fx the bill, want at most 1.5x", mean)
+			} else {
+				t.Logf("on average %.3fx the bill over %d requests", mean, len(reqs))
+			}
+		})
+	}
+}
+
+// BenchmarkEstimate is the one walk and count of a request of 1, 10 and
+// 100 KB of code in turns of 2 KB: fresh (every text new to the node, so
+// counted) and again (the same body, its long texts counted before, as a
+// coding agent resends its conversation).
+func BenchmarkEstimate(b *testing.B) {
+	code, err := os.ReadFile("testdata/corpus/code.go.txt")
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, size := range []int{1 << 10, 10 << 10, 100 << 10} {
+		var turns []string
+		for n := 0; n < size; {
+			s, _ := json.Marshal(fmt.Sprintf("%08d ", len(turns)) + string(code[:min(len(code), size-n, 2000)]))
+			turns = append(turns, `{"role":"user","content":`+string(s)+`}`)
+			n += len(s) + 30
+		}
+		body := []byte(`{"model":"gpt-4o","max_tokens":256,"messages":[` + strings.Join(turns, ",") + `]}`)
+		for _, again := range []bool{false, true} {
+			name := fmt.Sprintf("%dKB/fresh", size>>10)
+			if again {
+				name = fmt.Sprintf("%dKB/again", size>>10)
+			}
+			b.Run(name, func(b *testing.B) {
+				p := completion.New(completion.Deps{Providers: servesAll{}})
+				fresh := bytes.Clone(body)
+				b.SetBytes(int64(len(body)))
+				b.ReportAllocs()
+				for i := 0; b.Loop(); i++ {
+					if !again { // a new first line for every text: none counted before
+						for at, j := 0, 0; ; j++ {
+							k := bytes.Index(fresh[at:], []byte(`"content":"`))
+							if k < 0 {
+								break
+							}
+							at += k + len(`"content":"`)
+							copy(fresh[at:at+4], fmt.Sprintf("%04d", i%10000))
+						}
+					}
+					if _, err := p.Parse(fresh); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
+	}
+}
