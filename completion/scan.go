@@ -10,6 +10,7 @@ import (
 	"github.com/go-json-experiment/json/jsontext"
 
 	"github.com/sluicehq/sluice/apperr"
+	"github.com/sluicehq/sluice/chat"
 )
 
 // A chat request body is read in one walk (scanner.request): its JSON is
@@ -82,7 +83,7 @@ type scan struct {
 // cookbook counts 3 tokens a message and 3 to prime the reply, 1 more for a
 // name, 7 to 10 per function and 12 per list of them, all at most these.
 const (
-	messageOverhead = 4
+	messageOverhead = chat.MessageOverheadTokens
 	replyOverhead   = 3
 	nameOverhead    = 1
 	toolOverhead    = 10
