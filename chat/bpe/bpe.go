@@ -69,7 +69,10 @@ func (e *Encoding) Count(text []byte) int {
 			end = splitCl100k(e.classes, text, p)
 		}
 		if end < 0 {
-			p++ // DEL, the only character no alternative matches
+			// No alternative matches here, which is so only for DEL (see
+			// cP): the reference steps over it to the next character.
+			_, n := e.classes.classAt(text, p)
+			p += n
 			continue
 		}
 		piece := text[p:end]

@@ -1,6 +1,8 @@
 package bpe
 
 import (
+	"bytes"
+	"math/rand/v2"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -176,7 +178,7 @@ func TestName(t *testing.T) {
 	if got := Cl100kBase().Name(); got != "cl100k_base" {
 		t.Errorf("Cl100kBase().Name() = %q", got)
 	}
-	if O200kBase() != O200kBase() {
+	if a, b := O200kBase(), O200kBase(); a != b {
 		t.Error("O200kBase() is not shared")
 	}
 }
@@ -229,11 +231,73 @@ func TestClassTable(t *testing.T) {
 }
 
 func TestCountAllocatesNothing(t *testing.T) {
+	if raceEnabled {
+		t.Skip("sync.Pool drops scratch at random under the race detector")
+	}
 	text := []byte(strings.Join(cases, "\n"))
 	for _, e := range encodings(t) {
 		e.enc.Count(text) // fill the pools
 		if n := testing.AllocsPerRun(20, func() { e.enc.Count(text) }); n != 0 {
 			t.Errorf("%s: Count allocates %v times", e.enc.Name(), n)
+		}
+	}
+}
+
+// naiveMerge is byte-pair merging as plainly as it can be written, to hold
+// mergeScan and mergeTree to.
+func naiveMerge(t *rankTable, piece []byte) int {
+	parts := make([][]byte, len(piece))
+	for i := range piece {
+		parts[i] = piece[i : i+1]
+	}
+	for {
+		best, at := noRank, -1
+		for i := 0; i+1 < len(parts); i++ {
+			merged := append(append([]byte(nil), parts[i]...), parts[i+1]...)
+			if r := t.rank(merged); r < best {
+				best, at = r, i
+			}
+		}
+		if at < 0 {
+			return len(parts)
+		}
+		parts[at] = piece[len(bytes.Join(parts[:at], nil)):][:len(parts[at])+len(parts[at+1])]
+		parts = append(parts[:at+1], parts[at+2:]...)
+	}
+}
+
+// TestMergeMatchesNaive compares the merges, at every length on both sides
+// of scanPiece and stackPiece, with naiveMerge.
+func TestMergeMatchesNaive(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	sources := []string{
+		strings.Repeat(prose, 2),
+		strings.Repeat(chinese+japanese+korean, 2),
+		strings.Repeat(goCode, 2),
+		strings.Repeat("ab", 400),
+	}
+	for _, e := range encodings(t) {
+		r := e.enc.ranks
+		for _, n := range []int{3, 4, 7, 16, scanPiece - 1, scanPiece, scanPiece + 1, 100, stackPiece, stackPiece + 1, 400} {
+			for _, src := range sources {
+				for range 2 {
+					at := rng.IntN(len(src) - n)
+					piece := []byte(src[at : at+n])
+					want := naiveMerge(r, piece)
+					var got int
+					if n <= scanPiece {
+						got = r.mergeScan(piece)
+						if tree := r.mergeLong(piece); tree != want {
+							t.Errorf("%s: mergeLong(%q) = %d, want %d", e.enc.Name(), piece, tree, want)
+						}
+					} else {
+						got = r.mergeLong(piece)
+					}
+					if got != want {
+						t.Errorf("%s: merge(%q) = %d, want %d", e.enc.Name(), piece, got, want)
+					}
+				}
+			}
 		}
 	}
 }

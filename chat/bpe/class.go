@@ -115,9 +115,14 @@ func derived(r rune, c uint8) uint8 {
 // each byte that is not part of valid UTF-8 is one U+FFFD to it.
 func (t *classTable) classAt(text []byte, i int) (uint8, int) {
 	if b := text[i]; b < utf8.RuneSelf {
-		return t[b], 1
+		return t[b], 1 // small enough to be inlined: the ASCII fast path
 	}
-	r, n := utf8.DecodeRune(text[i:])
+	return t.classOfRune(text[i:])
+}
+
+// classOfRune is classAt for a rune that is not ASCII, at the start of s.
+func (t *classTable) classOfRune(s []byte) (uint8, int) {
+	r, n := utf8.DecodeRune(s)
 	if r < tableRunes {
 		return t[r], n // an invalid byte is (utf8.RuneError, 1)
 	}

@@ -10,13 +10,21 @@ import (
 // cost less than mergeTree's bookkeeping on so few parts; up to stackPiece
 // bytes, mergeTree's scratch is on the stack, beyond in a pool.
 const (
-	scanPiece  = 16
-	stackPiece = 128
+	scanPiece  = 32
+	stackPiece = 256
 )
 
 // countPiece returns how many tokens the piece is: one if it is a token
 // (tiktoken checks that first, and BPE would not always get there), else as
 // many as byte-pair merging leaves.
+//
+// The merge is tiktoken's: the piece starts as single bytes, and the
+// adjacent pair whose merged bytes are the lowest-ranked token is merged, the
+// leftmost on a tie, until no adjacent pair is a token. Both implementations
+// below keep the parts as a linked list, a part named by the offset of its
+// first byte, and give each part a key, rank<<shift | offset, for merging it
+// with the next part (the maximum if that is no token): the lowest key is then
+// both the pair to merge and, on a tie of ranks, the leftmost.
 func (t *rankTable) countPiece(piece []byte) int {
 	switch {
 	case len(piece) == 1:
@@ -30,107 +38,121 @@ func (t *rankTable) countPiece(piece []byte) int {
 		return 1
 	case len(piece) <= scanPiece:
 		return t.mergeScan(piece)
-	case len(piece) <= stackPiece:
-		var next [stackPiece + 1]int32
-		var prev [stackPiece]int32
-		var tree [2 * stackPiece]uint32
-		return t.mergeTree(piece, next[:], prev[:], tree[:])
 	default:
-		s := scratchPool.Get().(*mergeScratch)
-		defer scratchPool.Put(s)
-		n := len(piece)
-		if len(s.next) <= n {
-			s.next = make([]int32, n+1)
-			s.prev = make([]int32, n)
-			s.tree = make([]uint32, 2<<bits.Len(uint(n)))
-		}
-		return t.mergeTree(piece, s.next, s.prev, s.tree)
+		return t.mergeLong(piece)
 	}
 }
 
-// mergeScan is tiktoken's byte-pair merge: the piece starts as single bytes,
-// and the adjacent pair whose merged bytes are the lowest-ranked token is
-// merged, the leftmost on a tie, until no adjacent pair is a token. It returns
-// how many parts are left.
+// mergeLong gives mergeTree its scratch: on the stack up to stackPiece
+// bytes, else from a pool.
+func (t *rankTable) mergeLong(piece []byte) int {
+	if len(piece) <= stackPiece {
+		var next, prev [stackPiece]int32
+		var tree [2 * stackPiece]uint64
+		return t.mergeTree(piece, next[:], prev[:], tree[:])
+	}
+	s := scratchPool.Get().(*mergeScratch)
+	defer scratchPool.Put(s)
+	if n := len(piece); len(s.next) < n {
+		s.next = make([]int32, n)
+		s.prev = make([]int32, n)
+		s.tree = make([]uint64, 2<<bits.Len(uint(n)))
+	}
+	return t.mergeTree(piece, s.next, s.prev, s.tree)
+}
+
+// mergeScan merges a piece of at most scanPiece bytes, finding the lowest key
+// with a linear scan (branch-free: a min over 32 values), and returns how many
+// parts are left.
 func (t *rankTable) mergeScan(piece []byte) int {
-	// Part i is piece[start[i]:start[i+1]]; rank[i] is the rank of parts i
-	// and i+1 merged, noRank past the last pair. m is the number of parts.
-	var start [scanPiece + 1]uint8
-	var rank [scanPiece]uint32
-	m := len(piece)
-	for i := range m {
-		start[i] = uint8(i)
-	}
-	start[m] = uint8(m)
-	for i := 0; i+1 < m; i++ {
-		rank[i] = t.pair[binary.LittleEndian.Uint16(piece[i:])]
-	}
-	rank[m-1] = noRank
-	for m > 1 {
-		best, i := noRank, 0
-		for j, r := range rank[:m-1] {
-			if r < best {
-				best, i = r, j
-			}
+	const noKey = ^uint32(0)
+	key := func(r uint32, i int) uint32 {
+		if r == noRank {
+			return noKey
 		}
-		if best == noRank {
-			break
+		return r<<8 | uint32(i) // ranks have 18 bits, offsets 5
+	}
+	var keys [scanPiece]uint32
+	var next, prev [scanPiece]uint8
+	n := len(piece)
+	for i := range n {
+		next[i], prev[i] = uint8(i+1), uint8(i-1)
+		keys[i] = noKey
+		if i+1 < n {
+			keys[i] = key(t.pair[binary.LittleEndian.Uint16(piece[i:])], i)
 		}
-		// Merge parts i and i+1, then rank the pairs the merged part now
-		// forms with its neighbours.
-		if i+2 < m {
-			rank[i] = t.rank(piece[start[i]:start[i+3]])
+	}
+	parts := n
+	for {
+		best := keys[0]
+		for _, k := range keys[1 : n-1] {
+			best = min(best, k)
+		}
+		if best == noKey {
+			return parts
+		}
+		// Merge part i with the next one, j; k is the part after. Then key
+		// the merged part with k, and the part before it with the merged.
+		i := int(best & 0xff)
+		j := int(next[i])
+		k := int(next[j])
+		next[i] = uint8(k)
+		keys[j] = noKey
+		parts--
+		if k < n {
+			prev[k] = uint8(i)
+			keys[i] = key(t.rank(piece[i:next[k]]), i)
 		} else {
-			rank[i] = noRank
+			keys[i] = noKey
 		}
 		if i > 0 {
-			rank[i-1] = t.rank(piece[start[i-1]:start[i+2]])
+			p := int(prev[i])
+			keys[p] = key(t.rank(piece[p:k]), p)
 		}
-		copy(start[i+1:m], start[i+2:m+1])
-		copy(rank[i+1:m-1], rank[i+2:m])
-		m--
 	}
-	return m
 }
 
 // mergeScratch is the scratch of mergeTree for pieces too long for the stack.
 type mergeScratch struct {
 	next, prev []int32
-	tree       []uint32
+	tree       []uint64
 }
 
 var scratchPool = sync.Pool{New: func() any { return new(mergeScratch) }}
 
-// mergeTree returns what mergeScan does, in O(n log n) rather than O(n²),
-// for pieces of n bytes: the parts are a linked list (a part is named by the
-// offset of its first byte), and the ranks of their pairs the leaves of a
-// tournament tree, each inner node the lowest rank below it. The root is the
-// rank to merge next and the leftmost leaf holding it is where; a merge then
-// changes three leaves, each fixed up in at most log n steps.
+// mergeTree merges a piece of n bytes in O(n log n) rather than mergeScan's
+// O(n²): the keys are the leaves of a tournament tree, each inner node the
+// lowest key below it, so the root is the next merge; a merge changes three
+// leaves, each fixed up in at most log n steps. It returns how many parts are
+// left.
 //
-// next needs n+1 entries, prev n and tree twice the power of two >= n.
-func (t *rankTable) mergeTree(piece []byte, next, prev []int32, tree []uint32) int {
+// next and prev need n entries, tree twice the power of two >= n.
+func (t *rankTable) mergeTree(piece []byte, next, prev []int32, tree []uint64) int {
+	const noKey = ^uint64(0)
+	key := func(r uint32, i int32) uint64 {
+		return uint64(r)<<32 | uint64(i) // >= noRank<<32 if no token
+	}
 	n := int32(len(piece))
-	leaves := int32(1) << bits.Len32(uint32(n-1)) // >= n
+	leaves := int32(1) << bits.Len32(uint32(n-1))
 	tree = tree[:2*leaves]
 	for i := range n {
 		next[i], prev[i] = i+1, i-1
-		tree[leaves+i] = noRank
+		tree[leaves+i] = noKey
 		if i+1 < n {
-			tree[leaves+i] = t.pair[binary.LittleEndian.Uint16(piece[i:])]
+			tree[leaves+i] = key(t.pair[binary.LittleEndian.Uint16(piece[i:])], i)
 		}
 	}
 	for i := leaves + n; i < 2*leaves; i++ {
-		tree[i] = noRank
+		tree[i] = noKey
 	}
 	for k := leaves - 1; k > 0; k-- {
 		tree[k] = min(tree[2*k], tree[2*k+1])
 	}
-	// set puts rank r at leaf i and fixes up the lowest ranks above it,
+	// set puts key x at leaf i and fixes up the lowest keys above it,
 	// stopping where one does not change.
-	set := func(i int32, r uint32) {
+	set := func(i int32, x uint64) {
 		k := leaves + i
-		tree[k] = r
+		tree[k] = x
 		for k > 1 {
 			k /= 2
 			m := min(tree[2*k], tree[2*k+1])
@@ -141,32 +163,22 @@ func (t *rankTable) mergeTree(piece []byte, next, prev []int32, tree []uint32) i
 		}
 	}
 	parts := int(n)
-	for tree[1] != noRank {
-		k := int32(1)
-		for k < leaves {
-			k *= 2
-			if tree[k] != tree[k/2] {
-				k++ // the left subtree does not hold the lowest rank
-			}
-		}
-		// Merge part i with the next one, j; k is the part after.
-		i := k - leaves
+	for tree[1]>>32 != uint64(noRank) {
+		i := int32(tree[1])
 		j := next[i]
-		k = next[j]
+		k := next[j]
 		next[i] = k
-		if k < n {
-			prev[k] = i
-		}
-		set(j, noRank)
+		set(j, noKey)
 		parts--
 		if k < n {
-			set(i, t.rank(piece[i:next[k]]))
+			prev[k] = i
+			set(i, key(t.rank(piece[i:next[k]]), i))
 		} else {
-			set(i, noRank)
+			set(i, noKey)
 		}
 		if i > 0 {
 			p := prev[i]
-			set(p, t.rank(piece[p:k]))
+			set(p, key(t.rank(piece[p:k]), p))
 		}
 	}
 	return parts

@@ -24,7 +24,10 @@ package bpe
 //	|\s+(?!\S)
 //	|\s+
 func splitO200k(t *classTable, text []byte, p int) int {
-	c0, n0 := t.classAt(text, p)
+	c0, n0 := t[text[p]], 1 // classAt, inlined by hand for ASCII
+	if text[p] >= 0x80 {
+		c0, n0 = t.classOfRune(text[p:])
+	}
 	if c0&(cP|cU|cW) != 0 {
 		if end := wordO200k(t, text, p, c0, n0); end >= 0 {
 			return end
@@ -59,7 +62,10 @@ func wordO200k(t *classTable, text []byte, p int, c0 uint8, n0 int) int {
 	e, lastW := q, -1
 	var ce uint8 // the class of text[e], the first character after the run
 	for e < len(text) {
-		c, n := t.classAt(text, e)
+		c, n := t[text[e]], 1
+		if text[e] >= 0x80 {
+			c, n = t.classOfRune(text[e:])
+		}
 		if c&cU == 0 {
 			ce = c
 			break
@@ -100,7 +106,10 @@ func splitCl100k(t *classTable, text []byte, p int) int {
 			return end
 		}
 	}
-	c0, n0 := t.classAt(text, p)
+	c0, n0 := t[text[p]], 1
+	if text[p] >= 0x80 {
+		c0, n0 = t.classOfRune(text[p:])
+	}
 	if c0&(cP|cL) != 0 {
 		// \p{L}+ is atomic, so the only backtracking is giving back the
 		// prefix character, and that cannot help: it is not a letter.
@@ -195,7 +204,7 @@ func runOf(t *classTable, text []byte, i int, bit uint8) int {
 			i++
 			continue
 		}
-		c, n := t.classAt(text, i)
+		c, n := t.classOfRune(text[i:])
 		if c&bit == 0 {
 			return i
 		}

@@ -54,7 +54,9 @@ func newRankTable(tokens []string) *rankTable {
 			count++
 		}
 	}
-	t.arena = make([]byte, 0, size)
+	// 8 bytes of slack after the last token let prefixWord load any
+	// token's words whole.
+	t.arena = make([]byte, 0, size+8)
 	nslots := 1
 	for nslots < count*2 {
 		nslots *= 2
@@ -74,7 +76,7 @@ func newRankTable(tokens []string) *rankTable {
 		if len(key) == 2 {
 			t.pair[binary.LittleEndian.Uint16(key)] = uint32(r)
 		}
-		i, check := t.hash(key)
+		i, check := t.hash(key, prefixWord(key))
 		for t.slots[i] != 0 {
 			i = (i + 1) & (len(t.slots) - 1) // tokens are distinct: a map's keys
 		}
@@ -85,7 +87,8 @@ func newRankTable(tokens []string) *rankTable {
 
 // rank returns the rank of key, or noRank.
 func (t *rankTable) rank(key []byte) uint32 {
-	i, check := t.hash(key)
+	w := prefixWord(key)
+	i, check := t.hash(key, w)
 	for ; ; i = (i + 1) & (len(t.slots) - 1) {
 		s := t.slots[i]
 		if s == 0 {
@@ -95,15 +98,29 @@ func (t *rankTable) rank(key []byte) uint32 {
 			continue
 		}
 		r := uint32(s>>checkBits) - 1
-		if len(key) <= inlineLen || string(t.arena[t.off[r]:t.off[r+1]]) == string(key) {
+		if len(key) <= inlineLen || t.is(r, key, w) {
 			return r
 		}
 	}
 }
 
-// hash returns key's first slot and its check.
-func (t *rankTable) hash(key []byte) (int, uint64) {
-	w := prefixWord(key)
+// is reports whether token r is key, whose prefixWord is w, comparing words
+// rather than calling the runtime's memequal: these keys are short.
+func (t *rankTable) is(r uint32, key []byte, w uint64) bool {
+	tok := t.arena[t.off[r]:t.off[r+1]]
+	if len(tok) != len(key) || prefixWord(tok) != w {
+		return false
+	}
+	for i := 8; i < len(key); i += 8 {
+		if prefixWord(tok[i:]) != prefixWord(key[i:]) {
+			return false
+		}
+	}
+	return true
+}
+
+// hash returns the first slot and the check of key, whose prefixWord is w.
+func (t *rankTable) hash(key []byte, w uint64) (int, uint64) {
 	h := mix(w, uint64(len(key)))
 	for rest := key[min(8, len(key)):]; len(rest) > 0; rest = rest[min(8, len(rest)):] {
 		h = mix(h, prefixWord(rest))
