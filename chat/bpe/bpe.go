@@ -98,9 +98,9 @@ func (e *Encoding) countInvalid(piece []byte) int {
 	if utf8.Valid(piece) {
 		return e.ranks.countPiece(piece)
 	}
-	bp := replacedPool.Get().(*[]byte)
-	defer replacedPool.Put(bp)
-	b := (*bp)[:0]
+	s := e.ranks.scratch.get()
+	defer e.ranks.scratch.put(s)
+	b := s.replaced[:0]
 	for len(piece) > 0 {
 		r, n := utf8.DecodeRune(piece)
 		if r == utf8.RuneError && n == 1 {
@@ -110,8 +110,6 @@ func (e *Encoding) countInvalid(piece []byte) int {
 		}
 		piece = piece[n:]
 	}
-	*bp = b
+	s.replaced = b
 	return e.ranks.countPiece(b)
 }
-
-var replacedPool = sync.Pool{New: func() any { return new([]byte) }}

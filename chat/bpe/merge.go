@@ -51,8 +51,8 @@ func (t *rankTable) mergeLong(piece []byte) int {
 		var tree [2 * stackPiece]uint64
 		return t.mergeTree(piece, next[:], prev[:], tree[:])
 	}
-	s := scratchPool.Get().(*mergeScratch)
-	defer scratchPool.Put(s)
+	s := t.scratch.get()
+	defer t.scratch.put(s)
 	if n := len(piece); len(s.next) < n {
 		s.next = make([]int32, n)
 		s.prev = make([]int32, n)
@@ -112,13 +112,53 @@ func (t *rankTable) mergeScan(piece []byte) int {
 	}
 }
 
-// mergeScratch is the scratch of mergeTree for pieces too long for the stack.
+// mergeScratch is the scratch of mergeTree for pieces too long for the
+// stack, and of Count for a piece with invalid UTF-8 replaced.
 type mergeScratch struct {
 	next, prev []int32
 	tree       []uint64
+	replaced   []byte
 }
 
-var scratchPool = sync.Pool{New: func() any { return new(mergeScratch) }}
+// scratchList keeps a few mergeScratch for reuse. It is a locked free list
+// rather than a sync.Pool because a pool loses what it holds at each garbage
+// collection, and a goroutine that moves to another P does not find what it
+// put back: a long piece would allocate now and then. The lock is taken only
+// for pieces longer than stackPiece, whose merging costs far more.
+type scratchList struct {
+	mu   sync.Mutex
+	free []*mergeScratch
+}
+
+// Scratch kept for reuse is at most for pieces of keepPiece bytes (1.5 MiB
+// each) and at most keepScratch of them; a longer piece allocates, which
+// costs little beside merging it.
+const (
+	keepPiece   = 1 << 16
+	keepScratch = 8
+)
+
+func (l *scratchList) get() *mergeScratch {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if n := len(l.free); n > 0 {
+		s := l.free[n-1]
+		l.free = l.free[:n-1]
+		return s
+	}
+	return new(mergeScratch)
+}
+
+func (l *scratchList) put(s *mergeScratch) {
+	if len(s.next) > keepPiece || len(s.replaced) > 3*keepPiece {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.free) < keepScratch {
+		l.free = append(l.free, s)
+	}
+}
 
 // mergeTree merges a piece of n bytes in O(n log n) rather than mergeScan's
 // O(n²): the keys are the leaves of a tournament tree, each inner node the
@@ -126,7 +166,7 @@ var scratchPool = sync.Pool{New: func() any { return new(mergeScratch) }}
 // leaves, each fixed up in at most log n steps. It returns how many parts are
 // left.
 //
-// next and prev need n entries, tree twice the power of two >= n.
+// next and prev need n entries, tree twice the power of two >= n; n < 2^31.
 func (t *rankTable) mergeTree(piece []byte, next, prev []int32, tree []uint64) int {
 	const noKey = ^uint64(0)
 	key := func(r uint32, i int32) uint64 {

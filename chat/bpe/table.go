@@ -27,6 +27,13 @@ type rankTable struct {
 	// little-endian uint16: the first round of every merge looks up all of a
 	// piece's adjacent byte pairs, and this answers each with one load.
 	pair []uint32
+	// maxLen is the longest token's length: a longer key is no token, and
+	// need not be hashed (long runs of one character merge into ever longer
+	// candidates).
+	maxLen int
+	// scratch is the one thing that changes after the table is built: the
+	// merges' scratch for long pieces, shared by all callers.
+	scratch scratchList
 }
 
 // A slot is rank+1 in its top rankBits (0 marks an empty slot) over a check
@@ -73,6 +80,7 @@ func newRankTable(tokens []string) *rankTable {
 			continue
 		}
 		key := t.arena[t.off[r]:t.off[r+1]]
+		t.maxLen = max(t.maxLen, len(key))
 		if len(key) == 2 {
 			t.pair[binary.LittleEndian.Uint16(key)] = uint32(r)
 		}
@@ -87,6 +95,9 @@ func newRankTable(tokens []string) *rankTable {
 
 // rank returns the rank of key, or noRank.
 func (t *rankTable) rank(key []byte) uint32 {
+	if len(key) > t.maxLen {
+		return noRank
+	}
 	w := prefixWord(key)
 	i, check := t.hash(key, w)
 	for ; ; i = (i + 1) & (len(t.slots) - 1) {

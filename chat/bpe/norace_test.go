@@ -1,5 +1,0 @@
-//go:build !race
-
-package bpe
-
-const raceEnabled = false
