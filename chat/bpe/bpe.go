@@ -9,6 +9,12 @@
 // the reference the tests hold us to. Its pre-tokenizer regexps are replaced
 // by hand-written scanners (split.go) and its map by a compact hash table
 // (table.go).
+//
+// Being exact to tiktoken-go means following it where its generated regexp
+// code departs from the patterns, and so from OpenAI's own tiktoken: DEL
+// (0x7F) counts no token, and "\n \nx" splits as "\n", " \n", "x" (split.go
+// says why). Both are rare in prompts; they can make our count differ from
+// what a provider bills by a token or so where they occur.
 package bpe
 
 import (
@@ -19,8 +25,9 @@ import (
 	"github.com/tiktoken-go/tokenizer"
 )
 
-// Encoding is one BPE vocabulary with its pre-tokenizer. It is immutable once
-// built, so safe for concurrent use.
+// Encoding is one BPE vocabulary with its pre-tokenizer. It is safe for
+// concurrent use: all of it is immutable once built but the scratch kept for
+// merging long pieces, which is behind a lock.
 type Encoding struct {
 	name    string
 	o200k   bool // which pre-tokenizer: splitO200k, else splitCl100k
@@ -57,7 +64,9 @@ func (e *Encoding) Name() string { return e.name }
 // such byte counts as if it were the three bytes of U+FFFD ("\xff" is one
 // token, "\xed\xa0\x80", a UTF-16 surrogate, is three U+FFFD in one piece).
 //
-// Count does not allocate.
+// Count does not allocate: its scratch is on the stack, except for pieces
+// longer than 256 bytes (long runs of one character, a clause of CJK text),
+// whose scratch is kept for reuse once allocated, up to pieces of 64 KiB.
 func (e *Encoding) Count(text []byte) int {
 	valid := utf8.Valid(text)
 	total := 0
