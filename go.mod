@@ -21,6 +21,7 @@ require (
 	github.com/riverqueue/river/riverdriver/riverpgxv5 v0.51.2
 	github.com/riverqueue/river/riverdriver/riversqlite v0.51.2
 	github.com/riverqueue/river/rivertype v0.51.2
+	github.com/tiktoken-go/tokenizer v0.10.0
 	github.com/tsenart/vegeta/v12 v12.13.0
 	go.uber.org/goleak v1.3.0
 	golang.org/x/crypto v0.59.0
