@@ -10,11 +10,13 @@
 // by hand-written scanners (split.go) and its map by a compact hash table
 // (table.go).
 //
-// Being exact to tiktoken-go means following it where its generated regexp
-// code departs from the patterns, and so from OpenAI's own tiktoken: DEL
-// (0x7F) counts no token, and "\n \nx" splits as "\n", " \n", "x" (split.go
-// says why). Both are rare in prompts; they can make our count differ from
-// what a provider bills by a token or so where they occur.
+// Where tiktoken-go's generated regexp code departs from the patterns, and
+// so from OpenAI's own tiktoken, the count follows whichever gives more: it
+// follows tiktoken-go in splitting "\n \nx" as "\n", " \n", "x" (a token
+// more than the pattern's "\n \n", "x"; split.go says why), and the
+// pattern in counting DEL (0x7F) as punctuation, which tiktoken-go's code
+// skips as if it were not there. So the count is never below what a
+// provider bills, and above tiktoken-go's only where DEL occurs.
 package bpe
 
 import (
@@ -78,10 +80,11 @@ func (e *Encoding) Count(text []byte) int {
 			end = splitCl100k(e.classes, text, p)
 		}
 		if end < 0 {
-			// No alternative matches here, which is so only for DEL (see
-			// cP): the reference steps over it to the next character.
+			// No alternative matches here, which no character should
+			// allow: count it as a token of its own rather than none.
 			_, n := e.classes.classAt(text, p)
 			p += n
+			total++
 			continue
 		}
 		piece := text[p:end]

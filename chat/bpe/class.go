@@ -16,13 +16,14 @@ const (
 	cN             // \p{N}
 	cS             // \s, which regexp2 defines as unicode.IsSpace
 	cM             // \p{M}
-	// cP is [^\r\n\p{L}\p{N}], the optional character before a word. The
-	// generated matcher tests ASCII with a bitmap that leaves out DEL (0x7F),
-	// so DEL is in neither cP nor cQ; being no letter, digit or space either,
-	// it matches no alternative at all and the matcher steps over it: DEL
-	// costs no token and splits the text like a separator.
+	// cP is [^\r\n\p{L}\p{N}], the optional character before a word.
+	// tiktoken-go's generated matcher tests ASCII with a bitmap that leaves
+	// out DEL (0x7F), so to it DEL matches nothing and costs no token; the
+	// pattern, and OpenAI's own tiktoken, make it punctuation like any
+	// control character, and so does this table: a character the count
+	// skipped would be a prompt the reservation does not see.
 	cP
-	cQ // [^\s\p{L}\p{N}], punctuation and symbols (DEL left out as for cP)
+	cQ // [^\s\p{L}\p{N}], punctuation and symbols
 )
 
 // tableRunes is how many runes classTable covers: the Basic Multilingual Plane
@@ -97,9 +98,6 @@ func classOf(r rune) uint8 {
 
 // derived returns cP and cQ for r, given its other bits.
 func derived(r rune, c uint8) uint8 {
-	if r == 0x7F {
-		return 0
-	}
 	var d uint8
 	if c&(cL|cN) == 0 && r != '\r' && r != '\n' {
 		d |= cP

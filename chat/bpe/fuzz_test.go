@@ -20,9 +20,7 @@ func FuzzCountMatchesTiktoken(f *testing.F) {
 	f.Fuzz(func(t *testing.T, s string) {
 		for _, in := range []string{s, fromAlphabet(s)} {
 			for _, e := range encs {
-				if got, want := e.enc.CountString(in), refCount(t, e.ref, in); got != want {
-					t.Errorf("%s: CountString(%q) = %d, want %d", e.enc.Name(), in, got, want)
-				}
+				checkCount(t, e.enc.Name(), "CountString", in, e.enc.CountString(in), refCount(t, e.ref, in))
 			}
 		}
 	})
@@ -61,9 +59,7 @@ func TestRandomAlphabetMatchesTiktoken(t *testing.T) {
 		}
 		in := fromAlphabet(string(buf[:1+rng.IntN(len(buf))]))
 		for _, e := range encs {
-			if got, want := e.enc.CountString(in), refCount(t, e.ref, in); got != want {
-				t.Fatalf("%s: CountString(%q) = %d, want %d", e.enc.Name(), in, got, want)
-			}
+			checkCount(t, e.enc.Name(), "CountString", in, e.enc.CountString(in), refCount(t, e.ref, in))
 		}
 	}
 }
@@ -81,15 +77,11 @@ func TestCorpusMatchesTiktoken(t *testing.T) {
 			sum := 0
 			for _, d := range docs {
 				want := refCount(t, e.ref, d)
-				if got := e.enc.CountString(d); got != want {
-					t.Errorf("CountString(%.200q…) = %d, want %d", d, got, want)
-				}
+				checkCount(t, e.enc.Name(), "CountString", d, e.enc.CountString(d), want)
 				sum += want
 			}
 			got, want := e.enc.CountString(all), refCount(t, e.ref, all)
-			if got != want {
-				t.Errorf("corpus of %d bytes: %d tokens, want %d", len(all), got, want)
-			}
+			checkCount(t, e.enc.Name(), "CountString of the whole corpus", all, got, want)
 			t.Logf("%d documents, %d bytes: %d tokens (%d counted one by one)", len(docs), len(all), got, sum)
 		})
 	}

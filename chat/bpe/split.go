@@ -6,11 +6,11 @@ package bpe
 // alternatives are tried left to right and the first that matches wins; the
 // whole alternation is atomic, so a later alternative is never tried once one
 // has matched. Each function returns the end of the piece that starts at p,
-// or -1 where no alternative matches (only DEL, see cP).
+// or -1 where no alternative matches (no character is such: see cP).
 //
 // Where the generated code differs from the textbook reading of the pattern,
-// we follow the generated code, since its counts are the ones we must equal:
-//   - DEL matches nothing (see cP);
+// we follow the generated code, whose counts are the ones we equal, where
+// it counts more (DEL, which it skips, is punctuation here: see cP):
 //   - in \s*[\r\n]+ the backtracking of \s* goes to the FIRST \r or \n of
 //     the run of spaces, not the last (see spaceEnd).
 
