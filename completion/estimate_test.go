@@ -131,6 +131,9 @@ func BenchmarkEstimate(b *testing.B) {
 			}
 			b.Run(name, func(b *testing.B) {
 				p := completion.New(completion.Deps{Providers: servesAll{}})
+				if _, err := p.Parse([]byte(`{"model":"gpt-4o","messages":[{"role":"user","content":"load the tokenizer"}]}`)); err != nil {
+					b.Fatal(err)
+				}
 				fresh := bytes.Clone(body)
 				b.SetBytes(int64(len(body)))
 				b.ReportAllocs()
