@@ -1,9 +1,7 @@
 package completion
 
 import (
-	"bytes"
 	"errors"
-	"io"
 	"strconv"
 	"strings"
 
@@ -66,7 +64,7 @@ var (
 func (p *Pipeline) Parse(body []byte) (Request, error) {
 	sc := scanners.Get().(*scanner)
 	defer func() {
-		sc.body, sc.buf = nil, bytes.Buffer{} // keep no body alive in the pool
+		sc.body, sc.dec.b = nil, nil // keep no body alive in the pool
 		scanners.Put(sc)
 	}()
 	if err := sc.request(body); err != nil {
@@ -150,14 +148,14 @@ func contentText(raw jsontext.Value) string {
 	return ""
 }
 
-// jsonProblem describes a decoding error without echoing the body.
+// jsonProblem describes a syntax error without echoing the body.
 func jsonProblem(err error) string {
-	var syn *jsontext.SyntacticError
+	var syn *syntaxError
 	switch {
-	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+	case errors.Is(err, errEnd):
 		return "body is empty or cut short"
 	case errors.As(err, &syn):
-		return "syntax error at byte " + strconv.FormatInt(syn.ByteOffset, 10)
+		return "syntax error at byte " + strconv.Itoa(syn.offset)
 	default:
 		return "cannot decode"
 	}

@@ -2,12 +2,9 @@ package completion
 
 import (
 	"bytes"
-	"io"
 	"strconv"
 	"sync"
 	"unicode/utf8"
-
-	"github.com/go-json-experiment/json/jsontext"
 
 	"github.com/sluicehq/sluice/apperr"
 	"github.com/sluicehq/sluice/chat"
@@ -91,41 +88,35 @@ const (
 )
 
 // scanner walks one body; name is a buffer for escaped names. It is kept
-// for reuse with its scan's slices: a fresh decoder costs several
-// allocations per request (its buffers and name stacks).
+// for reuse with its walker's stack and its scan's slices, so a walk
+// allocates nothing of its own.
 type scanner struct {
 	body    []byte
-	buf     bytes.Buffer
-	dec     *jsontext.Decoder
+	dec     walker
 	name    []byte
 	scratch []byte // a text unescaped, to count it
 	scan    scan
 }
 
-var scanners = sync.Pool{New: func() any { return &scanner{dec: new(jsontext.Decoder)} }}
+var scanners = sync.Pool{New: func() any { return new(scanner) }}
 
-// reset points the scanner at body: the decoder reads the body in place
-// (a bytes.Buffer is not copied), invalid UTF-8 is let through to be
-// replaced when a string is read, and a repeated name is left for object to
-// judge.
+// reset points the scanner at body, read in place.
 func (sc *scanner) reset(body []byte) {
 	sc.body = body
-	sc.buf = *bytes.NewBuffer(body)
-	sc.dec.Reset(&sc.buf, jsontext.AllowDuplicateNames(true), jsontext.AllowInvalidUTF8(true))
+	sc.dec.reset(body)
 	texts, raws, images := sc.scan.texts[:0], sc.scan.raws[:0], sc.scan.images[:0]
 	sc.scan = scan{texts: texts, raws: raws, images: images}
 }
 
 // offset is where the decoder stands in the body.
-func (sc *scanner) offset() int { return int(sc.dec.InputOffset()) }
+func (sc *scanner) offset() int { return sc.dec.i }
 
 // request walks a whole chat request body.
 func (sc *scanner) request(body []byte) error {
 	sc.reset(body)
 	s := &sc.scan
-	if k := sc.dec.PeekKind(); k != '{' {
-		if k == 0 {
-			_, err := sc.dec.ReadToken()
+	if k, err := sc.dec.next(); err != nil || k != '{' {
+		if err != nil {
 			return err
 		}
 		return errNotObject
@@ -155,7 +146,7 @@ func (sc *scanner) request(body []byte) error {
 			return err
 		case "tools", "functions":
 			start, tools := sc.peekOffset(), int64(0)
-			err := sc.array(top(requestFields[f]), func(int) error { tools++; return sc.dec.SkipValue() })
+			err := sc.array(top(requestFields[f]), func(int) error { tools++; return sc.skip() })
 			if tools > 0 {
 				s.raws = append(s.raws, span{start, sc.offset()})
 				s.fixed += toolsOverhead + toolOverhead*tools
@@ -173,7 +164,7 @@ func (sc *scanner) request(body []byte) error {
 		return err
 	}
 	s.end = sc.offset() - 1
-	if _, err := sc.dec.ReadToken(); err != io.EOF {
+	if !sc.dec.end() {
 		return errNotOneObject
 	}
 	s.fixed += replyOverhead + messageOverhead*int64(s.messages)
@@ -199,7 +190,7 @@ func (sc *scanner) message(i int) error {
 			return sc.text(at.in(messageFields[f]))
 		case "audio": // a reference to an earlier spoken answer: billed as audio
 			sc.unboundable(at.in("audio"), "audio")
-			return sc.dec.SkipValue()
+			return sc.skip()
 		default: // tool_calls, function_call
 			return sc.counted()
 		}
@@ -217,15 +208,15 @@ func (sc *scanner) message(i int) error {
 // content walks a message's content: a string, an array of parts, or null.
 func (sc *scanner) content(i int) error {
 	at := where{msg: i, part: -1, field: "content"}
-	switch sc.dec.PeekKind() {
+	switch sc.dec.kind() {
 	case 'n':
-		return sc.dec.SkipValue()
+		return sc.skip()
 	case '"':
 		return sc.text(at)
 	case '[':
 		return sc.array(at, func(j int) error { return sc.part(i, j) })
 	}
-	if err := sc.dec.SkipValue(); err != nil {
+	if err := sc.skip(); err != nil {
 		return err
 	}
 	return apperr.Field(apperr.Invalid, "invalid_content", at.String(), "content must be a string or an array of content parts")
@@ -245,7 +236,7 @@ func (sc *scanner) part(i, j int) error {
 		case "type":
 			return sc.str(&kind, at.in("type"))
 		case "text", "refusal":
-			if sc.dec.PeekKind() != '"' {
+			if sc.dec.kind() != '"' {
 				return sc.typeError(at.in(partFields[f]), "a string")
 			}
 			var err error
@@ -256,7 +247,7 @@ func (sc *scanner) part(i, j int) error {
 			hasImage = true
 			return sc.imageURL(&image, at.in("image_url"))
 		default: // input_audio, file: looked at only by their type
-			return sc.dec.SkipValue()
+			return sc.skip()
 		}
 	})
 	if err != nil {
@@ -288,7 +279,7 @@ func (sc *scanner) imageURL(image *imagePart, at where) error {
 		if imageFields[f] == "detail" {
 			return sc.str(&image.detail, at.in("detail"))
 		}
-		if sc.dec.PeekKind() != '"' {
+		if sc.dec.kind() != '"' {
 			return sc.typeError(at.in("url"), "a string")
 		}
 		var err error
@@ -308,9 +299,9 @@ func (sc *scanner) unboundable(at where, kind string) {
 
 // text notes a JSON string (or null) of message text at the decoder.
 func (sc *scanner) text(at where) error {
-	switch sc.dec.PeekKind() {
+	switch sc.dec.kind() {
 	case 'n':
-		return sc.dec.SkipValue()
+		return sc.skip()
 	case '"':
 	default:
 		return sc.typeError(at, "a string")
@@ -333,36 +324,33 @@ func (sc *scanner) counted() error {
 
 // value reads the value at the decoder and says where it is.
 func (sc *scanner) value() (span, error) {
-	v, err := sc.dec.ReadValue()
+	v, err := sc.dec.value()
 	end := sc.offset()
 	return span{end - len(v), end}, err
 }
 
-// peekOffset is where the next value starts: past the whitespace and the
-// separator the decoder has not consumed yet.
+// peekOffset is where the next value starts.
 func (sc *scanner) peekOffset() int {
-	i := sc.offset()
-	for i < len(sc.body) {
-		switch sc.body[i] {
-		case ' ', '\t', '\r', '\n', ':', ',':
-			i++
-			continue
-		}
-		break
-	}
-	return i
+	sc.dec.kind()
+	return sc.dec.i
+}
+
+// skip reads the next value, whatever it is.
+func (sc *scanner) skip() error {
+	_, err := sc.dec.value()
+	return err
 }
 
 // str decodes a JSON string (null: "") into dst.
 func (sc *scanner) str(dst *string, at where) error {
-	switch sc.dec.PeekKind() {
+	switch sc.dec.kind() {
 	case 'n':
-		return sc.dec.SkipValue()
+		return sc.skip()
 	case '"':
 	default:
 		return sc.typeError(at, "a string")
 	}
-	v, err := sc.dec.ReadValue()
+	v, err := sc.dec.value()
 	if err != nil {
 		return err
 	}
@@ -371,21 +359,20 @@ func (sc *scanner) str(dst *string, at where) error {
 		*dst = string(raw)
 		return nil
 	}
-	u, _ := jsontext.AppendUnquote(nil, v) // invalid UTF-8 replaced, as encoding/json does
-	*dst = string(u)
+	*dst = string(appendText(nil, raw, -1)) // invalid UTF-8 replaced, as encoding/json does
 	return nil
 }
 
 // integer decodes a JSON integer (null: absent).
 func (sc *scanner) integer(dst *int64, set *bool, at where) error {
-	switch sc.dec.PeekKind() {
+	switch sc.dec.kind() {
 	case 'n':
-		return sc.dec.SkipValue()
+		return sc.skip()
 	case '0':
 	default:
 		return sc.typeError(at, "an integer")
 	}
-	v, err := sc.dec.ReadValue()
+	v, err := sc.dec.value()
 	if err != nil {
 		return err
 	}
@@ -403,14 +390,14 @@ func (sc *scanner) integer(dst *int64, set *bool, at where) error {
 
 // number decodes a JSON number (null: nil).
 func (sc *scanner) number(dst **float64, at where) error {
-	switch sc.dec.PeekKind() {
+	switch sc.dec.kind() {
 	case 'n':
-		return sc.dec.SkipValue()
+		return sc.skip()
 	case '0':
 	default:
 		return sc.typeError(at, "a number")
 	}
-	v, err := sc.dec.ReadValue()
+	v, err := sc.dec.value()
 	if err != nil {
 		return err
 	}
@@ -424,25 +411,22 @@ func (sc *scanner) number(dst **float64, at where) error {
 
 // boolean decodes true or false (null: false).
 func (sc *scanner) boolean(dst *bool, at where) error {
-	switch sc.dec.PeekKind() {
+	switch sc.dec.kind() {
 	case 'n':
-		return sc.dec.SkipValue()
+		return sc.skip()
 	case 't', 'f':
 	default:
 		return sc.typeError(at, "true or false")
 	}
-	tok, err := sc.dec.ReadToken()
-	if err != nil {
-		return err
-	}
-	*dst = tok.Bool()
-	return nil
+	v, err := sc.dec.value()
+	*dst = err == nil && v[0] == 't'
+	return err
 }
 
 // typeError refuses a field of the wrong type, after checking that the
 // rest of the body is JSON at all (a syntax error says more).
 func (sc *scanner) typeError(at where, want string) error {
-	if err := sc.dec.SkipValue(); err != nil {
+	if err := sc.skip(); err != nil {
 		return err
 	}
 	return apperr.Field(apperr.Invalid, "invalid_json", "", "request body is not valid JSON: field '"+at.String()+"' must be "+want)
@@ -450,9 +434,9 @@ func (sc *scanner) typeError(at where, want string) error {
 
 // objectOf is object for a field that must be an object (null: absent).
 func (sc *scanner) objectOf(at where, fields []string, value func(field int) error) error {
-	switch sc.dec.PeekKind() {
+	switch sc.dec.kind() {
 	case 'n':
-		return sc.dec.SkipValue()
+		return sc.skip()
 	case '{':
 		return sc.object(fields, value, at)
 	}
@@ -461,49 +445,59 @@ func (sc *scanner) objectOf(at where, fields []string, value func(field int) err
 
 // array calls each for every element of an array (null: none).
 func (sc *scanner) array(at where, each func(i int) error) error {
-	switch sc.dec.PeekKind() {
+	switch sc.dec.kind() {
 	case 'n':
-		return sc.dec.SkipValue()
+		return sc.skip()
 	case '[':
 	default:
 		return sc.typeError(at, "an array")
 	}
-	if _, err := sc.dec.ReadToken(); err != nil {
+	if err := sc.dec.open(); err != nil {
 		return err
 	}
-	for i := 0; sc.dec.PeekKind() != ']'; i++ {
+	for i := 0; ; i++ {
+		k, err := sc.dec.next()
+		if err != nil {
+			return err
+		}
+		if k == ']' {
+			return sc.dec.close()
+		}
 		if err := each(i); err != nil {
 			return err
 		}
 	}
-	_, err := sc.dec.ReadToken() // ']'
-	return err
 }
 
 // object reads an object, checking each name against fields and handing
 // the value of each one of them to value; other names' values are
 // skipped. at is the object's place, for errors only.
 func (sc *scanner) object(fields []string, value func(field int) error, at where) error {
-	if _, err := sc.dec.ReadToken(); err != nil { // '{'
+	if err := sc.dec.open(); err != nil { // '{'
 		return err
 	}
 	var seen uint64 // bit f: fields[f] was given
-	for sc.dec.PeekKind() != '}' {
-		raw, err := sc.dec.ReadValue()
+	for {
+		k, err := sc.dec.next()
+		if err != nil {
+			return err
+		}
+		if k == '}' {
+			return sc.dec.close()
+		}
+		raw, err := sc.dec.name()
 		if err != nil {
 			return err
 		}
 		name := raw[1 : len(raw)-1]
 		if bytes.IndexByte(name, '\\') >= 0 {
-			if sc.name, err = jsontext.AppendUnquote(sc.name[:0], raw); err != nil {
-				return err
-			}
+			sc.name = appendText(sc.name[:0], name, -1)
 			name = sc.name
 		}
 		f, exact := fieldOf(fields, name)
 		switch {
 		case f < 0:
-			err = sc.dec.SkipValue()
+			err = sc.skip()
 		case !exact:
 			param := at.in(string(name)).String()
 			return apperr.Field(apperr.Invalid, "invalid_field_name", param,
@@ -519,8 +513,6 @@ func (sc *scanner) object(fields []string, value func(field int) error, at where
 			return err
 		}
 	}
-	_, err := sc.dec.ReadToken() // '}'
-	return err
 }
 
 // fieldOf finds name among fields: its index and whether it matched
