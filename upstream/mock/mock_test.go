@@ -527,7 +527,10 @@ func TestBillsLikeAProvider(t *testing.T) {
 	_, plain, _ := answer(`{"model":"m",`+msgs+`}`, nil)
 	tools := `"tools":[{"type":"function","function":{"name":"get_weather","description":"The weather in a city.","parameters":{"type":"object","properties":{"city":{"type":"string","description":"A city"},"unit":{"type":"string","enum":["c","f"]}}}}}]`
 	_, withTools, _ := answer(`{"model":"m",`+msgs+`,`+tools+`}`, nil)
-	want := 7 + o200k(t, "get_weather:The weather in a city") + 3 + 3 + o200k(t, "city:string:A city") + (3 - 3 + 3 + o200k(t, "c") + 3 + o200k(t, "f") + o200k(t, "unit:string:")) + 12
+	const funcInit, propInit, propKey, enumInit, enumItem, funcEnd = 7, 3, 3, -3, 3, 12 // the cookbook's, for gpt-4o
+	want := funcInit + o200k(t, "get_weather:The weather in a city") + propInit +
+		propKey + o200k(t, "city:string:A city") +
+		propKey + enumInit + enumItem + o200k(t, "c") + enumItem + o200k(t, "f") + o200k(t, "unit:string:") + funcEnd
 	if got := withTools.PromptTokens - plain.PromptTokens; got != want {
 		t.Errorf("tools billed %d prompt tokens, want the cookbook's %d", got, want)
 	}
