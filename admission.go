@@ -30,6 +30,7 @@ const (
 // shared through Redis for a cluster.
 type admission struct {
 	limiter      quota.Limiter
+	prefetch     *quota.Prefetch // the limiter with Redis, to run and flush; nil without
 	window       quota.RejectionWindow
 	bus          cluster.Bus
 	leader       quota.Leader
@@ -112,10 +113,16 @@ func newAdmission(cfg config.Config, db *models.DB, log *slog.Logger, metrics *p
 		nodeID = fmt.Sprintf("%s-%d", host, os.Getpid())
 	}
 	lease := quota.NewRedisLease(client, cfg.RedisPrefix+"tuner-leader", nodeID, 3*cfg.TuneInterval)
+	// Buckets far from empty are charged for many requests per round trip;
+	// near empty, one each. What is not spent goes back (runPrefetch,
+	// flushPrefetch).
+	prefetch := quota.NewPrefetch(limiter, nil)
+	metrics.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_limiter_prefetch_given_back_total",
+		Help: "Units of the shared buckets that this node was charged for in advance, did not spend and gave back."},
+		func() float64 { return float64(prefetch.GivenBack()) }))
 	return &admission{
-		// Buckets far from empty are charged for many requests per round
-		// trip; near empty, one each (quota.Prefetch).
-		limiter:      quota.NewPrefetch(limiter, nil),
+		limiter:      prefetch,
+		prefetch:     prefetch,
 		window:       quota.FallbackWindow{Shared: quota.NewRedisWindow(client, cfg.RedisPrefix), Local: quota.NewMemoryWindow(nil), Timeout: cfg.RedisTimeout},
 		bus:          bus,
 		leader:       lease,
@@ -133,6 +140,26 @@ func newAdmission(cfg config.Config, db *models.DB, log *slog.Logger, metrics *p
 			lclient.Close()
 		},
 	}, nil
+}
+
+// runPrefetch gives back, until ctx ends, what the node was charged for in
+// advance and let expire unspent.
+func (a *admission) runPrefetch(ctx context.Context) {
+	if a.prefetch != nil {
+		a.prefetch.Run(ctx)
+	}
+}
+
+// flushPrefetch gives back all the node was charged for in advance and
+// did not spend: when it stops, after its last request, so that what it
+// held is not lost to the cluster.
+func (a *admission) flushPrefetch(ctx context.Context, log *slog.Logger) {
+	if a.prefetch == nil {
+		return
+	}
+	if err := a.prefetch.Flush(ctx); err != nil {
+		log.Warn("giving back what the limiter held failed", "err", err)
+	}
 }
 
 // limiterWarmConns is how many connections the limiter's pool opens before

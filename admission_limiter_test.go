@@ -64,7 +64,8 @@ func TestLimiterPoolIsReadyBeforeLoad(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	loaded := strings.Contains(info, "cmdstat_script|load:calls=2") || strings.Contains(info, "cmdstat_script:calls=2") // Redis 7, 6
+	// allow, adjust, and the node's own copy of adjust for give-backs.
+	loaded := strings.Contains(info, "cmdstat_script|load:calls=3") || strings.Contains(info, "cmdstat_script:calls=3") // Redis 7, 6
 	if strings.Contains(info, "cmdstat_eval:") || !loaded {
 		t.Fatalf("scripts not loaded before the first call:\n%s", info)
 	}

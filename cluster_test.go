@@ -180,6 +180,12 @@ type offered struct {
 
 // offerCounting is offer, also counting 5xx answers.
 func offerCounting(t *testing.T, nodes []client, key string, rate float64, d time.Duration) offered {
+	return offerPicking(t, func(i int, _ time.Duration) string { return nodes[i%len(nodes)].base }, key, rate, d)
+}
+
+// offerPicking is offerCounting with the node of each request chosen by
+// pick, from its number and the time it is sent at (after the start).
+func offerPicking(t *testing.T, pick func(i int, at time.Duration) string, key string, rate float64, d time.Duration) offered {
 	total := int(rate * d.Seconds())
 	var next, ok, failed atomic.Int64
 	tr := &http.Transport{MaxIdleConnsPerHost: 64}
@@ -196,8 +202,9 @@ func offerCounting(t *testing.T, nodes []client, key string, rate float64, d tim
 				if i >= total {
 					return
 				}
-				time.Sleep(time.Until(start.Add(time.Duration(float64(i) / rate * float64(time.Second)))))
-				req, _ := http.NewRequest("GET", nodes[i%len(nodes)].base+"/v1/models", nil)
+				at := time.Duration(float64(i) / rate * float64(time.Second))
+				time.Sleep(time.Until(start.Add(at)))
+				req, _ := http.NewRequest("GET", pick(i, at)+"/v1/models", nil)
 				req.Header.Set("Authorization", "Bearer "+key)
 				resp, err := hc.Do(req)
 				if err != nil {

@@ -243,6 +243,7 @@ func runWith(ctx context.Context, args []string, getenv func(string) string, std
 	go reloadEvery(ctx, dir, bill.billing, cfg.TokenCacheTTL, log)
 	go gen.providers.PersistRefusals(ctx, gen.pool.Refusals())
 	go gen.pool.Run(ctx)
+	go adm.runPrefetch(ctx)
 	go bill.alerts.Run(ctx)
 	invoicer := models.NewAdvisoryLeader(db, invoiceLockKey)
 	defer invoicer.Resign()
@@ -264,6 +265,7 @@ func runWith(ctx context.Context, args []string, getenv func(string) string, std
 	case err := <-served:
 		queue.Stop(context.Background())
 		recorder.Close(context.Background())
+		adm.flushPrefetch(context.Background(), log)
 		return fmt.Errorf("serve: %w", err)
 	case <-ctx.Done():
 	}
@@ -281,6 +283,7 @@ func runWith(ctx context.Context, args []string, getenv func(string) string, std
 	defer cancelDrain()
 	errRecorder := recorder.Close(drainCtx)
 	gen.pool.Flush(drainCtx) // what the last requests owe their keys' buckets
+	adm.flushPrefetch(drainCtx, log)
 	if err := <-served; err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return err
 	}

@@ -2,6 +2,7 @@ package quota
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -306,4 +307,54 @@ func (d *Degrading) localShare(p Params, weight int64) (Params, int64) {
 		return p, weight
 	}
 	return lp, min(weight, lp.Capacity)
+}
+
+// refundState is the shared limiter's, if it tells stale give-backs apart
+// (see refunder); 0 otherwise.
+func (d *Degrading) refundState() uint64 {
+	if r, ok := d.shared.(refunder); ok {
+		return r.refundState()
+	}
+	return 0
+}
+
+// errNotGivenBack is Degrading's answer to a give-back the shared limiter
+// did not take: it is down, or the call failed.
+var errNotGivenBack = errors.New("quota: the shared limiter did not answer; nothing was given back")
+
+// refund gives back to the shared bucket what a Prefetch was charged for
+// and did not spend. Unlike Adjust it never falls back to the local bucket
+// nor owes anything: units given back during an outage or by a call that
+// failed are lost, the safe side (a give-back owed and charged later could
+// land after Redis lost its state).
+func (d *Degrading) refund(ctx context.Context, key string, p Params, units int64, state uint64) error {
+	if _, err := shapeForAdjust(p); err != nil || units <= 0 {
+		return err
+	}
+	if state != d.refundState() {
+		return errStale
+	}
+	if d.degraded.Load() {
+		return errNotGivenBack
+	}
+	r, _ := d.shared.(refunder)
+	var stale bool
+	done, err := d.tryShared(ctx, func(ctx context.Context) error {
+		if r == nil {
+			return d.shared.Adjust(ctx, key, p, -units)
+		}
+		err := r.refund(ctx, key, p, units, state)
+		if errors.Is(err, errStale) {
+			stale = true // Redis answered: not a failure of the shared limiter
+			return nil
+		}
+		return err
+	})
+	switch {
+	case !done && err == nil:
+		return errNotGivenBack
+	case stale:
+		return errStale
+	}
+	return err
 }

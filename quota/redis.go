@@ -58,6 +58,7 @@ type Redis struct {
 	now    func() time.Time // nil: the Redis server's clock
 	margin int64            // milliseconds a key outlives its bucket's refill
 	server serverClock      // how the server's clock stands to ours
+	gives  *givesBack       // what Prefetch gives back (see refund)
 }
 
 var _ Limiter = (*Redis)(nil)
@@ -94,7 +95,7 @@ func NewRedis(client redis.UniversalClient, prefix string, opts ...RedisOption) 
 	if strings.ContainsAny(prefix, "{}") {
 		panic(fmt.Sprintf("quota: redis key prefix %q must not contain '{' or '}'", prefix))
 	}
-	r := &Redis{client: client, prefix: prefix, margin: redisExpiryMargin}
+	r := &Redis{client: client, prefix: prefix, margin: redisExpiryMargin, gives: newGivesBack()}
 	for _, o := range opts {
 		o(r)
 	}
@@ -193,6 +194,18 @@ func (r *Redis) Adjust(ctx context.Context, key string, p Params, delta int64) e
 	if err != nil || delta == 0 {
 		return err
 	}
+	reply, err := adjustScript.Run(ctx, r.client, []string{r.key(key)}, r.adjustArgs(ctx, s, delta)...).Text()
+	if err != nil {
+		return fmt.Errorf("quota: redis adjust: %w", err)
+	}
+	if reply == lateReply {
+		return fmt.Errorf("quota: redis adjust: %w", ErrLate)
+	}
+	return nil
+}
+
+// adjustArgs are the adjust script's arguments for delta tokens.
+func (r *Redis) adjustArgs(ctx context.Context, s shape, delta int64) []any {
 	var shift int64
 	switch limit := maxAdjustShift / s.interval; {
 	case delta > limit:
@@ -206,15 +219,7 @@ func (r *Redis) Adjust(ctx context.Context, key string, p Params, delta int64) e
 	args = r.appendNow(ctx, args)
 	args = appendNanos(args, shift)
 	args = appendNanos(args, 2*s.tau)
-	args = append(args, delta > 0)
-	reply, err := adjustScript.Run(ctx, r.client, []string{r.key(key)}, args...).Text()
-	if err != nil {
-		return fmt.Errorf("quota: redis adjust: %w", err)
-	}
-	if reply == lateReply {
-		return fmt.Errorf("quota: redis adjust: %w", ErrLate)
-	}
-	return nil
+	return append(args, delta > 0)
 }
 
 // key is the Redis key of the bucket named k (see Keys in the type's doc).
@@ -397,7 +402,9 @@ return reply
 // margin and deadline (as for allowScript), the shift (delta*interval), the
 // debt bound 2*tau, and 1 for a debt or 0 for a refund. A bucket refunded to
 // full is deleted. It replies 1, or "late" having changed nothing.
-var adjustScript = redis.NewScript(redisTimeLua + `
+var adjustScript = redis.NewScript(redisTimeLua + adjustLua)
+
+const adjustLua = `
 local ns, nn = clock(ARGV[1], ARGV[2])
 if late(ns, nn) then return 'late' end
 local ts, tn = load(KEYS[1])
@@ -415,4 +422,4 @@ else
   store(KEYS[1], ns, nn, xs, xn)
 end
 return '1'
-`)
+`

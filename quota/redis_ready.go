@@ -14,8 +14,9 @@ import (
 // twice: the warm-up, the server's clock, and late calls.
 
 // Warm readies the client for a burst of admissions before the node serves
-// any: it reads the server's clock (see ErrLate), loads both scripts (so
-// that the first calls are not a NOSCRIPT reply and a second round trip)
+// any: it reads the server's clock (see ErrLate), loads the scripts (so
+// that the first calls are not a NOSCRIPT reply and a second round trip;
+// and the give-back script, see givesBack)
 // and, on a single-node client, opens conns connections at once, each
 // through its handshake, and returns them to the pool idle. A cold pool
 // would otherwise dial and handshake inside the first requests' budgets, at
@@ -33,6 +34,12 @@ func (r *Redis) Warm(ctx context.Context, conns int) error {
 		if err := s.Load(ctx, r.client).Err(); err != nil {
 			return fmt.Errorf("quota: redis warm-up: load script: %w", err)
 		}
+	}
+	r.gives.mu.Lock()
+	err := r.loadGiveBacks(ctx)
+	r.gives.mu.Unlock()
+	if err != nil {
+		return fmt.Errorf("quota: redis warm-up: %w", err)
 	}
 	c, ok := r.client.(*redis.Client)
 	if !ok {
