@@ -51,9 +51,9 @@ func setUpBudget(t *testing.T, c client, limit string) string {
 	return tok.Token
 }
 
-// budgetBody asks sluice-local for up to 100 tokens of a 6-token prompt
-// ("hello" + 4): its worst case at 1.00 in / 2.00 out per million is
-// 6 x 1 + 100 x 2 = 206 microdollars.
+// budgetBody asks sluice-local for up to 100 tokens of a 9-token prompt
+// ("hello", 4 for the message and 3 for the reply): its worst case at 1.00 in / 2.00 out per million is
+// 9 x 1 + 100 x 2 = 209 microdollars.
 const budgetBody = `{"model":"sluice-local","max_tokens":100,"messages":[{"role":"user","content":"hello"}]}`
 
 // A budget holds across gateway instances: with room for exactly one
@@ -64,7 +64,7 @@ func TestBudgetHoldsAcrossNodes(t *testing.T) {
 	env := clusterEnv(t, redisURL)
 	env["SLUICE_EXPECTED_NODES"] = "2"
 	nodes := startNodes(t, 2, env)
-	key := setUpBudget(t, nodes[0], "0.000206")
+	key := setUpBudget(t, nodes[0], "0.000209")
 
 	statuses := make(chan int, 20)
 	var wg sync.WaitGroup
@@ -175,7 +175,7 @@ func TestBudgetSavedUnderLoadFreesNoReservation(t *testing.T) {
 			close(release)
 		}
 	})
-	key := setUpBudget(t, nodes[0], "0.000206")
+	key := setUpBudget(t, nodes[0], "0.000209")
 	var admin, owner struct{ Token string }
 	nodes[0].call("POST", "/api/auth/login", "", `{"email":"admin@localhost","password":"admin-password"}`, &admin)
 	nodes[1].call("POST", "/api/auth/login", "", `{"email":"spender@example.com","password":"password123"}`, &owner)
@@ -188,7 +188,7 @@ func TestBudgetSavedUnderLoadFreesNoReservation(t *testing.T) {
 	if r := nodes[0].call("PUT", "/api/admin/prices/gpt-held", admin.Token, `{"input_per_mtok":"1","output_per_mtok":"2"}`, nil); r.StatusCode != 200 {
 		t.Fatalf("price: %d", r.StatusCode)
 	}
-	body := strings.Replace(budgetBody, "sluice-local", "gpt-held", 1) // worst case 206 microdollars, the whole budget
+	body := strings.Replace(budgetBody, "sluice-local", "gpt-held", 1) // worst case 209 microdollars, the whole budget
 	first := make(chan chatResult, 1)
 	go func() {
 		req, _ := http.NewRequest("POST", nodes[0].base+"/v1/chat/completions", strings.NewReader(body))
@@ -207,7 +207,7 @@ func TestBudgetSavedUnderLoadFreesNoReservation(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the first request never reached the provider")
 	}
-	if r := nodes[1].call("PUT", "/api/budget", owner.Token, `{"monthly_limit":"0.000206","hard_stop":true}`, nil); r.StatusCode != 200 {
+	if r := nodes[1].call("PUT", "/api/budget", owner.Token, `{"monthly_limit":"0.000209","hard_stop":true}`, nil); r.StatusCode != 200 {
 		t.Fatalf("saving the budget: %d", r.StatusCode)
 	}
 	if r := nodes[1].chat(key, body); r.status != 429 || r.code != "insufficient_quota" {
