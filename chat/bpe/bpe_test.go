@@ -173,7 +173,7 @@ func TestCountSpecificPieces(t *testing.T) {
 		{o, "\x7f", 1}, // DEL is punctuation, as the pattern says (tiktoken-go: 0)
 		{c, "\x7f", 1},
 		{o, "\x7f\x7f\x7f\x7f", 4}, // no merge of DEL in the vocabulary
-		{o, "\xff", 1}, // U+FFFD is one token
+		{o, "\xff", 1},             // U+FFFD is one token
 		{o, "hello", 1},
 		{o, " world", 1},
 	} {
