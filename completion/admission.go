@@ -72,7 +72,7 @@ func queuedParams(p quota.Params, weight int64) quota.Params {
 // waitError tells a job how long until the buckets have room.
 func waitError(wait time.Duration) error {
 	return &apperr.Error{Code: apperr.RateLimited, Reason: ErrWait, RetryAfter: max(wait, time.Millisecond),
-		Message: "the token's buckets are busy with live traffic; the job waits for them"}
+		Message: "the organization's buckets are busy with live traffic; the job waits for them"}
 }
 
 func (p *Pipeline) frozenError(until time.Time, reason string) error {
@@ -257,8 +257,19 @@ func (p *Pipeline) admitQueued(ctx context.Context, c *call, weight int64) error
 	if dr.Allowed && dt.Allowed {
 		return nil
 	}
-	return waitError(max(dr.RetryAfter, dt.RetryAfter))
+	wait := dr.RetryAfter
+	if !dt.Allowed {
+		// The tokens bucket's wait assumes nothing comes back, while a
+		// running request's unused reservation (most of a bound Sluice
+		// chose) returns when its answer ends: look again soon.
+		wait = max(wait, min(dt.RetryAfter, tokensRecheck))
+	}
+	return waitError(wait)
 }
+
+// tokensRecheck is the longest a job waits for the tokens bucket before it
+// looks again.
+const tokensRecheck = time.Second
 
 // reserveBudget holds the request's worst-case cost in the budget ledger
 // when the organization's spending is limited. Nothing is reserved for an

@@ -393,6 +393,32 @@ func (failingStore) Delete(context.Context, conversations.Scope) (bool, error) {
 	return false, errors.New("redis: connection refused")
 }
 
+// A job that waits for the tokens bucket looks again within a second: the
+// bucket's own wait assumes nothing comes back, while a running request
+// gives back most of its reservation when its answer ends.
+func TestAJobWaitingForTokensLooksAgainSoon(t *testing.T) {
+	r := newRig(t)
+	r.caller.Tier.TokensPerMinute = 1000 // 1,000 tokens a minute: a job of 500 waits 30 s for the next
+	r.provider.answer = answerJSON(okAnswer(6, 10))
+	body := `{"model":"gpt-test","max_tokens":490,"messages":[{"role":"user","content":"hello"}]}`
+	job := func() error {
+		req := r.request(body)
+		req.Queued = true
+		_, err := r.p.Complete(context.Background(), r.caller, req, newSink())
+		return err
+	}
+	// The first job is still running (its refund not in): by the bucket
+	// alone the next would wait about 30 s.
+	r.limiter.holdRefunds = true
+	if err := job(); err != nil {
+		t.Fatal(err)
+	}
+	e := apperr.As(job())
+	if e.Reason != completion.ErrWait || e.RetryAfter <= 0 || e.RetryAfter > time.Second {
+		t.Fatalf("a job waiting for the tokens bucket: %+v, want to look again within a second", e)
+	}
+}
+
 // Jobs use only what live traffic leaves: with a burst of 10, queued
 // requests stop at half of it and wait (without a rejection or a freeze),
 // and live requests still find the other half.

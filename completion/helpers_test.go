@@ -191,6 +191,9 @@ type spyLimiter struct {
 	*quota.Memory
 	mu      sync.Mutex
 	adjusts []adjustment
+	// holdRefunds drops refunds, as if the requests they settle were
+	// still running.
+	holdRefunds bool
 }
 
 type adjustment struct {
@@ -202,7 +205,11 @@ type adjustment struct {
 func (l *spyLimiter) Adjust(ctx context.Context, key string, p quota.Params, delta int64) error {
 	l.mu.Lock()
 	l.adjusts = append(l.adjusts, adjustment{key, delta, ctx.Err() != nil})
+	hold := l.holdRefunds && delta < 0
 	l.mu.Unlock()
+	if hold {
+		return nil
+	}
 	return l.Memory.Adjust(ctx, key, p, delta)
 }
 
