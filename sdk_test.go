@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"github.com/tiktoken-go/tokenizer"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -171,7 +170,7 @@ func TestOpenAIGoSDK(t *testing.T) {
 		}
 		// The mock bills as OpenAI's cookbook counts, with o200k_base: 3 to
 		// prime the reply, 3 for the message, its role and its text.
-		wantPrompt, wantCompletion := int64(3+3+o200k(t, "user")+o200k(t, prompt)), int64(o200k(t, want))
+		wantPrompt, wantCompletion := int64(3+3+mock.Tokens("user")+mock.Tokens(prompt)), int64(mock.Tokens(want))
 		if len(last.Choices) != 0 || last.Usage.PromptTokens != wantPrompt || last.Usage.CompletionTokens != wantCompletion ||
 			last.Usage.TotalTokens != wantPrompt+wantCompletion {
 			t.Errorf("final chunk: %s; want no choices and usage %d+%d", last.RawJSON(), wantPrompt, wantCompletion)
@@ -320,15 +319,4 @@ func TestOpenAIGoSDK(t *testing.T) {
 			t.Fatalf("removing the budget: %d", r.StatusCode)
 		}
 	})
-}
-
-// o200k counts text with tiktoken-go's o200k_base, the mock provider's bill.
-func o200k(t *testing.T, text string) int {
-	t.Helper()
-	c, err := tokenizer.Get(tokenizer.O200kBase)
-	if err != nil {
-		t.Fatal(err)
-	}
-	n, _ := c.Count(text)
-	return n
 }

@@ -325,6 +325,20 @@ func TestSessionsAreIsolatedAndExpire(t *testing.T) {
 	})
 }
 
+// openStream sends a chat completion to a gateway on ctx, which the
+// caller cancels to hang up, and returns the answer as it starts.
+func openStream(t *testing.T, ctx context.Context, gateway, key, body string) *http.Response {
+	t.Helper()
+	req, _ := http.NewRequestWithContext(ctx, "POST", gateway+"/v1/chat/completions", strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+key)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp
+}
+
 // ctxLimiter records whether Adjust ran on a live context.
 type ctxLimiter struct {
 	*quota.Memory
@@ -364,14 +378,7 @@ func TestClientLeavingMidStreamIsBilledForWhatWasDelivered(t *testing.T) {
 	defer gateway.Close()
 
 	ctx, cancel := context.WithCancel(context.Background())
-	req, _ := http.NewRequestWithContext(ctx, "POST", gateway.URL+"/v1/chat/completions",
-		strings.NewReader(`{"model":"gpt-4o-mini","stream":true,"messages":[{"role":"user","content":"hi"}]}`))
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Authorization", "Bearer "+key)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
+	resp := openStream(t, ctx, gateway.URL, key, `{"model":"gpt-4o-mini","stream":true,"messages":[{"role":"user","content":"hi"}]}`)
 	first := make([]byte, 64)
 	if n, _ := resp.Body.Read(first); !strings.Contains(string(first[:n]), "one two three") {
 		t.Fatalf("first bytes %q", first[:n])
@@ -444,14 +451,7 @@ func TestAStreamLeftAfterItsLastWordPaysTheProvidersBill(t *testing.T) {
 			defer gateway.Close()
 
 			ctx, cancel := context.WithCancel(context.Background())
-			req, _ := http.NewRequestWithContext(ctx, "POST", gateway.URL+"/v1/chat/completions",
-				strings.NewReader(`{"model":"gpt-4o-mini","stream":true,"messages":[{"role":"user","content":"count to three"}]}`))
-			req.Header.Set("Content-Type", "application/json")
-			req.Header.Set("Authorization", "Bearer "+key)
-			resp, err := http.DefaultClient.Do(req)
-			if err != nil {
-				t.Fatal(err)
-			}
+			resp := openStream(t, ctx, gateway.URL, key, `{"model":"gpt-4o-mini","stream":true,"messages":[{"role":"user","content":"count to three"}]}`)
 			var read []byte
 			buf := make([]byte, 512)
 			for !strings.Contains(string(read), `"finish_reason":"stop"`) {

@@ -9,6 +9,7 @@ import (
 	_ "image/jpeg"
 	_ "image/png"
 	"strings"
+	"sync"
 
 	"github.com/tiktoken-go/tokenizer"
 )
@@ -43,6 +44,12 @@ func newBiller(mode string) *biller {
 	}
 	return &biller{codec: codec}
 }
+
+// Tokens is what the mock bills for a text: its o200k_base tokens.
+func Tokens(text string) int { return o200kBiller().count(text) }
+
+// o200kBiller is the biller Tokens uses, built once.
+var o200kBiller = sync.OnceValue(func() *biller { return newBiller(BillTokens) })
 
 // PromptTokens is what the mock bills for a chat request's prompt, with
 // the tiktoken encoding named ("o200k_base", "cl100k_base"): OpenAI's

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
-	"github.com/tiktoken-go/tokenizer"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -234,17 +233,6 @@ func TestFailureRate(t *testing.T) {
 	}
 }
 
-// o200k is the reference count the mock bills by.
-func o200k(t *testing.T, s string) int {
-	t.Helper()
-	c, err := tokenizer.Get(tokenizer.O200kBase)
-	if err != nil {
-		t.Fatal(err)
-	}
-	n, _ := c.Count(s)
-	return n
-}
-
 func TestCompletion(t *testing.T) {
 	s := New(Config{Keys: map[string]float64{"sk-a": 0}})
 	// Prompts billed as OpenAI's cookbook counts: 3 to prime the reply, and
@@ -255,9 +243,9 @@ func TestCompletion(t *testing.T) {
 		prompt              int
 	}{
 		{"string content", chatBody, "mock reply to: write a spring couplet about good fortun",
-			3 + 3 + o200k(t, "system") + o200k(t, "be brief") + 3 + o200k(t, "user") + o200k(t, "write a spring couplet about good fortune and long life please")},
+			3 + 3 + Tokens("system") + Tokens("be brief") + 3 + Tokens("user") + Tokens("write a spring couplet about good fortune and long life please")},
 		{"parts content", `{"model":"gpt-test","messages":[{"role":"user","content":[{"type":"text","text":"hello there"},{"type":"image_url","image_url":{"url":"x"}},{"type":"text","text":"friend"}]}]}`,
-			"mock reply to: hello there friend", 3 + 3 + o200k(t, "user") + o200k(t, "hello there") + 765 + o200k(t, "friend")},
+			"mock reply to: hello there friend", 3 + 3 + Tokens("user") + Tokens("hello there") + 765 + Tokens("friend")},
 		{"no user message", `{"model":"gpt-test","messages":[]}`, "mock reply to: ", 3},
 	}
 	for _, tt := range tests {
@@ -279,7 +267,7 @@ func TestCompletion(t *testing.T) {
 				got.Choices[0].FinishReason != "stop" {
 				t.Fatalf("answer %+v", got)
 			}
-			completion := o200k(t, tt.content)
+			completion := Tokens(tt.content)
 			if got.Usage != (usage{tt.prompt, completion, tt.prompt + completion}) {
 				t.Errorf("usage %+v, want prompt %d completion %d", got.Usage, tt.prompt, completion)
 			}
@@ -370,8 +358,8 @@ func TestStream(t *testing.T) {
 		}
 		if includeUsage {
 			u := chunks[5]
-			prompt := 3 + 3 + o200k(t, "system") + o200k(t, "be brief") + 3 + o200k(t, "user") + o200k(t, "write a spring couplet about good fortune and long life please")
-			completion := o200k(t, content.String())
+			prompt := 3 + 3 + Tokens("system") + Tokens("be brief") + 3 + Tokens("user") + Tokens("write a spring couplet about good fortune and long life please")
+			completion := Tokens(content.String())
 			if len(u.Choices) != 0 || u.Usage == nil || *u.Usage != (usage{prompt, completion, prompt + completion}) {
 				t.Errorf("usage chunk %q", data[5])
 			}
@@ -516,11 +504,11 @@ func TestBillsLikeAProvider(t *testing.T) {
 	}
 	const msgs = `"messages":[{"role":"user","content":"go on"}]`
 	long := map[string]string{"X-Mock-Answer-Tokens": "20000"}
-	if content, u, finish := answer(`{"model":"m",`+msgs+`}`, long); u.CompletionTokens != 20000 || finish != "stop" || o200k(t, content) != 20000 {
-		t.Errorf("unbounded: %d tokens (%d counted), finish %q; want 20000, stop", u.CompletionTokens, o200k(t, content), finish)
+	if content, u, finish := answer(`{"model":"m",`+msgs+`}`, long); u.CompletionTokens != 20000 || finish != "stop" || Tokens(content) != 20000 {
+		t.Errorf("unbounded: %d tokens (%d counted), finish %q; want 20000, stop", u.CompletionTokens, Tokens(content), finish)
 	}
 	for _, field := range []string{"max_tokens", "max_completion_tokens"} {
-		if content, u, finish := answer(`{"model":"m","`+field+`":100,`+msgs+`}`, long); u.CompletionTokens != 100 || finish != "length" || o200k(t, content) > 100 {
+		if content, u, finish := answer(`{"model":"m","`+field+`":100,`+msgs+`}`, long); u.CompletionTokens != 100 || finish != "length" || Tokens(content) > 100 {
 			t.Errorf("%s 100: %d tokens, finish %q", field, u.CompletionTokens, finish)
 		}
 	}
@@ -528,9 +516,9 @@ func TestBillsLikeAProvider(t *testing.T) {
 	tools := `"tools":[{"type":"function","function":{"name":"get_weather","description":"The weather in a city.","parameters":{"type":"object","properties":{"city":{"type":"string","description":"A city"},"unit":{"type":"string","enum":["c","f"]}}}}}]`
 	_, withTools, _ := answer(`{"model":"m",`+msgs+`,`+tools+`}`, nil)
 	const funcInit, propInit, propKey, enumInit, enumItem, funcEnd = 7, 3, 3, -3, 3, 12 // the cookbook's, for gpt-4o
-	want := funcInit + o200k(t, "get_weather:The weather in a city") + propInit +
-		propKey + o200k(t, "city:string:A city") +
-		propKey + enumInit + enumItem + o200k(t, "c") + enumItem + o200k(t, "f") + o200k(t, "unit:string:") + funcEnd
+	want := funcInit + Tokens("get_weather:The weather in a city") + propInit +
+		propKey + Tokens("city:string:A city") +
+		propKey + enumInit + enumItem + Tokens("c") + enumItem + Tokens("f") + Tokens("unit:string:") + funcEnd
 	if got := withTools.PromptTokens - plain.PromptTokens; got != want {
 		t.Errorf("tools billed %d prompt tokens, want the cookbook's %d", got, want)
 	}
