@@ -160,7 +160,7 @@ func (p *Pipeline) bound(c *call) error {
 	}
 	if relies && req.Prompt.Unbounded != "" {
 		return apperr.Field(apperr.Invalid, "unsupported_content", req.Prompt.Unbounded,
-			"what "+req.Prompt.Unbounded+" will cost cannot be known before the provider answers, and this request's "+
+			"what the "+req.Prompt.UnboundedType+" part at "+req.Prompt.Unbounded+" will cost cannot be known before the provider answers, and this request's "+
 				reliedOn(c)+" needs that bound; send text and images only")
 	}
 	c.completion += req.Prompt.Predicted

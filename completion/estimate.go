@@ -32,7 +32,7 @@ type Prompt struct {
 	// the provider answers (an audio or file part, a part of a type Sluice
 	// does not know); "" when there is none. Such a request is refused
 	// when a limit relies on its estimate.
-	Unbounded string
+	Unbounded, UnboundedType string
 
 	texts []textPiece // the message texts, in order, for the value rules
 }
@@ -48,7 +48,7 @@ type textPiece struct {
 // formula, and the fixed overheads.
 func (p *Pipeline) count(sc *scanner, fam family.Family) Prompt {
 	s, body := &sc.scan, sc.body
-	out := Prompt{Tokens: s.fixed, Family: fam, Unbounded: s.unbounded, texts: make([]textPiece, len(s.texts))}
+	out := Prompt{Tokens: s.fixed, Family: fam, Unbounded: s.unbounded, UnboundedType: s.unboundedType, texts: make([]textPiece, len(s.texts))}
 	for i, t := range s.texts {
 		c := p.countJSON(sc, fam, t.in(body), true)
 		out.Tokens += int64(c.tokens)

@@ -156,3 +156,31 @@ func BenchmarkEstimate(b *testing.B) {
 		}
 	}
 }
+
+// TestPartsSluiceCannotPriceAreNeverFree: an audio or file part, or a part
+// of a type Sluice does not know, counts at least as its JSON, and is
+// named for the refusal a limit that relies on the estimate makes.
+func TestPartsSluiceCannotPriceAreNeverFree(t *testing.T) {
+	p := completion.New(completion.Deps{Providers: servesAll{}})
+	const text = `{"type":"text","text":"listen"}`
+	plain, err := p.Parse([]byte(`{"model":"gpt-4o","messages":[{"role":"user","content":[` + text + `]}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, part := range []string{
+		`{"type":"input_audio","input_audio":{"data":"` + strings.Repeat("UklGRiQAAABXQVZF", 64) + `","format":"wav"}}`,
+		`{"type":"file","file":{"file_data":"data:application/pdf;base64,JVBERi0xLjQK","filename":"a.pdf"}}`,
+		`{"type":"hologram","hologram":{"id":"h1"}}`,
+	} {
+		req, err := p.Parse([]byte(`{"model":"gpt-4o","messages":[{"role":"user","content":[` + text + `,` + part + `]}]}`))
+		if err != nil {
+			t.Fatalf("%s: %v", part, err)
+		}
+		if extra := req.Prompt.Tokens - plain.Prompt.Tokens; extra < int64(len(part)/8) {
+			t.Errorf("%s counted %d tokens", part, extra)
+		}
+		if req.Prompt.Unbounded != "messages[0].content[1]" || req.Prompt.UnboundedType == "" {
+			t.Errorf("%s: unbounded %q (%q), want it named", part, req.Prompt.Unbounded, req.Prompt.UnboundedType)
+		}
+	}
+}

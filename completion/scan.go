@@ -71,9 +71,10 @@ type scan struct {
 	// fixed is what is counted per message, name, tool and request on top
 	// of the texts (see estimate.go).
 	fixed int64
-	// unbounded names the first part whose cost Sluice cannot bound
-	// before the provider answers ("messages[2].content[0] (input_audio)").
-	unbounded string
+	// unbounded is the first part whose cost Sluice cannot bound before
+	// the provider answers ("messages[2].content[0]"), unboundedType its
+	// type ("input_audio").
+	unbounded, unboundedType string
 }
 
 // Counted per message, name and tool on top of their text. OpenAI's
@@ -231,6 +232,7 @@ func (sc *scanner) part(i, j int) error {
 	var text span
 	var image imagePart
 	hasText, hasImage := false, false
+	start := sc.peekOffset()
 	err := sc.objectOf(at, partFields, func(f int) error {
 		switch partFields[f] {
 		case "type":
@@ -266,6 +268,9 @@ func (sc *scanner) part(i, j int) error {
 		// provider refuses it, and nothing is billed for it.
 	default: // input_audio, file, and types Sluice does not know
 		sc.unboundable(at, kind)
+		// Refused when a limit relies on the estimate; otherwise counted
+		// as its JSON, which is no bound but never nothing.
+		s.raws = append(s.raws, span{start, sc.offset()})
 	}
 	if s.nonText == "" {
 		s.nonText, s.nonTextAt = kind, i
@@ -293,7 +298,7 @@ func (sc *scanner) imageURL(image *imagePart, at where) error {
 // refused when a limit relies on its estimate.
 func (sc *scanner) unboundable(at where, kind string) {
 	if sc.scan.unbounded == "" {
-		sc.scan.unbounded = at.String() + " (" + kind + ")"
+		sc.scan.unbounded, sc.scan.unboundedType = at.String(), kind
 	}
 }
 

@@ -267,3 +267,21 @@ func TestTheEstimateCountsWhatTheProviderBills(t *testing.T) {
 		}
 	})
 }
+
+// TestAPartThatCannotBePricedIsRefusedWhenALimitReliesOnIt: an audio part
+// passes while nothing relies on the estimate, and is a 400 naming it and
+// the limit once a hard budget does.
+func TestAPartThatCannotBePricedIsRefusedWhenALimitReliesOnIt(t *testing.T) {
+	g, _, owner, key := moneyEnv(t, testdb.SQLite(t), 0)
+	body := `{"model":"gpt-4o-mini","messages":[{"role":"user","content":[{"type":"text","text":"what is said?"},` +
+		`{"type":"input_audio","input_audio":{"data":"UklGRiQAAABXQVZF","format":"wav"}}]}]}`
+	if r := chatWith(g.env, key, body, nil); r.Code != 200 {
+		t.Fatalf("without a limit relying on the estimate: %d %s", r.Code, r.Body)
+	}
+	setBudget(t, g, owner, "5.00")
+	r := chatWith(g.env, key, body, nil)
+	if r.Code != 400 || !strings.Contains(r.Body, `"code":"unsupported_content"`) || !strings.Contains(r.Body, `"param":"messages[0].content[1]"`) ||
+		!strings.Contains(r.Body, `what the input_audio part at messages[0].content[1] will cost cannot be known before the provider answers, and this request's spending limit (the organization's monthly budget) needs that bound`) {
+		t.Fatalf("with a hard budget: %d %s", r.Code, r.Body)
+	}
+}
