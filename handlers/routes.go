@@ -66,7 +66,11 @@ func New(log *slog.Logger, ops Ops, v1API API, mgmt Management, p *web.Pages) ht
 	}
 
 	// The metered, OpenAI-compatible API. Bearer = an API token.
-	a := &api{API: v1API, log: log}
+	// A signed request's body is read and its signature checked before the
+	// route's handlers, up to SLUICE_MAX_BODY_BYTES; an upload's handler
+	// streams its body instead, after the rate limit, and checks the
+	// signature before it stores the file.
+	a := &api{API: v1API, log: log, streamed: streamedBodies{"POST /v1/files": uploadBody}}
 	v1 := r.Group("/v1", a.authenticateToken, measureLoad(a.InFlight, a.Latency))
 	v1.POST("/chat/completions", a.chatCompletions)
 	v1.GET("/models", a.admit, a.listModels)

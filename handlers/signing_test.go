@@ -2,6 +2,7 @@ package handlers
 
 import (
 	"fmt"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -15,13 +16,30 @@ import (
 	"github.com/sluicehq/sluice/signing"
 )
 
-// signed is a request signed with secret at unix time ts with nonce.
+// signed is a request signed with secret at unix time ts with nonce: its
+// query string and the X-Sluice-* headers it has are covered.
 func signed(r request, secret string, ts int64, nonce string) request {
-	path, _, _ := strings.Cut(r.path, "?")
-	r.header = map[string]string{
-		signing.HeaderTimestamp: strconv.FormatInt(ts, 10),
-		signing.HeaderNonce:     nonce,
-		signing.HeaderSignature: signing.Sign([]byte(secret), r.method, path, ts, nonce, []byte(r.body)),
+	path, query, _ := strings.Cut(r.path, "?")
+	h := http.Header{}
+	for k, v := range r.header {
+		h.Set(k, v)
+	}
+	sig := signing.SignRequest([]byte(secret), signing.Request{Method: r.method, Path: path, Query: query, Header: h}, ts, nonce, []byte(r.body))
+	r.header = maps.Clone(r.header)
+	if r.header == nil {
+		r.header = map[string]string{}
+	}
+	r.header[signing.HeaderTimestamp] = strconv.FormatInt(ts, 10)
+	r.header[signing.HeaderNonce] = nonce
+	r.header[signing.HeaderSignature] = sig
+	return r
+}
+
+// withHeaders is r with more headers, sent after it was signed.
+func withHeaders(r request, kv ...string) request {
+	r.header = maps.Clone(r.header)
+	for i := 0; i < len(kv); i += 2 {
+		r.header[kv[i]] = kv[i+1]
 	}
 	return r
 }
@@ -93,21 +111,28 @@ func TestSignedRequests(t *testing.T) {
 		missing := signed(chat, secret, now, "n-7")
 		delete(missing.header, signing.HeaderNonce)
 		wantRefusal(t, e.do(missing), http.StatusUnauthorized, "invalid_signature", "Missing X-Sluice-Nonce")
-		// The body is read for the signature up to the largest any route
-		// takes (the tier's batch file limit and room for the form).
+		// The body is read for the signature up to the route's own limit
+		// (SLUICE_MAX_BODY_BYTES, 4 KiB here), not the tier's batch file
+		// limit, on every route that takes it whole.
 		huge := signed(request{method: "POST", path: "/v1/chat/completions", bearer: key,
 			body: `{"pad":"` + strings.Repeat("x", 1<<20+64<<10) + `"}`}, secret, now, "n-big")
-		wantRefusal(t, e.do(huge), http.StatusRequestEntityTooLarge, "request_too_large", "request body is larger than 1114112 bytes")
+		wantRefusal(t, e.do(huge), http.StatusRequestEntityTooLarge, "request_too_large", "request body is larger than 4096 bytes")
+		padded := signed(request{method: "GET", path: "/v1/models", bearer: key, body: strings.Repeat("x", 5000)}, secret, now, "n-pad")
+		wantRefusal(t, e.do(padded), http.StatusRequestEntityTooLarge, "request_too_large", "request body is larger than 4096 bytes")
 		// A refused nonce was not used up: a forger cannot burn the client's nonces.
 		if w := e.do(signed(chat, secret, now, "n-5")); w.Code != http.StatusOK {
 			t.Errorf("a nonce refused with a bad signature must stay usable: %d %s", w.Code, w.Body.String())
 		}
 
-		// The path is signed without its query; a bodiless GET signs an empty body.
+		// The query string is signed as sent; a bodiless GET signs an empty
+		// body. A query the signature leaves out is named.
 		models := signed(request{method: "GET", path: "/v1/models?limit=5", bearer: key}, secret, now, "n-8")
 		if w := e.do(models); w.Code != http.StatusOK {
 			t.Errorf("signed GET with a query: %d %s", w.Code, w.Body.String())
 		}
+		unsignedQuery := signed(request{method: "GET", path: "/v1/models", bearer: key}, secret, now, "n-8q")
+		unsignedQuery.path = "/v1/models?limit=5"
+		wantRefusal(t, e.do(unsignedQuery), http.StatusUnauthorized, "invalid_signature", "does not cover the query string")
 
 		// A nonce is remembered while its timestamp is acceptable, no longer.
 		e.clock.Advance(signing.Window + 2*time.Second)

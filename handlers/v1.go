@@ -2,7 +2,9 @@ package handlers
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"errors"
+	"hash"
 	"io"
 	"log/slog"
 	"mime"
@@ -51,7 +53,8 @@ type Toucher interface {
 // encodes the answer.
 type api struct {
 	API
-	log *slog.Logger
+	streamed streamedBodies
+	log      *slog.Logger
 }
 
 const callerKey = "sluice.caller"
@@ -59,7 +62,9 @@ const callerKey = "sluice.caller"
 func callerOf(c *gin.Context) accounts.Caller { return c.MustGet(callerKey).(accounts.Caller) }
 
 // authenticateToken resolves the bearer API token; failures are 401s with
-// distinct codes.
+// distinct codes. A token that requires signed requests has its signature
+// checked here (verifySignature), or, on a route that streams its body,
+// its headers here and its signature by the handler (signatureVerified).
 func (a *api) authenticateToken(c *gin.Context) {
 	caller, err := a.Directory.Authenticate(c.Request.Context(), bearer(c.Request))
 	if err == nil && caller.SigningSecret != nil {
@@ -71,27 +76,109 @@ func (a *api) authenticateToken(c *gin.Context) {
 	}
 	c.Set(callerKey, caller)
 	c.Next()
+	if b, ok := c.Get(streamedKey); ok && !b.(*streamedBody).verified && c.Writer.Status() < 300 {
+		// A bug, not the client's doing: a streamed route answered a
+		// signed request without asking for its signature.
+		a.log.Error("a signed request was answered without its signature checked", "request_id", requestID(c), "route", c.FullPath())
+	}
 }
 
 var errNoVerifier = apperr.New(apperr.Internal, "a token requires signed requests but no signature verifier is configured")
 
+// Keys of a signed request's body in the gin context.
+const (
+	signedBodyKey = "sluice.signed_body" // []byte: the body, read and verified before the handlers
+	streamedKey   = "sluice.streamed"    // *streamedBody: the body the handler streams, verified at its end
+)
+
+// streamedBodies names the /v1 routes ("POST /v1/files") whose handlers
+// stream a signed request's body rather than take it whole, each with its
+// limit for the caller. Such a handler calls signatureVerified once it has
+// read the body and before it stores anything.
+type streamedBodies map[string]func(accounts.Caller) int64
+
+// uploadBody is the most POST /v1/files may send: the tier's file limit
+// and room for the rest of the form, as uploadFile reads it.
+func uploadBody(caller accounts.Caller) int64 { return batches.FileLimit(caller) + 64<<10 }
+
 // verifySignature checks a signed request of a token that requires them.
-// The signature covers the body, so the body is read here, up to the
-// largest any /v1 route accepts, and put back for the handler.
+// The headers are checked first, before any body is read. The body is the
+// route's own: read once, up to SLUICE_MAX_BODY_BYTES, and verified here,
+// the handler taking the same bytes (readAtMost); or, on a route that
+// streams its body (streamedBodies), hashed as the handler reads it and
+// verified when the handler asks (signatureVerified), so that route's
+// limits and rate limit come before its body is read.
 func (a *api) verifySignature(c *gin.Context, caller accounts.Caller) error {
 	if a.Signatures == nil {
 		return errNoVerifier
 	}
+	r := c.Request
+	pending, err := a.Signatures.Begin(caller.TokenID, caller.SigningSecret, signing.RequestOf(r))
+	if err != nil {
+		return err
+	}
+	if limit, ok := a.streamed[r.Method+" "+c.FullPath()]; ok {
+		b := &streamedBody{pending: pending, hash: sha256.New(), body: http.NoBody}
+		if r.Body != nil {
+			b.body = http.MaxBytesReader(c.Writer, r.Body, limit(caller))
+		}
+		r.Body = b
+		c.Set(streamedKey, b)
+		return nil
+	}
 	var body []byte
-	if c.Request.Body != nil && c.Request.Body != http.NoBody {
-		var err error
-		if body, err = readAtMost(c, max(a.MaxBodyBytes, batches.FileLimit(caller)+64<<10)); err != nil {
+	if r.Body != nil && r.Body != http.NoBody {
+		if body, err = readAtMost(c, a.MaxBodyBytes); err != nil {
 			return err
 		}
-		c.Request.Body = io.NopCloser(bytes.NewReader(body))
 	}
-	r := c.Request
-	return a.Signatures.Verify(r.Context(), caller.TokenID, caller.SigningSecret, r.Method, r.URL.EscapedPath(), r.Header, body)
+	if err := pending.Finish(r.Context(), sha256.Sum256(body)); err != nil {
+		return err
+	}
+	c.Set(signedBodyKey, body)
+	r.Body = io.NopCloser(bytes.NewReader(body)) // for a handler that reads it itself
+	return nil
+}
+
+// streamedBody is a signed request's body that its handler streams: it
+// hashes what is read, for the signature checked at its end.
+type streamedBody struct {
+	body     io.ReadCloser
+	hash     hash.Hash
+	pending  *signing.Pending
+	verified bool
+}
+
+func (b *streamedBody) Read(p []byte) (int, error) {
+	n, err := b.body.Read(p)
+	b.hash.Write(p[:n])
+	return n, err
+}
+
+func (b *streamedBody) Close() error { return b.body.Close() }
+
+// signatureVerified checks the signature of a signed request whose body
+// the handler streams (streamedBodies): what is left of the body is read,
+// within the route's limit (an *http.MaxBytesError past it), and the
+// signature checked over all of it. nil for a token that does not sign. A
+// streaming handler calls it after reading the body and before it stores
+// anything.
+func (a *api) signatureVerified(c *gin.Context) error {
+	v, ok := c.Get(streamedKey)
+	if !ok {
+		return nil
+	}
+	b := v.(*streamedBody)
+	if _, err := io.Copy(io.Discard, b); err != nil {
+		return err
+	}
+	var sum [sha256.Size]byte
+	b.hash.Sum(sum[:0])
+	if err := b.pending.Finish(c.Request.Context(), sum); err != nil {
+		return err
+	}
+	b.verified = true
+	return nil
 }
 
 // bearer returns the token of an "Authorization: Bearer …" header, "" when
@@ -173,8 +260,16 @@ func (a *api) readBody(c *gin.Context) ([]byte, error) {
 	return readAtMost(c, a.MaxBodyBytes)
 }
 
-// readAtMost reads the request body, refusing one over limit bytes.
+// readAtMost reads the request body, refusing one over limit bytes. A
+// signed request's body was read already (verifySignature): it is that,
+// not read again.
 func readAtMost(c *gin.Context, limit int64) ([]byte, error) {
+	if v, ok := c.Get(signedBodyKey); ok {
+		if body := v.([]byte); int64(len(body)) <= limit {
+			return body, nil
+		}
+		return nil, tooLarge(limit)
+	}
 	r := http.MaxBytesReader(c.Writer, c.Request.Body, limit)
 	var body []byte
 	var err error
@@ -192,11 +287,15 @@ func readAtMost(c *gin.Context, limit int64) ([]byte, error) {
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
-			return nil, apperr.Field(apperr.TooLarge, "request_too_large", "", "request body is larger than "+strconv.FormatInt(limit, 10)+" bytes")
+			return nil, tooLarge(limit)
 		}
 		return nil, apperr.Field(apperr.Invalid, "invalid_body", "", "the request body could not be read")
 	}
 	return body, nil
+}
+
+func tooLarge(limit int64) error {
+	return apperr.Field(apperr.TooLarge, "request_too_large", "", "request body is larger than "+strconv.FormatInt(limit, 10)+" bytes")
 }
 
 // fail answers a /v1 request with err in OpenAI's shape, unless the client

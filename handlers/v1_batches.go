@@ -107,6 +107,11 @@ func (a *api) uploadFile(c *gin.Context) {
 		a.fail(c, apperr.Field(apperr.Invalid, "missing_file", "file", "file is required: the JSON Lines file of requests"))
 		return
 	}
+	// A signed upload's signature covers the whole body, read by now.
+	if err := a.signatureVerified(c); err != nil {
+		a.fail(c, uploadError(err, caller))
+		return
+	}
 	f, err := a.Batches.Upload(c.Request.Context(), caller, u)
 	if err != nil {
 		a.fail(c, err)

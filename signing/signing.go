@@ -2,7 +2,8 @@
 // must send, with every call, a timestamp, a nonce and an HMAC-SHA256 of the
 // request keyed by the token's signing secret. A captured request then cannot
 // be replayed (the nonce is remembered while its timestamp is acceptable) or
-// altered (the signature covers method, path and body).
+// altered (the signature covers the method, path, query string, X-Sluice-*
+// headers and body).
 package signing
 
 import (
@@ -11,8 +12,6 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
-	"net/http"
-	"strconv"
 	"time"
 
 	"github.com/sluicehq/sluice/apperr"
@@ -41,26 +40,6 @@ func NewSecret() string {
 	var b [32]byte
 	_, _ = rand.Read(b[:]) // never fails (crypto/rand panics instead)
 	return secretPrefix + hex.EncodeToString(b[:])
-}
-
-// Sign returns the hex HMAC-SHA256, keyed by secret, of
-// METHOD\nPATH\nTIMESTAMP\nNONCE\nhex(sha256(body)): what a client sends as
-// X-Sluice-Signature. path is the request's path without the query string.
-func Sign(secret []byte, method, path string, timestamp int64, nonce string, body []byte) string {
-	return hex.EncodeToString(mac(secret, method, path, strconv.FormatInt(timestamp, 10), nonce, body))
-}
-
-func mac(secret []byte, method, path, timestamp, nonce string, body []byte) []byte {
-	sum := sha256.Sum256(body)
-	var hexSum [2 * sha256.Size]byte
-	hex.Encode(hexSum[:], sum[:])
-	m := hmac.New(sha256.New, secret)
-	for _, part := range [...]string{method, path, timestamp, nonce} {
-		m.Write([]byte(part))
-		m.Write([]byte{'\n'})
-	}
-	m.Write(hexSum[:])
-	return m.Sum(nil)
 }
 
 // Nonces remembers which nonces a token has used. Claim reports whether
@@ -96,49 +75,103 @@ func refuse(reason, message string) *apperr.Error {
 	return apperr.WithReason(apperr.Unauthorized, reason, message)
 }
 
-// Verify checks one request of tokenID, signed with secret. It returns nil
-// or an *apperr.Error (401 with one of the Reason codes); a nonce store that
-// fails returns its error wrapped as unavailable.
+// Verify checks one request of tokenID, signed with secret, whose body is
+// body. It returns nil or an *apperr.Error (401 with one of the Reason
+// codes); a nonce store that fails returns its error wrapped as
+// unavailable. It is Begin and Finish in one.
+func (v *Verifier) Verify(ctx context.Context, tokenID int64, secret []byte, r Request, body []byte) error {
+	p, err := v.Begin(tokenID, secret, r)
+	if err != nil {
+		return err
+	}
+	return p.Finish(ctx, sha256.Sum256(body))
+}
+
+// Pending is a signed request whose headers are checked and whose body is
+// not yet read: Finish checks the signature once the body's SHA-256 is
+// known, so a body can be hashed as it streams.
+type Pending struct {
+	v       *Verifier
+	tokenID int64
+	secret  []byte
+	at      time.Time
+	sig     []byte
+	parts   signed
+}
+
+// Begin checks what a signed request's headers say before its body is
+// read: the signature's three headers are there and well formed, the
+// timestamp is within the window, and no covered header is sent twice. It
+// returns an *apperr.Error (401 with one of the Reason codes) when they
+// are not.
 //
-// The signature is checked before the nonce is claimed, so a forger cannot
-// use up a client's nonces, and the timestamp before either, so the nonce
-// store need only remember a nonce while its timestamp is acceptable.
-func (v *Verifier) Verify(ctx context.Context, tokenID int64, secret []byte, method, path string, h http.Header, body []byte) error {
+// Finish checks the signature before the nonce is claimed, so a forger
+// cannot use up a client's nonces, and Begin the timestamp before either,
+// so the nonce store need only remember a nonce while its timestamp is
+// acceptable.
+func (v *Verifier) Begin(tokenID int64, secret []byte, r Request) (*Pending, error) {
+	h := r.Header
 	ts, nonce, sig := h.Get(HeaderTimestamp), h.Get(HeaderNonce), h.Get(HeaderSignature)
 	if ts == "" && nonce == "" && sig == "" {
-		return refuse(ReasonRequired, "This API key requires signed requests: send "+HeaderTimestamp+", "+HeaderNonce+" and "+HeaderSignature+".")
+		return nil, refuse(ReasonRequired, "This API key requires signed requests: send "+HeaderTimestamp+", "+HeaderNonce+" and "+HeaderSignature+".")
 	}
 	switch {
 	case ts == "":
-		return refuse(ReasonInvalid, "Missing "+HeaderTimestamp+".")
+		return nil, refuse(ReasonInvalid, "Missing "+HeaderTimestamp+".")
 	case nonce == "":
-		return refuse(ReasonInvalid, "Missing "+HeaderNonce+".")
+		return nil, refuse(ReasonInvalid, "Missing "+HeaderNonce+".")
 	case sig == "":
-		return refuse(ReasonInvalid, "Missing "+HeaderSignature+".")
+		return nil, refuse(ReasonInvalid, "Missing "+HeaderSignature+".")
 	}
 	unix, ok := parseUnix(ts)
 	if !ok {
-		return refuse(ReasonInvalid, HeaderTimestamp+" must be unix seconds.")
+		return nil, refuse(ReasonInvalid, HeaderTimestamp+" must be unix seconds.")
 	}
 	if !validNonce(nonce) {
-		return refuse(ReasonInvalid, HeaderNonce+" must be 1 to 128 visible ASCII characters.")
+		return nil, refuse(ReasonInvalid, HeaderNonce+" must be 1 to 128 visible ASCII characters.")
 	}
 	now := v.now()
 	at := time.Unix(unix, 0)
 	if at.Before(now.Add(-Window)) || at.After(now.Add(Window)) {
-		return refuse(ReasonExpired, "The request's "+HeaderTimestamp+" is more than 300 seconds from the server's time; sign it again with the current time.")
+		return nil, refuse(ReasonExpired, "The request's "+HeaderTimestamp+" is more than 300 seconds from the server's time; sign it again with the current time.")
 	}
 	got, err := hex.DecodeString(sig)
 	if err != nil || len(got) != sha256.Size {
-		return refuse(ReasonInvalid, HeaderSignature+" must be 64 hex digits.")
+		return nil, refuse(ReasonInvalid, HeaderSignature+" must be 64 hex digits.")
 	}
-	if !hmac.Equal(got, mac(secret, method, path, ts, nonce, body)) {
-		return refuse(ReasonInvalid, "The request's signature does not match: sign METHOD, PATH, TIMESTAMP, NONCE and the body's SHA-256 with this key's signing secret.")
+	fields, err := coveredFields(h)
+	if err != nil {
+		return nil, err
+	}
+	return &Pending{v: v, tokenID: tokenID, secret: secret, at: at, sig: got,
+		parts: signed{method: r.Method, path: r.Path, timestamp: ts, nonce: nonce, query: r.Query, fields: fields}}, nil
+}
+
+// Finish checks the signature of the request whose body's SHA-256 is
+// bodySum, then claims its nonce. A signature of the request without some
+// of its query string and covered headers is refused with a message that
+// names what it leaves out.
+func (p *Pending) Finish(ctx context.Context, bodySum [sha256.Size]byte) error {
+	s := &p.parts
+	s.sum = bodySum
+	m := hmac.New(sha256.New, p.secret)
+	m.Write(s.text(s.all()))
+	if !hmac.Equal(m.Sum(nil), p.sig) {
+		if left, ok := s.uncovered(m, p.sig); ok {
+			return refuse(ReasonInvalid, "The request's signature does not cover "+list(s.names(left))+
+				": a signature covers the query string and every X-Sluice-* header but its own three (see Signed requests in the README).")
+		}
+		what := "METHOD, PATH, TIMESTAMP, NONCE and the body's SHA-256"
+		if s.extras() > 0 {
+			what = "METHOD, PATH, TIMESTAMP, NONCE, the body's SHA-256, " + list(s.names(s.all()))
+		}
+		return refuse(ReasonInvalid, "The request's signature does not match: sign "+what+" with this key's signing secret.")
 	}
 	// Remember the nonce while the timestamp could still be accepted, and a
-	// second more for clocks that tick between here and the store.
-	ttl := at.Add(Window).Sub(now) + time.Second
-	fresh, err := v.nonces.Claim(ctx, tokenID, nonce, ttl)
+	// second more for clocks that tick between here and the store (at
+	// least a second: a body that streamed for long may end past it).
+	ttl := max(p.at.Add(Window).Sub(p.v.now())+time.Second, time.Second)
+	fresh, err := p.v.nonces.Claim(ctx, p.tokenID, s.nonce, ttl)
 	if err != nil {
 		return &apperr.Error{Code: apperr.Unavailable, Message: "Cannot check the request's nonce right now; retry shortly.", Cause: err, RetryAfter: time.Second}
 	}

@@ -86,7 +86,7 @@ func TestVerify(t *testing.T) {
 	v := signing.NewVerifier(signing.NewMemoryNonces(c.Now), c.Now)
 	now := start.Unix()
 	verify := func(h http.Header, method, path string, body []byte) error {
-		return v.Verify(ctx, 7, []byte(secret), method, path, h, body)
+		return v.Verify(ctx, 7, []byte(secret), signing.Request{Method: method, Path: path, Header: h}, body)
 	}
 
 	if err := verify(signed(secret, "POST", "/v1/chat/completions", now, "n1", body), "POST", "/v1/chat/completions", body); err != nil {
@@ -181,10 +181,10 @@ func TestBadSignatureDoesNotUseTheNonce(t *testing.T) {
 	c := &clock{t: start}
 	v := signing.NewVerifier(signing.NewMemoryNonces(c.Now), c.Now)
 	forged := signed("sk_sluice_sign_wrong", "POST", "/p", start.Unix(), "n", nil)
-	if r := reason(v.Verify(ctx, 1, []byte(secret), "POST", "/p", forged, nil)); r != signing.ReasonInvalid {
+	if r := reason(v.Verify(ctx, 1, []byte(secret), signing.Request{Method: "POST", Path: "/p", Header: forged}, nil)); r != signing.ReasonInvalid {
 		t.Fatalf("forged: %s", r)
 	}
-	if err := v.Verify(ctx, 1, []byte(secret), "POST", "/p", signed(secret, "POST", "/p", start.Unix(), "n", nil), nil); err != nil {
+	if err := v.Verify(ctx, 1, []byte(secret), signing.Request{Method: "POST", Path: "/p", Header: signed(secret, "POST", "/p", start.Unix(), "n", nil)}, nil); err != nil {
 		t.Fatalf("the real request after a forgery with its nonce: %v", err)
 	}
 }
@@ -196,7 +196,7 @@ func TestNoncesArePerToken(t *testing.T) {
 	c := &clock{t: start}
 	v := signing.NewVerifier(signing.NewMemoryNonces(c.Now), c.Now)
 	for _, token := range []int64{1, 2} {
-		if err := v.Verify(ctx, token, []byte(secret), "GET", "/p", signed(secret, "GET", "/p", start.Unix(), "same", nil), nil); err != nil {
+		if err := v.Verify(ctx, token, []byte(secret), signing.Request{Method: "GET", Path: "/p", Header: signed(secret, "GET", "/p", start.Unix(), "same", nil)}, nil); err != nil {
 			t.Fatalf("token %d: %v", token, err)
 		}
 	}
@@ -212,15 +212,15 @@ func TestMemoryNoncesForgetAfterTheWindow(t *testing.T) {
 	nonces := signing.NewMemoryNonces(c.Now)
 	v := signing.NewVerifier(nonces, c.Now)
 	req := signed(secret, "GET", "/p", start.Unix()+300, "late", nil) // newest acceptable
-	if err := v.Verify(ctx, 1, []byte(secret), "GET", "/p", req, nil); err != nil {
+	if err := v.Verify(ctx, 1, []byte(secret), signing.Request{Method: "GET", Path: "/p", Header: req}, nil); err != nil {
 		t.Fatal(err)
 	}
 	c.Add(599 * time.Second) // timestamp still within the window
-	if r := reason(v.Verify(ctx, 1, []byte(secret), "GET", "/p", req, nil)); r != signing.ReasonReplayed {
+	if r := reason(v.Verify(ctx, 1, []byte(secret), signing.Request{Method: "GET", Path: "/p", Header: req}, nil)); r != signing.ReasonReplayed {
 		t.Fatalf("replay 599s later: %s, want %s", r, signing.ReasonReplayed)
 	}
 	c.Add(2 * time.Second)
-	if r := reason(v.Verify(ctx, 1, []byte(secret), "GET", "/p", req, nil)); r != signing.ReasonExpired {
+	if r := reason(v.Verify(ctx, 1, []byte(secret), signing.Request{Method: "GET", Path: "/p", Header: req}, nil)); r != signing.ReasonExpired {
 		t.Fatalf("replay 601s later: %s, want %s", r, signing.ReasonExpired)
 	}
 	c.Add(signing.Window) // the next claim sweeps
@@ -252,7 +252,7 @@ func TestConcurrentReplaysAdmitOne(t *testing.T) {
 			var wg sync.WaitGroup
 			for range 64 {
 				wg.Go(func() {
-					err := v.Verify(context.Background(), 42, []byte(secret), "POST", "/v1/chat/completions", req, []byte("{}"))
+					err := v.Verify(context.Background(), 42, []byte(secret), signing.Request{Method: "POST", Path: "/v1/chat/completions", Header: req}, []byte("{}"))
 					switch reason(err) {
 					case "":
 						ok.Add(1)
@@ -356,7 +356,7 @@ func TestFallbackNoncesThroughAnOutage(t *testing.T) {
 func TestStoreFailureIsUnavailable(t *testing.T) {
 	secret := signing.NewSecret()
 	v := signing.NewVerifier(failing{}, nil)
-	err := v.Verify(context.Background(), 1, []byte(secret), "GET", "/p", signed(secret, "GET", "/p", time.Now().Unix(), "n", nil), nil)
+	err := v.Verify(context.Background(), 1, []byte(secret), signing.Request{Method: "GET", Path: "/p", Header: signed(secret, "GET", "/p", time.Now().Unix(), "n", nil)}, nil)
 	var e *apperr.Error
 	if !errors.As(err, &e) || e.Code != apperr.Unavailable || e.RetryAfter <= 0 {
 		t.Fatalf("Verify with a failing store = %v, want unavailable with Retry-After", err)
@@ -368,4 +368,151 @@ func TestStoreFailureIsUnavailable(t *testing.T) {
 func testRedis(t *testing.T) (*redis.Client, string) {
 	t.Helper()
 	return testredis.Client(t), testredis.Prefix()
+}
+
+// TestCanonicalFormMatchesTheDocumentedRecipe computes the signed text of a
+// request with a query string and covered headers the way the README tells
+// clients to, independently of Canonical: names lower-cased and sorted,
+// values trimmed, the query as sent, the signature's own headers and other
+// headers left out.
+func TestCanonicalFormMatchesTheDocumentedRecipe(t *testing.T) {
+	secret := "sk_sluice_sign_" + strings.Repeat("ab", 32)
+	body := []byte(`{"model":"gpt-4o-mini","messages":[]}`)
+	sum := sha256.Sum256(body)
+	h := http.Header{}
+	h.Set("X-Sluice-Priority", "  high\t")
+	h.Set("X-Sluice-Async", "true")
+	h.Set("X-Sluice-Callback-URL", "https://hooks.example.com/done?x=1")
+	h.Set("Content-Type", "application/json")
+	h.Set(signing.HeaderTimestamp, "1764504000")
+	h.Set(signing.HeaderNonce, "n-1")
+	h.Set(signing.HeaderSignature, "whatever")
+	r := signing.Request{Method: "POST", Path: "/v1/chat/completions", Query: "limit=5&after=file%20a", Header: h}
+	text := "POST\n/v1/chat/completions\n1764504000\nn-1\n" + hex.EncodeToString(sum[:]) + "\n" +
+		"limit=5&after=file%20a\n" +
+		"x-sluice-async:true\n" +
+		"x-sluice-callback-url:https://hooks.example.com/done?x=1\n" +
+		"x-sluice-priority:high\n"
+	if got := string(signing.Canonical(r, 1764504000, "n-1", body)); got != text {
+		t.Fatalf("Canonical =\n%q\nwant\n%q", got, text)
+	}
+	m := hmac.New(sha256.New, []byte(secret))
+	m.Write([]byte(text))
+	if got, want := signing.SignRequest([]byte(secret), r, 1764504000, "n-1", body), hex.EncodeToString(m.Sum(nil)); got != want {
+		t.Fatalf("SignRequest = %s, want %s", got, want)
+	}
+
+	// Only headers: the query line is empty. Only a query: no header lines.
+	onlyHeader := signing.Request{Method: "GET", Path: "/p", Header: http.Header{"X-Sluice-Cache": {"off"}}}
+	empty := sha256.Sum256(nil)
+	if got, want := string(signing.Canonical(onlyHeader, 1, "n", nil)), "GET\n/p\n1\nn\n"+hex.EncodeToString(empty[:])+"\n\nx-sluice-cache:off\n"; got != want {
+		t.Fatalf("headers only: %q, want %q", got, want)
+	}
+	onlyQuery := signing.Request{Method: "GET", Path: "/p", Query: "a=1"}
+	if got, want := string(signing.Canonical(onlyQuery, 1, "n", nil)), "GET\n/p\n1\nn\n"+hex.EncodeToString(empty[:])+"\na=1\n"; got != want {
+		t.Fatalf("query only: %q, want %q", got, want)
+	}
+}
+
+// A request with neither a query string nor a covered header signs exactly
+// as before they were covered, whatever other headers it carries: existing
+// clients keep working.
+func TestARequestWithoutExtrasSignsAsBefore(t *testing.T) {
+	secret := []byte(signing.NewSecret())
+	h := http.Header{"Content-Type": {"application/json"}, "User-Agent": {"x"}, "X-Request-Id": {"r"},
+		signing.HeaderTimestamp: {"1764504000"}, signing.HeaderNonce: {"n"}, signing.HeaderSignature: {"s"}}
+	r := signing.Request{Method: "POST", Path: "/v1/chat/completions", Header: h}
+	if a, b := signing.SignRequest(secret, r, 1764504000, "n", []byte("{}")), signing.Sign(secret, "POST", "/v1/chat/completions", 1764504000, "n", []byte("{}")); a != b {
+		t.Fatalf("SignRequest %s, Sign %s: a request without extras must sign as before", a, b)
+	}
+}
+
+// TestVerifyCoversQueryAndHeaders: what a holder of a signed request adds
+// or changes in its query string or X-Sluice-* headers is refused, named
+// when the signature is one of the request without it; a request signed
+// whole passes, and the nonce of a refused one stays usable.
+func TestVerifyCoversQueryAndHeaders(t *testing.T) {
+	ctx := context.Background()
+	secret := signing.NewSecret()
+	body := []byte(`{"hello":"world"}`)
+	c := &clock{t: start}
+	v := signing.NewVerifier(signing.NewMemoryNonces(c.Now), c.Now)
+	now := start.Unix()
+	const method, path = "POST", "/v1/chat/completions"
+	// sign signs the request with query and headers; send is what arrives.
+	sign := func(nonce, query string, headers map[string]string) http.Header {
+		h := http.Header{}
+		for k, val := range headers {
+			h.Set(k, val)
+		}
+		r := signing.Request{Method: method, Path: path, Query: query, Header: h}
+		h.Set(signing.HeaderTimestamp, strconv.FormatInt(now, 10))
+		h.Set(signing.HeaderNonce, nonce)
+		h.Set(signing.HeaderSignature, signing.SignRequest([]byte(secret), r, now, nonce, body))
+		return h
+	}
+	with := func(h http.Header, headers map[string]string) http.Header {
+		h = h.Clone()
+		for k, val := range headers {
+			h.Set(k, val)
+		}
+		return h
+	}
+	verify := func(h http.Header, query string) error {
+		return v.Verify(ctx, 7, []byte(secret), signing.Request{Method: method, Path: path, Query: query, Header: h}, body)
+	}
+	nine := map[string]string{}
+	for i := range 9 {
+		nine[fmt.Sprintf("X-Sluice-Extra-%d", i)] = "v"
+	}
+
+	cases := []struct {
+		name   string
+		header http.Header
+		query  string
+		msg    string
+	}{
+		{"headers added to a request signed without any", with(sign("a1", "", nil), map[string]string{"X-Sluice-Async": "true", "X-Sluice-Priority": "high"}), "",
+			"does not cover x-sluice-async and x-sluice-priority:"},
+		{"a query added", sign("a2", "", nil), "limit=5", "does not cover the query string:"},
+		{"a header added beside a signed one", with(sign("a3", "", map[string]string{"X-Sluice-Priority": "low"}), map[string]string{"X-Sluice-Callback-URL": "https://evil.example"}), "",
+			"does not cover x-sluice-callback-url:"},
+		{"a query and a header added beside signed ones", with(sign("a4", "a=1", map[string]string{"X-Sluice-Priority": "low"}), map[string]string{"X-Sluice-Session": "s"}), "a=1&b=2",
+			"does not match: sign METHOD, PATH, TIMESTAMP, NONCE, the body's SHA-256, the query string, x-sluice-priority and x-sluice-session with"},
+		{"a signed header's value changed", with(sign("a5", "", map[string]string{"X-Sluice-Priority": "low"}), map[string]string{"X-Sluice-Priority": "high"}), "",
+			"does not match: sign METHOD, PATH, TIMESTAMP, NONCE, the body's SHA-256, x-sluice-priority with"},
+		{"the query changed", sign("a6", "limit=5", nil), "limit=500", "does not match: sign METHOD, PATH, TIMESTAMP, NONCE, the body's SHA-256, the query string with"},
+		{"a signed header removed", func() http.Header {
+			h := sign("a7", "", map[string]string{"X-Sluice-Cache": "off"})
+			h.Del("X-Sluice-Cache")
+			return h
+		}(), "", "does not match: sign METHOD, PATH, TIMESTAMP, NONCE and the body's SHA-256 with"},
+		{"a header sent twice", func() http.Header {
+			h := sign("a8", "", map[string]string{"X-Sluice-Priority": "low"})
+			h.Add("X-Sluice-Priority", "high")
+			return h
+		}(), "", "x-sluice-priority is sent 2 times; send each X-Sluice-* header once."},
+		// Past 8 parts the signature is not searched for what it leaves out.
+		{"too many parts to search", with(sign("a9", "", nine), map[string]string{"X-Sluice-Async": "true"}), "", "does not match"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			err := verify(tc.header, tc.query)
+			var e *apperr.Error
+			if !errors.As(err, &e) || e.Code != apperr.Unauthorized || e.Reason != signing.ReasonInvalid || !strings.Contains(e.Message, tc.msg) {
+				t.Fatalf("Verify = %v, want 401 invalid_signature saying %q", err, tc.msg)
+			}
+		})
+	}
+
+	// Signed whole, with values trimmed and other headers ignored: passes.
+	h := sign("a1", "limit=5", map[string]string{"X-Sluice-Async": "true", "X-Sluice-Priority": "high", "X-Sluice-Callback-URL": "https://hooks.example.com/x"})
+	h["X-Sluice-Priority"] = []string{" high "}
+	h.Set("User-Agent", "anything")
+	if err := verify(h, "limit=5"); err != nil {
+		t.Fatalf("a request signed whole (nonce a1 refused above, so unused): %v", err)
+	}
+	if err := verify(with(sign("b1", "", nine), nil), ""); err != nil {
+		t.Fatalf("nine covered headers, signed: %v", err)
+	}
 }
