@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"io"
+	"net/http/httptest"
 	"os"
 	"slices"
 	"strings"
@@ -11,12 +13,18 @@ import (
 	"github.com/goccy/go-yaml"
 	"github.com/prometheus/prometheus/model/histogram"
 	"github.com/prometheus/prometheus/model/labels"
+	"github.com/prometheus/prometheus/model/textparse"
 	"github.com/prometheus/prometheus/promql"
 	"github.com/prometheus/prometheus/promql/parser"
 	"github.com/prometheus/prometheus/storage"
 	"github.com/prometheus/prometheus/tsdb/chunkenc"
 	"github.com/prometheus/prometheus/tsdb/chunks"
 	"github.com/prometheus/prometheus/util/annotations"
+
+	"github.com/sluicehq/sluice/internal/testdb"
+	"github.com/sluicehq/sluice/internal/testredis"
+	"github.com/sluicehq/sluice/metering"
+	"github.com/sluicehq/sluice/upstream/mock"
 )
 
 // alertRule is one rule of deploy/prometheus/alerts.yml.
@@ -186,6 +194,11 @@ func loadSeries(t *testing.T, text string) storage.Queryable {
 		}
 		all = append(all, storage.NewListSeries(lset, samples))
 	}
+	return queryable(all)
+}
+
+// queryable serves series to the engine, sorted as storage must be.
+func queryable(all []storage.Series) storage.Queryable {
 	slices.SortFunc(all, func(a, b storage.Series) int { return labels.Compare(a.Labels(), b.Labels()) })
 	return storage.QueryableFunc(func(int64, int64) (storage.Querier, error) {
 		return &storage.MockQuerier{SelectMockFunction: func(_ bool, _ *storage.SelectHints, ms ...*labels.Matcher) storage.SeriesSet {
@@ -222,3 +235,185 @@ func (l *seriesList) Next() bool                        { l.i++; return l.i <= l
 func (l *seriesList) At() storage.Series                { return l.series[l.i-1] }
 func (l *seriesList) Err() error                        { return nil }
 func (l *seriesList) Warnings() annotations.Annotations { return nil }
+
+// TestAlertRulesEvaluateOnAFreshNode scrapes a node that has just started
+// (its database has tiers, one of them an operator's, and a provider key)
+// and has served no API request, and evaluates every rule over what it
+// reports, held for 20 minutes: each series a rule selects exists, and
+// each rule's expression short of its threshold returns a sample (0, or
+// NaN for a ratio of zeros), not an empty vector; no rule fires. A tier
+// created on the running node has its zeros at the next scrape.
+func TestAlertRulesEvaluateOnAFreshNode(t *testing.T) {
+	variants := map[string]func(t *testing.T) map[string]string{
+		"sqlite": func(t *testing.T) map[string]string { return map[string]string{"SLUICE_DATA_DIR": t.TempDir()} },
+		"postgres": func(t *testing.T) map[string]string {
+			env := map[string]string{"DATABASE_URL": testdb.PostgresURL(t), "SLUICE_AUTO_MIGRATE": "true", "SLUICE_MASTER_KEY": testMasterKey,
+				"SLUICE_DATA_DIR": t.TempDir(), "SLUICE_REDIS_PREFIX": testredis.Prefix()}
+			if url := os.Getenv("TEST_REDIS_URL"); url != "" {
+				env["REDIS_URL"] = url
+			}
+			return env
+		},
+	}
+	provider := httptest.NewServer(mock.New(mock.Config{Keys: map[string]float64{"sk-fresh-provider": 0}}))
+	t.Cleanup(provider.Close)
+	rules := loadAlertRules(t)
+	for name, envFor := range variants {
+		t.Run(name, func(t *testing.T) {
+			env := envFor(t)
+			env["SLUICE_BCRYPT_COST"], env["SLUICE_ADMIN_PASSWORD"] = "4", "admin-password"
+			// The operator's setup, on a node that is then stopped.
+			base, _, stop := start(t, env)
+			c := client{t, base}
+			admin := adminToken(t, c)
+			if r := c.call("POST", "/api/admin/upstreams", admin, `{"name":"openai-1","base_url":"`+provider.URL+`/v1","api_key":"sk-fresh-provider","models":["gpt-4o-mini"]}`, nil); r.StatusCode != 201 {
+				t.Fatalf("add provider: %d", r.StatusCode)
+			}
+			if r := c.call("POST", "/api/admin/tiers", admin, `{"name":"enterprise","capacity":500,"refill_per_sec":10}`, nil); r.StatusCode != 201 {
+				t.Fatalf("create tier: %d", r.StatusCode)
+			}
+			if err := stop(); err != nil {
+				t.Fatal(err)
+			}
+
+			base, _, stop = start(t, env)
+			defer stop()
+			_, text := scrape(t, base, "")
+			store := queryable(heldSeries(t, text))
+			for _, tier := range []string{"free", "premium", "enterprise"} {
+				for _, reason := range metering.RejectionReasons {
+					if want := `sluice_rejections_total{reason="` + reason + `",tier="` + tier + `"} 0` + "\n"; !strings.Contains(text, want) {
+						t.Errorf("a fresh node does not report %s", want)
+					}
+				}
+			}
+			for _, r := range rules {
+				expr, err := parser.ParseExpr(r.Expr)
+				if err != nil {
+					t.Fatalf("%s: %v", r.Alert, err)
+				}
+				parser.Inspect(expr, func(node parser.Node, _ []parser.Node) error {
+					if vs, ok := node.(*parser.VectorSelector); ok && len(instant(t, store, vs.String())) == 0 {
+						t.Errorf("%s: %s selects no series on a fresh node", r.Alert, vs)
+					}
+					return nil
+				})
+				for _, part := range shortOfThreshold(expr) {
+					if len(instant(t, store, part.String())) == 0 {
+						t.Errorf("%s: %s is an empty vector on a fresh node", r.Alert, part)
+					}
+				}
+				if v := instant(t, store, r.Expr); len(v) > 0 {
+					t.Errorf("%s fires on a fresh node: %v", r.Alert, v)
+				}
+			}
+
+			// A tier created now has its zeros at the next scrape.
+			admin = adminToken(t, client{t, base})
+			if r := (client{t, base}).call("POST", "/api/admin/tiers", admin, `{"name":"gold","capacity":50,"refill_per_sec":1}`, nil); r.StatusCode != 201 {
+				t.Fatalf("create tier: %d", r.StatusCode)
+			}
+			if _, text := scrape(t, base, ""); !strings.Contains(text, `sluice_rejections_total{reason="budget",tier="gold"} 0`+"\n") ||
+				!strings.Contains(text, `sluice_requests_total{model="",route="/v1/chat/completions",status="2xx",tier="gold"} 0`+"\n") {
+				t.Errorf("a new tier's series are not reported at 0:\n%s", grepLines(text, "gold"))
+			}
+		})
+	}
+}
+
+// adminToken signs the bootstrap admin in.
+func adminToken(t *testing.T, c client) string {
+	t.Helper()
+	var admin struct{ Token string }
+	if r := c.call("POST", "/api/auth/login", "", `{"email":"admin@localhost","password":"admin-password"}`, &admin); r.StatusCode != 200 {
+		t.Fatalf("admin login: %d", r.StatusCode)
+	}
+	return admin.Token
+}
+
+// heldSeries turns one scrape's sluice_ series into series that hold their
+// value, sampled every minute for 20 minutes: what Prometheus would store
+// of a node that does nothing for that long.
+func heldSeries(t *testing.T, text string) []storage.Series {
+	t.Helper()
+	p := textparse.NewPromParser([]byte(text), labels.NewSymbolTable())
+	var all []storage.Series
+	for {
+		e, err := p.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatalf("/metrics: %v", err)
+		}
+		if e != textparse.EntrySeries {
+			continue
+		}
+		var l labels.Labels
+		p.Metric(&l)
+		_, _, v := p.Series()
+		if !strings.HasPrefix(l.Get(labels.MetricName), "sluice_") {
+			continue
+		}
+		samples := make([]chunks.Sample, 21)
+		for i := range samples {
+			samples[i] = sample{t: int64(i) * time.Minute.Milliseconds(), f: v}
+		}
+		all = append(all, storage.NewListSeries(l, samples))
+	}
+	return all
+}
+
+// instant evaluates expr at the end of the held series.
+func instant(t *testing.T, store storage.Queryable, expr string) promql.Vector {
+	t.Helper()
+	engine := promql.NewEngine(promql.EngineOpts{MaxSamples: 1000000, Timeout: 10 * time.Second, LookbackDelta: 5 * time.Minute})
+	q, err := engine.NewInstantQuery(context.Background(), store, nil, expr, time.Unix(0, 0).UTC().Add(20*time.Minute))
+	if err != nil {
+		t.Fatalf("%s: %v", expr, err)
+	}
+	defer q.Close()
+	res := q.Exec(context.Background())
+	if res.Err != nil {
+		t.Fatalf("%s: %v", expr, res.Err)
+	}
+	v, err := res.Vector()
+	if err != nil {
+		t.Fatalf("%s: %v", expr, err)
+	}
+	return v
+}
+
+// shortOfThreshold returns the expressions an alert compares with its
+// thresholds: for "a > 0.5 and b > 0", a and b. Each must evaluate to a
+// sample whatever the threshold, or the alert could never fire.
+func shortOfThreshold(expr parser.Expr) []parser.Expr {
+	switch e := expr.(type) {
+	case *parser.ParenExpr:
+		return shortOfThreshold(e.Expr)
+	case *parser.BinaryExpr:
+		switch {
+		case e.Op == parser.LAND || e.Op == parser.LOR || e.Op == parser.LUNLESS:
+			return append(shortOfThreshold(e.LHS), shortOfThreshold(e.RHS)...)
+		case e.Op.IsComparisonOperator() && !e.ReturnBool:
+			if _, ok := e.RHS.(*parser.NumberLiteral); ok {
+				return shortOfThreshold(e.LHS)
+			}
+			if _, ok := e.LHS.(*parser.NumberLiteral); ok {
+				return shortOfThreshold(e.RHS)
+			}
+		}
+	}
+	return []parser.Expr{expr}
+}
+
+// grepLines returns text's lines that contain s.
+func grepLines(text, s string) string {
+	var out []string
+	for _, line := range strings.Split(text, "\n") {
+		if strings.Contains(line, s) {
+			out = append(out, line)
+		}
+	}
+	return strings.Join(out, "\n")
+}

@@ -141,6 +141,13 @@ func runWith(ctx context.Context, args []string, getenv func(string) string, std
 	}
 	recorder := metering.NewRecorder(store, log, time.Second, batch, flushObserver(metrics), placement)
 	gateway := mtr.NewGateway(metrics)
+	gateway.KnowTiers(func() []string {
+		var names []string
+		for _, t := range dir.Tiers() {
+			names = append(names, t.Name)
+		}
+		return names
+	}, metering.RejectionReasons)
 
 	gen, err := newGeneration(ctx, cfg, store, box, adm, log, metrics, s.providerTransport)
 	if err != nil {

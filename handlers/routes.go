@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/netip"
+	"slices"
 	"strings"
 
 	"github.com/gin-gonic/gin"
@@ -93,6 +94,7 @@ func New(log *slog.Logger, ops Ops, v1API API, mgmt Management, p *web.Pages) ht
 	v1.GET("/batches", a.listBatches)
 	v1.GET("/batches/:id", a.getBatch)
 	v1.POST("/batches/:id/cancel", a.cancelBatch)
+	ops.Gateway.KnowRoutes(v1Routes(r))
 
 	// The management API. Bearer = a session JWT from /api/auth/*.
 	m := &manage{Management: mgmt, log: log}
@@ -180,6 +182,18 @@ func New(log *slog.Logger, ops Ops, v1API API, mgmt Management, p *web.Pages) ht
 	adminPages.POST("/upstreams/:id/delete", p.DeleteUpstream)
 
 	return r
+}
+
+// v1Routes are the templates of the API's routes, which the metrics
+// export at 0 before any request.
+func v1Routes(r *gin.Engine) []string {
+	var out []string
+	for _, route := range r.Routes() {
+		if strings.HasPrefix(route.Path, "/v1/") && !slices.Contains(out, route.Path) {
+			out = append(out, route.Path)
+		}
+	}
+	return out
 }
 
 // writeErrorFor answers in the shape the path's clients expect.

@@ -31,6 +31,10 @@ const (
 	RejectedBudget   = "budget"   // the budget or the included credit is spent
 )
 
+// RejectionReasons are every reason a request is refused with 429, the
+// label values of sluice_rejections_total.
+var RejectionReasons = []string{RejectedRequests, RejectedTokens, RejectedFrozen, RejectedBudget}
+
 // Recorder batches usage events. Record never touches the database; it
 // blocks only when the buffer is full, which is back-pressure, not loss.
 type Recorder struct {

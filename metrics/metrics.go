@@ -7,6 +7,7 @@
 package metrics
 
 import (
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -25,6 +26,11 @@ type Gateway struct {
 	rejections *prometheus.CounterVec
 	cache      *prometheus.CounterVec
 	models     modelLabels
+
+	mu      sync.Mutex
+	routes  []string        // route templates known before any request (KnowRoutes)
+	tiers   func() []string // the tiers now (KnowTiers)
+	reasons []string        // the rejection reasons (KnowTiers)
 }
 
 // MaxModels bounds the model label. A model becomes a label value once it
@@ -77,8 +83,90 @@ func NewGateway(reg prometheus.Registerer) *Gateway {
 		cache: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_cache_requests_total",
 			Help: "Cacheable requests by response-cache result (hit, miss)."}, []string{"result"}),
 	}
-	reg.MustRegister(g.requests, g.duration, g.tokens, g.rejections, g.cache)
+	// The series an alert uses exist at 0 for their known label values
+	// from the start, so rate() over them is 0 on a node that has had no
+	// such request, not an empty vector.
+	reg.MustRegister(zeroed{g.requests, g.zeroRequests}, zeroed{g.duration, g.zeroDurations}, g.tokens,
+		zeroed{g.rejections, g.zeroRejections}, g.cache)
 	return g
+}
+
+// KnowRoutes has the gateway export, for each of routes (templates, as
+// Request is given them), sluice_requests_total at 0 for each status
+// class (2xx, 4xx, 5xx) and known tier with no model, and
+// sluice_request_duration_seconds with no observations for parts total
+// and gateway.
+func (g *Gateway) KnowRoutes(routes []string) {
+	if g == nil {
+		return
+	}
+	g.mu.Lock()
+	g.routes = slices.Clone(routes)
+	g.mu.Unlock()
+}
+
+// KnowTiers has the gateway export sluice_rejections_total at 0 for each
+// of reasons and each tier tiers returns, and the requests of KnowRoutes
+// for each tier. tiers is read at every scrape, so a new tier's series
+// appear with it.
+func (g *Gateway) KnowTiers(tiers func() []string, reasons []string) {
+	if g == nil {
+		return
+	}
+	g.mu.Lock()
+	g.tiers, g.reasons = tiers, slices.Clone(reasons)
+	g.mu.Unlock()
+}
+
+// known returns what KnowRoutes and KnowTiers said, with the tiers now.
+func (g *Gateway) known() (routes, tiers, reasons []string) {
+	g.mu.Lock()
+	routes, fn, reasons := g.routes, g.tiers, g.reasons
+	g.mu.Unlock()
+	if fn != nil {
+		tiers = fn()
+	}
+	return routes, tiers, reasons
+}
+
+func (g *Gateway) zeroRequests() {
+	routes, tiers, _ := g.known()
+	for _, r := range routes {
+		for _, status := range []string{"2xx", "4xx", "5xx"} {
+			for _, t := range tiers {
+				g.requests.WithLabelValues(r, status, t, "")
+			}
+		}
+	}
+}
+
+func (g *Gateway) zeroDurations() {
+	routes, _, _ := g.known()
+	for _, r := range routes {
+		g.duration.WithLabelValues(r, "total")
+		g.duration.WithLabelValues(r, "gateway")
+	}
+}
+
+func (g *Gateway) zeroRejections() {
+	_, tiers, reasons := g.known()
+	for _, reason := range reasons {
+		for _, t := range tiers {
+			g.rejections.WithLabelValues(reason, t)
+		}
+	}
+}
+
+// zeroed is a collector that first makes the series of its known label
+// values (fill), which then report 0 until counted.
+type zeroed struct {
+	prometheus.Collector
+	fill func()
+}
+
+func (z zeroed) Collect(ch chan<- prometheus.Metric) {
+	z.fill()
+	z.Collector.Collect(ch)
 }
 
 // Request records one answered request. route is the route template ("" for
