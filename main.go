@@ -26,6 +26,7 @@ import (
 	"github.com/sluicehq/sluice/completion"
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/handlers"
+	"github.com/sluicehq/sluice/internal/datadir"
 	"github.com/sluicehq/sluice/internal/gcfloor"
 	"github.com/sluicehq/sluice/jobs"
 	"github.com/sluicehq/sluice/logging"
@@ -80,6 +81,18 @@ func runWith(ctx context.Context, args []string, getenv func(string) string, std
 	}
 	log := logging.New(stdout, cfg.LogLevel, cfg.LogFormat)
 
+	if cfg.Embedded() || cfg.MasterKey == nil {
+		// The data directory holds the database and the master key: 0700,
+		// its files 0600, an existing one tightened.
+		changes, err := datadir.Prepare(cfg.DataDir)
+		if err != nil {
+			return err
+		}
+		for _, c := range changes {
+			log.Warn("the data directory was readable by others: tightened", "path", c.Path,
+				"from", fmt.Sprintf("%04o", c.From), "to", fmt.Sprintf("%04o", c.To))
+		}
+	}
 	db, err := models.Open(ctx, cfg.DatabaseURL, cfg.SQLitePath())
 	if err != nil {
 		return err

@@ -33,7 +33,8 @@ type DB struct {
 }
 
 // Open connects to Postgres when dsn is a postgres:// URL, and otherwise to
-// the SQLite file sqlitePath, creating its directory.
+// the SQLite file sqlitePath, creating its directory (0700) and the file
+// (0600) when they are missing.
 func Open(ctx context.Context, dsn, sqlitePath string) (*DB, error) {
 	cfg := &gorm.Config{
 		Logger:         logger.Discard,
@@ -64,6 +65,16 @@ func Open(ctx context.Context, dsn, sqlitePath string) (*DB, error) {
 		if err := os.MkdirAll(dir, 0o700); err != nil {
 			return nil, fmt.Errorf("create data dir: %w", err)
 		}
+	}
+	if sqlitePath != "" && sqlitePath != ":memory:" {
+		// The database holds every secret Sluice keeps, so nobody else may
+		// read it: created 0600 before SQLite opens it, which gives its
+		// -wal and -shm files the same mode.
+		f, err := os.OpenFile(sqlitePath, os.O_RDWR|os.O_CREATE, 0o600)
+		if err != nil {
+			return nil, fmt.Errorf("create %s: %w", sqlitePath, err)
+		}
+		f.Close()
 	}
 	// WAL lets readers run beside the one writer; busy_timeout waits instead
 	// of failing when the writer holds the lock.
