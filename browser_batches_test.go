@@ -15,6 +15,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/sluicehq/sluice/internal/testsync"
 	"github.com/sluicehq/sluice/upstream/mock"
 )
 
@@ -61,7 +62,7 @@ func TestBrowserJobsAndBatches(t *testing.T) {
 		lines = append(lines, request(fmt.Sprintf("line-%02d", i), fmt.Sprintf("couplet %d", i)))
 	}
 	finished := batch(tok.Token, first)
-	waitFor(t, 20*time.Second, "the first batch done", func() bool {
+	testsync.WaitFor(t, 20*time.Second, "the first batch done", func() bool {
 		var b struct{ Status string }
 		c.call("GET", "/v1/batches/"+finished, tok.Token, "", &b)
 		return b.Status == "completed"
@@ -73,7 +74,7 @@ func TestBrowserJobsAndBatches(t *testing.T) {
 		c.call("POST", "/v1/jobs", tok.Token, `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"`+prompt+`"}]}`, &j)
 		jobIDs = append(jobIDs, j.ID)
 	}
-	waitFor(t, 20*time.Second, "the jobs done", func() bool {
+	testsync.WaitFor(t, 20*time.Second, "the jobs done", func() bool {
 		for _, id := range jobIDs {
 			var j struct{ Status string }
 			if c.call("GET", "/v1/jobs/"+id, tok.Token, "", &j); j.Status != "succeeded" && j.Status != "failed" {
@@ -90,7 +91,7 @@ func TestBrowserJobsAndBatches(t *testing.T) {
 	var slow struct{ Token string }
 	c.call("POST", "/api/tokens", owner.Token, `{"name":"slow"}`, &slow)
 	running := batch(slow.Token, uploadFile(t, base, slow.Token, strings.Join(lines, "\n")))
-	waitFor(t, 20*time.Second, "a line of the second batch done", func() bool {
+	testsync.WaitFor(t, 20*time.Second, "a line of the second batch done", func() bool {
 		var b struct {
 			RequestCounts struct{ Completed int } `json:"request_counts"`
 		}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/sluicehq/sluice/internal/testsync"
 	"github.com/sluicehq/sluice/money"
 )
 
@@ -108,7 +109,7 @@ func TestBrowserBillingJourney(t *testing.T) {
 		}
 		return b
 	}
-	waitFor(t, 10*time.Second, "the unpriced calls recorded", func() bool { return monthRequests(t, c, session.Token) == unpricedCalls })
+	testsync.WaitFor(t, 10*time.Second, "the unpriced calls recorded", func() bool { return monthRequests(t, c, session.Token) == unpricedCalls })
 	// The organization was created just now (the real clock): its first
 	// month's credit is the free plan's $1.00 for the part of the month
 	// left, whatever day this runs.
@@ -182,7 +183,7 @@ func TestBrowserBillingJourney(t *testing.T) {
 		want += pin.Cost(p) + pout.Cost(cpl)
 	}
 	spent := want.String()
-	waitFor(t, 10*time.Second, "the priced calls recorded", func() bool {
+	testsync.WaitFor(t, 10*time.Second, "the priced calls recorded", func() bool {
 		return monthRequests(t, c, session.Token) == unpricedCalls+pricedCalls && budget().Spent == spent
 	})
 	if want < 5*money.Cent {

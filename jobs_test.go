@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/testdb"
+	"github.com/sluicehq/sluice/internal/testsync"
 	"github.com/sluicehq/sluice/upstream/mock"
 )
 
@@ -134,7 +135,7 @@ func TestAThousandJobsThroughARestart(t *testing.T) {
 			liveRefused, liveSent, firstRefusal.Load(), done, n)
 	}
 	// Restart the node while the queue is being worked.
-	waitFor(t, 30*time.Second, "a third of the jobs done", func() bool { return provider.Stats().Total.OK >= n/3 })
+	testsync.WaitFor(t, 30*time.Second, "a third of the jobs done", func() bool { return provider.Stats().Total.OK >= n/3 })
 	if err := stop(); err != nil {
 		t.Fatalf("stop: %v\n%s", err, out.String())
 	}
@@ -213,16 +214,4 @@ func (c client) callWith(method, path, bearer, body, async string, into any) *ht
 		return c.call(method, path, bearer, body, into)
 	}
 	return c.callHeaders(method, path, bearer, body, map[string]string{"X-Sluice-Async": "true"}, into)
-}
-
-// waitFor polls cond until it holds or within passes.
-func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s did not happen within %v", what, within)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 }

@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/gin-gonic/gin"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
@@ -80,6 +81,7 @@ func runWith(ctx context.Context, args []string, getenv func(string) string, std
 		return fmt.Errorf("configuration:\n%w", err)
 	}
 	log := logging.New(stdout, cfg.LogLevel, cfg.LogFormat)
+	gin.SetMode(gin.ReleaseMode) // the process's mode, once; no route dump on stdout
 
 	if cfg.Embedded() || cfg.MasterKey == nil {
 		// The data directory holds the database and the master key: 0700,

@@ -9,40 +9,27 @@ import (
 	"net/http"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/sluicehq/sluice/internal/testdb"
+	"github.com/sluicehq/sluice/internal/testsync"
 )
-
-// syncBuffer is an io.Writer safe for the server's goroutines and the test.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
 
 var listening = regexp.MustCompile(`listening on (http://\S+)`)
 
 // start runs Sluice on :0 with env and returns its base URL and a stop
 // function that shuts it down and returns run's error.
-func start(t *testing.T, env map[string]string) (string, *syncBuffer, func() error) {
+func start(t *testing.T, env map[string]string) (string, *testsync.Buffer, func() error) {
 	t.Helper()
 	return startWith(t, env, seams{})
 }
 
 // startWith is start with seams s.
-func startWith(t *testing.T, env map[string]string, s seams) (string, *syncBuffer, func() error) {
+func startWith(t *testing.T, env map[string]string, s seams) (string, *testsync.Buffer, func() error) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	out := &syncBuffer{}
+	out := &testsync.Buffer{}
 	getenv := func(k string) string { return env[k] }
 	done := make(chan error, 1)
 	go func() { done <- runWith(ctx, []string{"-addr", "127.0.0.1:0"}, getenv, out, s) }()

@@ -22,6 +22,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/internal/testdb"
+	"github.com/sluicehq/sluice/internal/testsync"
 	"github.com/sluicehq/sluice/models"
 	"github.com/sluicehq/sluice/signing"
 	"github.com/sluicehq/sluice/upstream/mock"
@@ -74,7 +75,7 @@ func TestNoSecretAtRest(t *testing.T) {
 			env["SLUICE_WEBHOOK_HOSTS"] = "127.0.0.1"
 			env["SLUICE_UPSTREAM_BUDGET"], env["SLUICE_UPSTREAM_MAX_BACKOFF"] = "1s", "20ms"
 			var rdb *redis.Client
-			var published *syncBuffer
+			var published *testsync.Buffer
 			if redisURL := os.Getenv("TEST_REDIS_URL"); redisURL != "" {
 				prefix := "secrets" + rand.Text() + ":"
 				env["REDIS_URL"], env["SLUICE_REDIS_PREFIX"] = redisURL, prefix
@@ -346,7 +347,7 @@ func dumpFiles(t *testing.T, dir string) string {
 
 // watchRedis connects to Redis and records every message published on
 // the deployment's channels from now on.
-func watchRedis(t *testing.T, redisURL, prefix string) (*redis.Client, *syncBuffer) {
+func watchRedis(t *testing.T, redisURL, prefix string) (*redis.Client, *testsync.Buffer) {
 	opts, err := redis.ParseURL(redisURL)
 	if err != nil {
 		t.Fatal(err)
@@ -360,7 +361,7 @@ func watchRedis(t *testing.T, redisURL, prefix string) (*redis.Client, *syncBuff
 		}
 		rdb.Close()
 	})
-	var published syncBuffer
+	var published testsync.Buffer
 	sub := rdb.PSubscribe(context.Background(), prefix+"*")
 	if _, err := sub.Receive(context.Background()); err != nil {
 		t.Fatal(err)

@@ -27,7 +27,7 @@ const (
 // A session lives in two places: the signed JWT the client holds, and a row
 // in the SessionStore that Start writes and End revokes. Resume needs both,
 // so a session ended on one node is refused by every node at once, and a
-// copied cookie dies with the sign-out. Issue and Parse are the JWT alone.
+// copied cookie dies with the sign-out. Parse checks the JWT alone.
 type Sessions struct {
 	secret []byte
 	ttl    time.Duration
@@ -103,16 +103,6 @@ func (s *Sessions) End(ctx context.Context, store SessionStore, token string) er
 		return nil
 	}
 	return store.RevokeLoginSession(ctx, storedID(sess.id), sess.userID, s.now())
-}
-
-// Issue signs a session token for u without recording it. Sign-in goes
-// through Start; a token from Issue alone is refused by Resume.
-func (s *Sessions) Issue(u models.User) (token string, expires time.Time, err error) {
-	token, claims, err := s.issue(u)
-	if err != nil {
-		return "", time.Time{}, err
-	}
-	return token, claims.ExpiresAt.Time, nil
 }
 
 func (s *Sessions) issue(u models.User) (string, jwt.RegisteredClaims, error) {

@@ -21,6 +21,7 @@ import (
 	"github.com/sluicehq/sluice/cluster"
 	"github.com/sluicehq/sluice/completion"
 	"github.com/sluicehq/sluice/internal/testdb"
+	"github.com/sluicehq/sluice/internal/testsync"
 	"github.com/sluicehq/sluice/jobs"
 	"github.com/sluicehq/sluice/metering"
 	"github.com/sluicehq/sluice/migrations"
@@ -384,7 +385,7 @@ func TestCancellingABatch(t *testing.T) {
 		ran := make(chan struct{})
 		go func() { f.svc.Run(runCtx, q, time.Hour); close(ran) }() // wakes the waiting lines
 		t.Cleanup(func() { stop(); <-ran })
-		waitFor(t, 10*time.Second, "a line answered", func() bool { return f.calls.Load() >= 1 })
+		testsync.WaitFor(t, 10*time.Second, "a line answered", func() bool { return f.calls.Load() >= 1 })
 		c, err := f.svc.Cancel(ctx, caller.OrgID, batches.ID(b.ID))
 		if err != nil || c.Status != "cancelling" || c.CancellingAt == nil {
 			t.Fatalf("cancel: %+v %v", c, err)
@@ -784,15 +785,3 @@ func TestCancelWakesTheLinesInTheBackground(t *testing.T) {
 }
 
 func second[T any](_ T, err error) error { return err }
-
-// waitFor polls cond until it holds or within passes.
-func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s did not happen within %v", what, within)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}

@@ -68,11 +68,11 @@ type Config struct {
 
 	BatchRetention time.Duration // SLUICE_BATCH_RETENTION: how long batch files are kept, and finished batches after their window
 
-	// Security (issue 11).
+	// Security.
 	TrustedProxies []netip.Prefix // SLUICE_TRUSTED_PROXIES: proxies whose X-Forwarded-For and X-Forwarded-Proto are believed; none by default
 	SignupRate     int            // SLUICE_SIGNUP_RATE: signups an hour per client address; 0 = not throttled
 
-	// Observability (issue 11).
+	// Observability.
 	LogFormat    string // SLUICE_LOG_FORMAT: json (default with DATABASE_URL) or text (default embedded)
 	LogPrompts   bool   // SLUICE_LOG_PROMPTS: log prompts and replies, redacted; off by default
 	MetricsAddr  string // SLUICE_METRICS_ADDR: serve /metrics on this address instead of the main one
@@ -139,11 +139,11 @@ func Load(args []string, getenv func(string) string) (Config, error) {
 
 		BatchRetention: r.duration("SLUICE_BATCH_RETENTION", 30*24*time.Hour, time.Hour, 365*24*time.Hour),
 
-		// Security (issue 11).
+		// Security.
 		TrustedProxies: r.prefixes("SLUICE_TRUSTED_PROXIES"),
 		SignupRate:     int(r.int64("SLUICE_SIGNUP_RATE", 5, 0, MaxSignupRate)),
 
-		// Observability (issue 11).
+		// Observability.
 		MetricsAddr:  r.str("SLUICE_METRICS_ADDR", ""),
 		MetricsToken: r.str("SLUICE_METRICS_TOKEN", ""),
 	}

@@ -8,17 +8,19 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/gin-gonic/gin"
 	"github.com/sluicehq/sluice/accounts"
 	"github.com/sluicehq/sluice/billing"
 	"github.com/sluicehq/sluice/cluster"
 	"github.com/sluicehq/sluice/completion"
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/internal/clocktest"
+	"github.com/sluicehq/sluice/internal/testsync"
 	"github.com/sluicehq/sluice/metering"
 	"github.com/sluicehq/sluice/models"
 	"github.com/sluicehq/sluice/quota"
@@ -33,6 +35,13 @@ import (
 // storeRecorder writes usage synchronously, so tests see it at once; the
 // batching recorder has its own tests.
 type storeRecorder struct{ store *models.Store }
+
+// TestMain keeps gin quiet: the mode is the process's, set by the program
+// that builds the router, not by the router.
+func TestMain(m *testing.M) {
+	gin.SetMode(gin.TestMode)
+	os.Exit(m.Run())
+}
 
 func (r storeRecorder) Touch(tokenID int64, at time.Time) error {
 	return r.store.TouchAPITokens(context.Background(), map[int64]time.Time{tokenID: at})
@@ -92,30 +101,12 @@ func (e *env) rebuild() {
 }
 
 // captureLogs sends every part's log lines to the returned buffer.
-func (e *env) captureLogs() *syncBuffer {
-	var b syncBuffer
+func (e *env) captureLogs() *testsync.Buffer {
+	var b testsync.Buffer
 	e.log = slog.New(slog.NewTextHandler(&b, nil))
 	e.pipe.Log, e.pages.Log = e.log, e.log
 	e.rebuild()
 	return &b
-}
-
-// syncBuffer is a bytes.Buffer safe for concurrent writers.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // defaults is the configuration a server started with no settings gets:

@@ -38,7 +38,7 @@ func (m *manage) adminOrganizations(c *gin.Context) {
 	q := models.OverviewQuery{Search: strings.TrimSpace(c.Query("q")), Sort: c.DefaultQuery("sort", models.SortName), Now: now, Period: now}
 	if !models.ValidOverviewSort(q.Sort) {
 		writeAPIError(c, m.log, apperr.Field(apperr.Invalid, "invalid_sort", "sort",
-			"sort must be one of "+strings.Join(models.OverviewSorts, ", ")))
+			"sort must be one of "+strings.Join(models.OverviewSorts(), ", ")))
 		return
 	}
 	switch c.DefaultQuery("dir", "asc") {

@@ -79,7 +79,7 @@ func TestUpstreamRatesAPI(t *testing.T) {
 	}
 }
 
-// TestHugeTPMKeyIsPacedSilently is issue §4: a key with tpm 1e12 (and rpm
+// TestHugeTPMKeyIsPacedSilently: a key with tpm 1e12 (and rpm
 // 1e8) used to log two warnings per request ("pacing failed; sending
 // unpaced" and "settling a provider key's tokens failed"). Now every request
 // is paced and settled, and nothing is logged at all.

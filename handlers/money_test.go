@@ -130,8 +130,8 @@ func parallel(g *genEnv, key, body string, n int) []*requestResult {
 	return out
 }
 
-// TestTheProviderIsHeldToWhatWasReserved is the 38x overspend of issue
-// 20: requests without max_tokens against a hard budget, a provider whose
+// TestTheProviderIsHeldToWhatWasReserved is a 38x overspend seen from the
+// outside: requests without max_tokens against a hard budget, a provider whose
 // answers run to 20,000 tokens. Each request now reserves gpt-4o-mini's
 // longest answer (16,384 tokens, $0.16384 at $10 a million) and carries it
 // to the provider as max_completion_tokens, so six fit a $1 budget, each

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluicehq/sluice/internal/testdb"
+	"github.com/sluicehq/sluice/internal/testsync"
 	"github.com/sluicehq/sluice/logging"
 	"github.com/sluicehq/sluice/metrics"
 )
@@ -53,7 +54,7 @@ func TestReadinessNamesWhatFails(t *testing.T) {
 // customer would not want in a log: no token, no email, no prompt.
 func TestAccessLogSaysWhatHappenedAndNothingPrivate(t *testing.T) {
 	e := newEnv(t, testdb.SQLite(t))
-	var b syncBuffer
+	var b testsync.Buffer
 	e.log = logging.New(&b, "info", "json")
 	e.pipe.Log, e.pages.Log = e.log, e.log
 	e.rebuild()
@@ -92,7 +93,7 @@ func TestAccessLogSaysWhatHappenedAndNothingPrivate(t *testing.T) {
 	}
 
 	// With SLUICE_LOG_PROMPTS the exchange is logged, redacted.
-	b = syncBuffer{}
+	b = testsync.Buffer{}
 	e.pipe.LogPrompts = true
 	e.rebuild()
 	e.do(request{method: "POST", path: "/v1/chat/completions", bearer: key,
@@ -105,9 +106,8 @@ func TestAccessLogSaysWhatHappenedAndNothingPrivate(t *testing.T) {
 // With info off (an operator at warn level) no access line is written,
 // and the request is still counted in the metrics.
 func TestAccessLogOffStillCounts(t *testing.T) {
-	var b syncBuffer
+	var b testsync.Buffer
 	reg := prometheus.NewRegistry()
-	gin.SetMode(gin.ReleaseMode)
 	r := gin.New()
 	r.Use(accessLog(logging.New(&b, "warn", "json"), metrics.NewGateway(reg)))
 	r.GET("/v1/models", func(c *gin.Context) { c.Status(http.StatusOK) })

@@ -45,7 +45,6 @@ type Check struct {
 // New returns the whole HTTP handler: the operator's routes, the /v1 API,
 // the management /api and the browser pages.
 func New(log *slog.Logger, ops Ops, v1API API, mgmt Management, p *web.Pages) http.Handler {
-	gin.SetMode(gin.ReleaseMode)
 	r := gin.New()
 	// Client addresses come from the connection, or from X-Forwarded-For
 	// only when a trusted proxy sent it: the login throttle keys on them.

@@ -188,7 +188,7 @@ func TestSignedBodiesAreReadOnce(t *testing.T) {
 	})
 }
 
-// The reproduction: a correctly signed request with X-Sluice-Async
+// The attack seen from outside: a correctly signed request with X-Sluice-Async
 // and X-Sluice-Priority added by whoever holds it is refused, naming them,
 // and logged once with its request id; each X-Sluice-* header alone is
 // named too; signed with them, it passes.

@@ -96,7 +96,7 @@ func TestTokenLimitAPI(t *testing.T) {
 			{name: "token 1", req: newToken, status: 201, body: []string{`"token":"sk_sluice_`}},
 			{name: "token 2", req: newToken, status: 201},
 		})
-		audit, err := e.store.AuditLog(context.Background(), currentOrg(t, e, "admin@example.com"), 10)
+		audit, _, err := e.store.AuditEntries(context.Background(), models.AuditQuery{OrgID: currentOrg(t, e, "admin@example.com"), PageSize: 10})
 		if err != nil {
 			t.Fatal(err)
 		}

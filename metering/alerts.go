@@ -13,8 +13,8 @@ import (
 )
 
 // AlertPercents are the shares of a budget at which its organization hears
-// about it.
-var AlertPercents = []int{50, 80, 100}
+// about it, a fresh slice each call.
+func AlertPercents() []int { return []int{50, 80, 100} }
 
 // BudgetAlerts tells an organization when its spending crosses 50%, 80%
 // and 100% of its monthly budget: once per threshold and month however
@@ -64,7 +64,7 @@ func Crossed(limit, before, after money.Amount) []int {
 		return nil
 	}
 	var out []int
-	for _, pct := range AlertPercents {
+	for _, pct := range AlertPercents() {
 		if m := mark(limit, pct); before < m && after >= m {
 			out = append(out, pct)
 		}
@@ -81,7 +81,7 @@ func Reached(limit, spent money.Amount) int {
 		return 100
 	}
 	reached := 0
-	for _, pct := range AlertPercents {
+	for _, pct := range AlertPercents() {
 		if spent >= mark(limit, pct) {
 			reached = pct
 		}

@@ -24,8 +24,10 @@ const (
 )
 
 // OverviewSorts lists the overview's sort columns in the order the page
-// shows them.
-var OverviewSorts = []string{SortName, SortTier, SortSpend, SortRequests, SortRejectionRate, SortFreezes, SortCreated}
+// shows them, a fresh slice each call.
+func OverviewSorts() []string {
+	return []string{SortName, SortTier, SortSpend, SortRequests, SortRejectionRate, SortFreezes, SortCreated}
+}
 
 // overviewKey is how the overview ranks organizations by a column: the
 // key's SQL and the one join it needs, if any. Ranking joins nothing else,

@@ -36,13 +36,6 @@ func audit(tx *gorm.DB, orgID, actorID int64, action, target, detail string) err
 	return dbErr(tx.Create(&e).Error, "audit entry")
 }
 
-// AuditLog returns an organization's latest entries.
-func (s *Store) AuditLog(ctx context.Context, orgID int64, limit int) ([]AuditEntry, error) {
-	var es []AuditEntry
-	err := s.db.WithContext(ctx).Where("org_id = ?", orgID).Order("id DESC").Limit(limit).Find(&es).Error
-	return es, dbErr(err, "audit log")
-}
-
 // AuditPageSize is how many entries a page of the admin's audit log shows.
 const AuditPageSize = 50
 

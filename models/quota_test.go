@@ -45,7 +45,7 @@ func TestFreezesAndTuning(t *testing.T) {
 		if _, err := s.LiftFreeze(ctx, admin, 999999); apperr.CodeOf(err) != apperr.NotFound {
 			t.Fatalf("lifting a missing freeze: %v", err)
 		}
-		log, _ := s.AuditLog(ctx, o.ID, 5)
+		log, _, _ := s.AuditEntries(ctx, models.AuditQuery{OrgID: o.ID, PageSize: 5})
 		if len(log) < 2 || log[0].Action != "token.unfreeze" || log[1].Action != "token.freeze" {
 			t.Fatalf("audit %+v", log)
 		}

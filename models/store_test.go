@@ -94,7 +94,7 @@ func TestStore(t *testing.T) {
 			if owner.RevokedAt == nil || owner.Status(time.Now()) != "revoked" {
 				t.Fatalf("not revoked: %+v", owner)
 			}
-			log, _ := s.AuditLog(ctx, a.ID, 10)
+			log, _, _ := s.AuditEntries(ctx, models.AuditQuery{OrgID: a.ID, PageSize: 10})
 			if len(log) < 2 || log[0].Action != "token.revoke" {
 				t.Fatalf("audit log %+v", log)
 			}
@@ -128,7 +128,7 @@ func TestStore(t *testing.T) {
 			if _, err := s.UpdateTier(ctx, admin, "gold", models.TierSettings{Capacity: 1, RefillPerSec: 1}); apperr.CodeOf(err) != apperr.NotFound {
 				t.Fatal(err)
 			}
-			log, _ := s.AuditLog(ctx, o.ID, 1)
+			log, _, _ := s.AuditEntries(ctx, models.AuditQuery{OrgID: o.ID, PageSize: 1})
 			if len(log) != 1 || log[0].Action != "tier.update" || !strings.Contains(log[0].Detail, "30 -> 40") {
 				t.Fatalf("audit %+v", log)
 			}

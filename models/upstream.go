@@ -107,9 +107,9 @@ func ParseKeyRate(field, s string) (int64, error) {
 	return r.Num().Int64(), nil
 }
 
-// rateError is the refusal of an RPM or TPM, naming the field: a 400, as
-// issue 8 asks of a rate that cannot work (the key's other fields are
-// refused with 422).
+// rateError is the refusal of an RPM or TPM, naming the field: a 400, since
+// a rate that cannot work is a bad request, not a bad entity (the key's
+// other fields are refused with 422).
 func rateError(field string) error {
 	return apperr.Field(apperr.Invalid, "invalid_"+field, field,
 		field+" must be a whole number of 0 (unknown) or more, at most 9223372036854775807 (e.g. 1000000000000 or 1e12)")

@@ -225,11 +225,6 @@ func (s *FreezeSet) Put(f Freeze) {
 	s.update(func(m map[int64]Freeze) { m[f.TokenID] = f })
 }
 
-// Lift ends tokenID's freeze early.
-func (s *FreezeSet) Lift(tokenID int64) {
-	s.update(func(m map[int64]Freeze) { delete(m, tokenID) })
-}
-
 // Replace swaps the whole set for fs, the active freezes as the database has
 // them; the periodic reload that makes freezes and lifts made on other nodes
 // visible here. A freeze Put after fs was read and before Replace is dropped

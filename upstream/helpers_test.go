@@ -1,9 +1,9 @@
 package upstream
 
 import (
-	"bytes"
 	"context"
 	"fmt"
+	"github.com/sluicehq/sluice/internal/testsync"
 	"io"
 	"log/slog"
 	"net/http"
@@ -169,25 +169,7 @@ func entry(p *Pool, id int64) *keyEntry {
 	return nil
 }
 
-// syncBuffer is a log sink safe for concurrent writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-func captureLog() (*slog.Logger, *syncBuffer) {
-	buf := &syncBuffer{}
+func captureLog() (*slog.Logger, *testsync.Buffer) {
+	buf := &testsync.Buffer{}
 	return slog.New(slog.NewTextHandler(buf, &slog.HandlerOptions{Level: slog.LevelDebug})), buf
 }

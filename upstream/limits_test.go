@@ -18,7 +18,7 @@ import (
 	"github.com/sluicehq/sluice/upstream/mock"
 )
 
-// shortWindowMock is the provider of issue §3: two keys at 1,500 RPM
+// shortWindowMock is a provider that counts short windows: two keys at 1,500 RPM
 // (25/s) each, enforced over 200 ms windows (a burst of 5), sending
 // x-ratelimit-* headers on every answer and a 429 with retry-after when the
 // window is exceeded. Its clock is c.

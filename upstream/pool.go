@@ -341,19 +341,6 @@ func (p *Pool) Status() []KeyStatus {
 	return out
 }
 
-// Enable puts a disabled or open key back in rotation (an admin's "re-enable"
-// after fixing the account), keeping its counters. It reports whether the
-// key exists.
-func (p *Pool) Enable(keyID int64) bool {
-	for _, e := range p.keys.Load().entries {
-		if e.key.ID == keyID {
-			e.h.reset(p.opts.Breaker)
-			return true
-		}
-	}
-	return false
-}
-
 // Degraded reports whether the degradation rule has tripped for model: Do
 // answers ErrUnavailable for it until the cool-down ends.
 func (p *Pool) Degraded(model string) bool {

@@ -10,7 +10,6 @@ import (
 	"net/url"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -21,6 +20,7 @@ import (
 	"github.com/sluicehq/sluice/billing"
 	"github.com/sluicehq/sluice/cluster"
 	"github.com/sluicehq/sluice/internal/clocktest"
+	"github.com/sluicehq/sluice/internal/testsync"
 	"github.com/sluicehq/sluice/metering"
 	"github.com/sluicehq/sluice/models"
 	"github.com/sluicehq/sluice/providers"
@@ -66,7 +66,7 @@ type site struct {
 	providers *providers.Service
 	pool      *upstream.Pool
 	billing   *billing.Service
-	logs      *syncBuffer
+	logs      *testsync.Buffer
 	deps      web.Deps // kept so a test can swap one part and rebuild
 	admin     models.User
 }
@@ -95,7 +95,7 @@ func newSite(t *testing.T, db *models.DB) *site {
 	if err != nil {
 		t.Fatal(err)
 	}
-	logs := &syncBuffer{}
+	logs := &testsync.Buffer{}
 	log := slog.New(slog.NewTextHandler(logs, nil))
 	pool := upstream.NewPool(upstream.PoolOptions{Now: clk.Now})
 	prov := providers.New(store, box, pool, cluster.None{}, log)
@@ -449,22 +449,4 @@ func (s *site) snapshot() string {
 		fmt.Fprintf(&b, "freeze %d lifted=%v\n", f.ID, f.LiftedAt != nil)
 	}
 	return b.String()
-}
-
-// syncBuffer is a log sink safe for concurrent writers.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

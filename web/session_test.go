@@ -4,11 +4,12 @@ import (
 	"context"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/accounts"
+	"github.com/golang-jwt/jwt/v5"
 	"github.com/sluicehq/sluice/internal/testdb"
 	"github.com/sluicehq/sluice/models"
 )
@@ -123,8 +124,15 @@ func TestBadSessionsAreDropped(t *testing.T) {
 		s := newSite(t, db)
 		ada := s.signup("ada@example.com", "Analytical Engines")
 		secret := []byte("0123456789abcdef0123456789abcdef") // the site's
+		// issue forges a session token in the format accounts signs, without
+		// recording it: what a thief with the secret, or a clock, could make.
 		issue := func(secret []byte, now time.Time, u models.User) string {
-			tok, _, err := accounts.NewSessions(secret, sessionTTL, func() time.Time { return now }).Issue(u)
+			claims := jwt.RegisteredClaims{
+				Issuer: "sluice", Audience: jwt.ClaimStrings{"sluice-session"}, Subject: strconv.FormatInt(u.ID, 10),
+				IssuedAt: jwt.NewNumericDate(now), NotBefore: jwt.NewNumericDate(now),
+				ExpiresAt: jwt.NewNumericDate(now.Add(sessionTTL)), ID: "forged",
+			}
+			tok, err := jwt.NewWithClaims(jwt.SigningMethodHS256, claims).SignedString(secret)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -1,37 +1,22 @@
 package main
 
 import (
-	"bytes"
 	"context"
+	"github.com/sluicehq/sluice/internal/testsync"
 	"io"
 	"net/http"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 )
-
-// syncBuffer is an io.Writer safe for the server's goroutines and the test.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
 
 var listening = regexp.MustCompile(`listening on (http://\S+)`)
 
 func TestRunServesAndStops(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	out := &syncBuffer{}
+	out := &testsync.Buffer{}
 	env := map[string]string{"MOCKUPSTREAM_KEYS": "sk-env=5"}
 	done := make(chan error, 1)
 	go func() {
