@@ -18,6 +18,7 @@ import (
 	"github.com/sluicehq/sluice/respcache"
 	"github.com/sluicehq/sluice/upstream"
 	"github.com/sluicehq/sluice/upstream/local"
+	"github.com/sluicehq/sluice/wire"
 )
 
 // fallbackRetryAfter is what a client is told to wait when every provider
@@ -227,7 +228,7 @@ func (p *Pipeline) relay(ctx context.Context, c *call, resp *upstream.Response, 
 		// A stalled or broken provider: end the stream with an error event
 		// the SDKs understand, rather than a silent cut.
 		p.Log.Warn("provider stream ended abnormally", "request_id", c.req.ID, "err", readErr)
-		var e wireError
+		var e wire.OpenAIError
 		e.Error.Message, e.Error.Type, e.Error.Code = "the provider stopped sending; the answer is incomplete", "server_error", "upstream_stalled"
 		msg, _ := json.Marshal(e)
 		_, _ = c.sink.Write(append(append([]byte("data: "), msg...), "\n\n"...))

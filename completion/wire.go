@@ -41,16 +41,6 @@ func toWireUsage(u chat.Usage) *wireUsage {
 	return &wireUsage{PromptTokens: u.PromptTokens, CompletionTokens: u.CompletionTokens, TotalTokens: u.Total()}
 }
 
-// wireError is OpenAI's error shape, for an error event inside a stream.
-type wireError struct {
-	Error struct {
-		Message string  `json:"message"`
-		Type    string  `json:"type"`
-		Param   *string `json:"param"`
-		Code    string  `json:"code"`
-	} `json:"error"`
-}
-
 // streamLocal sends a local reply as OpenAI's server-sent events: a role
 // chunk, content chunks, a finish chunk, optionally a usage chunk, then
 // [DONE]. head carries the id, creation time and model of every chunk.

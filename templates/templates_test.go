@@ -45,7 +45,7 @@ func everyPage(p Page) map[string]templ.Component {
 		"dashboard": Dashboard(p, DashboardView{OrgName: "Acme"}),
 		"tokens":    Tokens(p, TokensView{}),
 		"admin":     AdminTiers(p, AdminTiersView{}),
-		"error":     ErrorPage(p, 404, "Not found"),
+		"error":     ErrorPage(p, 404, "Not found", ""),
 	}
 }
 
@@ -916,7 +916,7 @@ func TestErrorPage(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			doc, _ := render(t, ErrorPage(Page{Title: "Not found", User: tt.user}, 404, "That page does not exist."))
+			doc, _ := render(t, ErrorPage(Page{Title: "Not found", User: tt.user}, 404, "That page does not exist.", ""))
 			page := byTestID(doc, "error-page")
 			if !strings.Contains(page.Text(), "404") || !strings.Contains(page.Text(), "That page does not exist.") {
 				t.Errorf("error page = %q", page.Text())
@@ -962,7 +962,7 @@ func TestUserStringsAreEscaped(t *testing.T) {
 			Tuning:  []TuningRow{{At: evil, Tier: evil, From: evil, To: evil, Load: evil}},
 			Limiter: LimiterState{Mode: evil},
 		})},
-		{"error", ErrorPage(p, 500, evil)},
+		{"error", ErrorPage(p, 500, evil, "req_1")},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -78,6 +78,8 @@ func (p *Pages) formError(c *gin.Context, err error, show func(templates.Page), 
 		return
 	}
 	e := apperr.As(err)
-	setRetryAfter(c, e)
+	if e.RetryAfter > 0 {
+		apperr.SetRetryAfter(c.Writer.Header(), e.RetryAfter)
+	}
 	show(templates.Page{Title: title, Error: e.Message})
 }

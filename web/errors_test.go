@@ -78,7 +78,7 @@ func TestRenderErrorHidesOnlyInternalMessages(t *testing.T) {
 				if strings.Contains(w.Body.String(), tt.secret) || strings.Contains(w.Body.String(), "internal error") {
 					t.Errorf("the page shows internal detail: %s", w.Body.String())
 				}
-				if !strings.Contains(logs.String(), "page failed") || !strings.Contains(logs.String(), tt.secret) {
+				if !strings.Contains(logs.String(), "request failed") || !strings.Contains(logs.String(), tt.secret) {
 					t.Errorf("the log lacks the detail %q: %s", tt.secret, logs.String())
 				}
 			}
@@ -114,6 +114,14 @@ func TestDatabaseOutageShowsTheGenericErrorPage(t *testing.T) {
 				w := tt.do()
 				w.t = t
 				w.expectError(http.StatusInternalServerError, genericError)
+				// The page quotes the request's id, and the log line has it.
+				rid := w.Header().Get("X-Request-Id")
+				if got := w.testid("error-request-id").Text(); rid == "" || got != rid {
+					t.Errorf("the 500 page quotes request id %q, the response's is %q", got, rid)
+				}
+				if !strings.Contains(s.logs.String(), "request_id="+rid) {
+					t.Errorf("no log line carries request id %s: %s", rid, s.logs.String())
+				}
 				if w.testid("form-error").Length() != 0 {
 					t.Error("an outage was shown as a mistake on the form")
 				}
@@ -122,7 +130,7 @@ func TestDatabaseOutageShowsTheGenericErrorPage(t *testing.T) {
 				}
 			})
 		}
-		if logs := s.logs.String(); !strings.Contains(logs, "page failed") || !strings.Contains(logs, "closed") {
+		if logs := s.logs.String(); !strings.Contains(logs, "request failed") || !strings.Contains(logs, "closed") {
 			t.Errorf("the outage is not logged with its cause: %s", logs)
 		}
 		s.anonymous().get("/login").expectPage(http.StatusOK, "login-form")

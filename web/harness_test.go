@@ -19,6 +19,7 @@ import (
 	"github.com/sluicehq/sluice/accounts"
 	"github.com/sluicehq/sluice/billing"
 	"github.com/sluicehq/sluice/cluster"
+	"github.com/sluicehq/sluice/handlers"
 	"github.com/sluicehq/sluice/internal/clocktest"
 	"github.com/sluicehq/sluice/internal/testsync"
 	"github.com/sluicehq/sluice/metering"
@@ -114,56 +115,13 @@ func newSite(t *testing.T, db *models.DB) *site {
 }
 
 // rebuild makes the handler from s.deps, after a test changed one.
-func (s *site) rebuild() { s.h = router(web.New(s.deps)) }
+func (s *site) rebuild() { s.h = s.router(web.New(s.deps)) }
 
-// router wires the pages as handlers/routes.go does: the same paths and the
-// same middleware order, without the API routes around them.
-func router(p *web.Pages) http.Handler {
-	r := gin.New()
-	_ = r.SetTrustedProxies(nil)
-	r.HandleMethodNotAllowed = true
-	r.StaticFS("/static", web.Static())
-	b := r.Group("/", p.LoadUser, p.GuardOrigin)
-	b.GET("/", p.Home)
-	b.GET("/login", p.LoginForm)
-	b.POST("/login", p.Login)
-	b.GET("/signup", p.SignupForm)
-	b.POST("/signup", p.Signup)
-	b.POST("/logout", p.Logout)
-	member := b.Group("/", p.RequireUser)
-	member.GET("/dashboard", p.Dashboard)
-	member.GET("/tokens", p.Tokens)
-	member.POST("/tokens", p.CreateToken)
-	member.POST("/tokens/:id/revoke", p.RevokeToken)
-	member.POST("/tokens/:id/signing", p.SetTokenSigning)
-	member.GET("/invoices/:id/csv", p.InvoiceCSV)
-	member.GET("/files/:id", p.DownloadFile)
-	member.GET("/jobs/:id/result", p.JobResult)
-	member.POST("/billing/budget", p.SetBudget)
-	member.POST("/billing/time-zone", p.SetTimeZone)
-	member.POST("/billing/webhook", p.SetWebhook)
-	member.POST("/billing/upgrade", p.RequestUpgrade)
-	adminPages := b.Group("/admin", p.RequireAdmin)
-	adminPages.GET("", p.AdminHome)
-	adminPages.GET("/organizations", p.AdminOverview)
-	adminPages.GET("/organizations/:id", p.AdminOrganization)
-	adminPages.GET("/organizations/:id/invoices/:invoice", p.AdminInvoice)
-	adminPages.GET("/organizations/:id/invoices/:invoice/csv", p.AdminInvoiceCSV)
-	adminPages.POST("/organizations/:id/tier", p.SetOrganizationTier)
-	adminPages.POST("/upgrade-requests/:id/approve", p.DecideUpgrade(true))
-	adminPages.POST("/upgrade-requests/:id/decline", p.DecideUpgrade(false))
-	adminPages.GET("/tiers", p.AdminTiers)
-	adminPages.POST("/tiers", p.CreateTier)
-	adminPages.POST("/tiers/:name", p.UpdateTier)
-	adminPages.POST("/tiers/:name/delete", p.DeleteTier)
-	adminPages.POST("/freezes/:id/lift", p.LiftFreeze)
-	adminPages.GET("/prices", p.AdminPrices)
-	adminPages.POST("/prices", p.SetPrice)
-	adminPages.GET("/audit", p.AdminAudit)
-	adminPages.GET("/upstreams", p.AdminUpstreams)
-	adminPages.POST("/upstreams", p.CreateUpstream)
-	adminPages.POST("/upstreams/:id/delete", p.DeleteUpstream)
-	return r
+// router is the real router (handlers.New) around the pages, with no API
+// behind it: the same paths and middleware a browser meets.
+func (s *site) router(p *web.Pages) http.Handler {
+	log := slog.New(slog.NewTextHandler(s.logs, nil))
+	return handlers.New(log, handlers.Ops{}, handlers.API{}, handlers.Management{}, p)
 }
 
 // signup creates an organization on the free tier with its owner.

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/testdb"
+	"github.com/sluicehq/sluice/internal/testsync"
 	"github.com/sluicehq/sluice/models"
 	"github.com/sluicehq/sluice/web"
 )
@@ -119,6 +120,9 @@ func TestPagesByRole(t *testing.T) {
 					return
 				case tt.message != "":
 					w.expectError(tt.status, tt.message)
+					if w.testid("error-request-id").Length() != 0 {
+						t.Error("a 4xx page quotes a request id: only server failures need one")
+					}
 				default:
 					w.expectPage(tt.status, tt.ids...)
 				}
@@ -191,7 +195,8 @@ func TestSignedInPagesShowWhoIsSignedIn(t *testing.T) {
 // anonymous visit to a public page touch one.
 func TestStaticFilesAreServed(t *testing.T) {
 	t.Parallel()
-	s := &site{t: t, h: router(web.New(web.Deps{}))}
+	s := &site{t: t, logs: &testsync.Buffer{}}
+	s.h = s.router(web.New(web.Deps{}))
 	w := s.anonymous().get("/static/sluice.css")
 	if w.Code != http.StatusOK {
 		t.Fatalf("GET /static/sluice.css = %d, want 200", w.Code)

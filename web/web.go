@@ -88,34 +88,30 @@ func render(c *gin.Context, status int, comp templ.Component) {
 	}
 }
 
-// RenderError answers a browser request with the error page, mapping err's
-// code to the status the same way the JSON API does.
+// RenderError answers a browser request with the error page, through the
+// same mapping as the API (apperr.Publish). A 5xx page shows the request id,
+// which the router's first middleware put in the X-Request-Id header, so a
+// report can be matched to the log line.
 func RenderError(c *gin.Context, log *slog.Logger, err error) {
-	e := apperr.As(err)
-	status := apperr.Status(e.Code)
-	msg := e.Message
-	if e.Code == apperr.Internal { // only internal errors hide their message
-		log.Error("page failed", "method", c.Request.Method, "path", c.FullPath(), "err", err)
+	rid := c.Writer.Header().Get("X-Request-Id")
+	r := apperr.Publish(log, apperr.Request{Method: c.Request.Method, Route: c.FullPath(), ID: rid}, err)
+	r.SetRetryAfter(c.Writer.Header())
+	msg := r.Message
+	if r.Err.Code == apperr.Internal {
 		msg = "Something went wrong on our side. Please try again."
 	}
-	setRetryAfter(c, e)
-	page := templates.Page{Title: strconv.Itoa(status) + " " + http.StatusText(status)}
+	if r.Status < 500 {
+		rid = ""
+	}
+	page := templates.Page{Title: strconv.Itoa(r.Status) + " " + http.StatusText(r.Status)}
 	if u, ok := userOf(c); ok {
 		page.User = &templates.UserNav{Email: u.Email, IsAdmin: u.IsAdmin()}
 	}
-	render(c, status, templates.ErrorPage(page, status, msg))
+	render(c, r.Status, templates.ErrorPage(page, r.Status, msg, rid))
 	c.Abort()
 }
 
 func (p *Pages) fail(c *gin.Context, err error) { RenderError(c, p.log, err) }
-
-// setRetryAfter sends e's Retry-After, if it has one, in whole seconds
-// rounded up, as the API sends it.
-func setRetryAfter(c *gin.Context, e *apperr.Error) {
-	if e.RetryAfter > 0 {
-		c.Header("Retry-After", strconv.FormatInt(int64((e.RetryAfter+time.Second-1)/time.Second), 10))
-	}
-}
 
 // GuardOrigin rejects cross-site form posts before they reach a handler.
 func (p *Pages) GuardOrigin(c *gin.Context) {

@@ -38,6 +38,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/sluicehq/sluice/wire"
 )
 
 // Config sets what the mock accepts and how it behaves. The zero value of
@@ -322,22 +324,12 @@ func (s *Server) fail() bool {
 	return s.rng.Float64() < s.cfg.FailureRate
 }
 
-// openAIError is the error body OpenAI-compatible providers send.
-type openAIError struct {
-	Error struct {
-		Message string  `json:"message"`
-		Type    string  `json:"type"`
-		Param   *string `json:"param"`
-		Code    string  `json:"code"`
-	} `json:"error"`
-}
-
 // writeError writes status with an OpenAI error body whose type and code
 // follow the status: 401 invalid_api_key, 429 rate_limit_exceeded, other 4xx
 // invalid_request_error, 5xx server_error; the code of the others is the
 // status text in snake case ("service_unavailable").
 func writeError(w http.ResponseWriter, status int, message string) {
-	var e openAIError
+	var e wire.OpenAIError
 	e.Error.Message = message
 	e.Error.Code = strings.ToLower(strings.ReplaceAll(http.StatusText(status), " ", "_"))
 	e.Error.Type = "invalid_request_error"

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/wire"
 )
 
 const chatBody = `{"model":"gpt-test","messages":[{"role":"system","content":"be brief"},{"role":"user","content":"write a spring couplet about good fortune and long life please"}]}`
@@ -31,9 +33,9 @@ func do(t *testing.T, h http.Handler, method, path, key, body string, hdr ...str
 }
 
 // errorOf decodes an OpenAI error body.
-func errorOf(t *testing.T, rec *httptest.ResponseRecorder) openAIError {
+func errorOf(t *testing.T, rec *httptest.ResponseRecorder) wire.OpenAIError {
 	t.Helper()
-	var e openAIError
+	var e wire.OpenAIError
 	if err := json.Unmarshal(rec.Body.Bytes(), &e); err != nil {
 		t.Fatalf("error body %q: %v", rec.Body.String(), err)
 	}
