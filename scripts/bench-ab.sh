@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # bench-ab.sh — two builds of Sluice side by side against a zero-latency mock
 # provider, with the direct path and a bare reverse proxy (its own process)
-# as baselines, interleaved round by round (issue 8 §1's setting).
+# as baselines, interleaved round by round (the setting of the hot path
+# against a bare proxy, docs/BENCHMARKS.md).
 #
 #   BEFORE=<commit> scripts/bench-ab.sh [MODE] [ROUNDS] [RATE] [DURATION]
 #
@@ -66,7 +67,7 @@ mkdir -p "$TMP/bin" "$TMP/src-before" "$TMP/bareproxy"
 (cd "$ROOT" && git archive "$BEFORE" | tar -x -C "$TMP/src-before")
 (cd "$TMP/src-before" && go build -o "$TMP/bin/sluice-before" .)
 (cd "$ROOT" && go build -o "$TMP/bin/sluice-after" . && go build -o "$TMP/bin/" ./cmd/mockupstream ./cmd/loadgen)
-# The bare proxy of issue 8 §1, as bench-all builds it.
+# The bare proxy the hot-path goals compare against, as bench-all builds it.
 sed -n '/cat >"$TMP\/bareproxy\/main.go" <<.EOF./,/^EOF$/p' "$ROOT/scripts/bench-all.sh" | sed '1d;$d' >"$TMP/bareproxy/main.go"
 printf 'module bareproxy\n\ngo 1.22\n' >"$TMP/bareproxy/go.mod"
 (cd "$TMP/bareproxy" && GOWORK=off GOFLAGS= go build -o "$TMP/bin/bareproxy" .)

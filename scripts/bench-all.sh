@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# bench-all.sh — one short measurement per performance goal of every issue,
-# each beside its baseline measured in the same run, and a summary table.
+# bench-all.sh — one short measurement per performance goal, each beside
+# its baseline measured in the same run, and a summary table.
 # The goals, the full-length commands and the figures are in
 # docs/BENCHMARKS.md ("Every goal at a glance"); this script is the quick
 # way to re-measure all of them at once: under 10 minutes on the project's
@@ -11,9 +11,9 @@
 #   KEEP_TMP=1 scripts/bench-all.sh          # keep binaries, logs, raw outputs
 #
 # Durations are SHORTENED to fit the budget, so read the figures as a
-# check, not as the report's numbers: load rounds of 3 s (the issues ask
-# for 5-10 s), -benchtime of a few hundred ms, a seeded database of 1,000
-# organizations and 1M usage events (the issue's is 10M), cluster tests of
+# check, not as the reference's numbers: load rounds of 3 s (the full runs
+# use 5-10 s), -benchtime of a few hundred ms, a seeded database of 1,000
+# organizations and 1M usage events (the goal's size is 10M), cluster tests of
 # 3 s. Where a goal is a ratio, its baseline runs in the same run,
 # interleaved round by round (loadgen visits direct, sluice, bare proxy in
 # turn), so a busy moment of a shared machine hits both sides alike.
@@ -25,26 +25,28 @@
 #   recorder   metering: BenchmarkRecorderPostgres (4 configurations; the
 #              1024/1-flusher one is the baseline of 4096/2, what Postgres
 #              nodes use) and models: TestAdminQueriesAt10kOrganizations
-#   overhead   issue 8 §1 and issue 4 B on the embedded default: a
-#              zero-latency mock, direct vs Sluice vs a bare
+#   overhead   the hot path against a bare proxy and the absolute overhead
+#              goals (scenario B), on the embedded default: a zero-latency
+#              mock, direct vs Sluice vs a bare
 #              httputil.ReverseProxy (its own process), saturation at 64
 #              connections, then 1k/s and min(5k/s, 80% of Sluice's
 #              saturation), 3 interleaved rounds, medians of the per-round
-#              percentiles; then a key with tpm 1e12 (issue 8 §4): warnings
-#   quota      issue 4 A: mock 2 keys x 25/s, 50 +/- 20 ms; a naive direct
-#              client vs Sluice, each on its own mock, at 50/s and 100/s
-#   burst      issue 8 §3: a provider enforcing 1,500 RPM as a burst of 5;
+#              percentiles; then a key with tpm 1e12: warnings per request
+#   quota      a provider's quota (scenario A): mock 2 keys x 25/s,
+#              50 +/- 20 ms; a naive direct client vs Sluice, each on its
+#              own mock, at 50/s and 100/s
+#   burst      a short-window provider: 1,500 RPM enforced as a burst of 5;
 #              traffic 20 at once at 40/s and at 100/s; naive direct vs
 #              Sluice, each on its own mock
-#   pages      issue 9: cmd/seed (SEED_ORGS, SEED_EVENTS) into a scratch
+#   pages      page latency: cmd/seed (SEED_ORGS, SEED_EVENTS) into a scratch
 #              Postgres, Sluice on it with Redis, cmd/pagebench over the
 #              dashboard, admin pages and /api/usage/series, /healthz beside
-#   overhead-pg  issue 8 §1 again on Postgres + Redis, on the pages' Sluice
-#              (pages and overhead-pg are one section: naming either runs both)
+#   overhead-pg  the hot path against a bare proxy again, on Postgres +
+#              Redis, on the pages' Sluice (pages and overhead-pg are one
+#              section: naming either runs both)
 #   cluster    root package tests on the real Postgres and Redis: accuracy
-#              across nodes (issue 3), cold start and a Redis stall (issue
-#              8 §2), 1,000 jobs through a restart (issue 10), and the fault
-#              tests TestFault* (issue 11)
+#              across nodes, cold start across 3 nodes and a Redis stall,
+#              1,000 jobs through a restart, and the fault tests TestFault*
 #
 # Environment (all optional):
 #   PG_URL=postgres://postgres@127.0.0.1:5432/test?sslmode=disable   a server
@@ -77,7 +79,7 @@ CLUSTER_SECONDS=${CLUSTER_SECONDS:-3}
 BURST_DURATION=${BURST_DURATION:-5s}
 BUDGET=${BUDGET:-600}
 SECTIONS=${SECTIONS:-limiter recorder overhead quota burst pages overhead-pg cluster}
-CONCURRENCY=64 # the issue's saturation is measured at 64 connections
+CONCURRENCY=64 # saturation is measured at 64 connections
 
 for tool in go curl python3 psql timeout; do
 	command -v "$tool" >/dev/null || { echo "bench-all: $tool is required" >&2; exit 1; }
@@ -268,8 +270,9 @@ build() {
 		# then says so instead of stopping the run.
 		timeout 600 go test -c -o "$TMP/bin/root.test" . >"$TMP/root-build.log" 2>&1 || true
 	)
-	# The bare proxy of issue 8 §1, as its own process: loadgen's
-	# -serve-proxy ReverseProxy (cmd/loadgen/proxy.go), standalone.
+	# The bare proxy the hot-path goals compare against, as its own
+	# process: loadgen's -serve-proxy ReverseProxy (cmd/loadgen/proxy.go),
+	# standalone.
 	cat >"$TMP/bareproxy/main.go" <<'EOF'
 package main
 
@@ -346,38 +349,38 @@ row = lambda *f: print("\t".join(f))
 fixed, real, now = (mem.get(k) for k in ("BenchmarkMemoryAllowOneKeyFixedClock", "BenchmarkMemoryAllowOneKey", "BenchmarkTimeNow"))
 if fixed and now:
     f, a, n = med(fixed, "ns/op"), max(r["allocs/op"] for r in fixed), med(now, "ns/op")
-    row("#8 §5: Allow, injected clock, ≤ 30 ns/op and 0 allocs", "time.Now alone %.1f ns" % n,
+    row("Allow, injected clock: ≤ 30 ns/op and 0 allocs", "time.Now alone %.1f ns" % n,
         "%.1f ns/op (median of 5; min %.1f), %d allocs" % (f, min(r["ns/op"] for r in fixed), a),
         "%.2f of 30 ns" % (f / 30), "met" if f <= 30 and a == 0 else "not met", "limiter")
-    row("#3: Allow ≤ 50 ns/op and 0 allocs on one key (Allow's own work)", "-", "%.1f ns/op, %d allocs" % (f, a),
+    row("Allow ≤ 50 ns/op and 0 allocs on one key (Allow's own work)", "-", "%.1f ns/op, %d allocs" % (f, a),
         "%.2f of 50 ns" % (f / 50), "met" if f <= 50 and a == 0 else "not met", "limiter")
 if real and now:
     r, n = med(real, "ns/op"), med(now, "ns/op")
-    row("#8 §5: Allow with the real clock (reported beside it; no target)", "time.Now alone %.1f ns" % n,
+    row("Allow with the real clock (reported beside it; no target)", "time.Now alone %.1f ns" % n,
         "%.1f ns/op, %d allocs" % (r, max(x["allocs/op"] for x in real)), "%.2fx time.Now" % (r / n), "reported", "limiter")
 par = mem.get("BenchmarkMemoryAllowParallel100kKeys")
 if par:
-    row("#3: Allow in parallel over 100k keys (no target)", "-", "%.1f ns/op" % med(par, "ns/op"), "-", "reported", "limiter")
+    row("Allow in parallel over 100k keys (no target)", "-", "%.1f ns/op" % med(par, "ns/op"), "-", "reported", "limiter")
 k = one.get("BenchmarkMemory1MIdleKeys")
 if k:
     v = k[0]
-    row("#3: 1M idle keys ≤ 200 MB; freed after eviction", "-",
+    row("1M idle keys ≤ 200 MB; freed after eviction", "-",
         "%.1f MB (1M replaced: %.1f MB; swept: %.2f MB)" % (v["MB-1M-keys"], v["MB-1M-replaced"], v["MB-swept"]),
         "%.2f of 200 MB" % (v["MB-1M-keys"] / 200), "met" if v["MB-1M-keys"] <= 200 and v["MB-swept"] < 1 else "not met", "limiter")
 ser = [(k2, red[k2][0]["roundtrips/op"]) for k2 in ("BenchmarkRedisAllow", "BenchmarkRedisAllowBoth") if k2 in red]
 if ser:
     rt = max(v for _, v in ser)
     allp = ", ".join("%s %.3f" % (k2.replace("Benchmark", "").replace("Redis", ""), red[k2][0]["roundtrips/op"]) for k2 in red)
-    row("#3: Redis limiter, 1 EVALSHA round trip per admission", "-", allp, "serial: %.3f of 1" % rt,
+    row("Redis limiter, 1 EVALSHA round trip per admission", "-", allp, "serial: %.3f of 1" % rt,
         "met" if rt <= 1.0 else "not met", "limiter")
 p = red.get("BenchmarkRedisAllowParallel")
 if p:
     rate = 1e9 / p[0]["ns/op"]
-    row("#3: shared limiter throughput (32 goroutines; no target)", "Redis PING %.0f/s (redis-benchmark -c 32)" % ping if ping else "-",
+    row("shared limiter throughput (32 goroutines; no target)", "Redis PING %.0f/s (redis-benchmark -c 32)" % ping if ping else "-",
         "%.0f decisions/s" % rate, "%.2fx PING" % (rate / ping) if ping else "-", "reported", "limiter")
 d = red.get("BenchmarkDegradingAllowParallel")
 if d and p:
-    row("#3: the same through the degrading breaker (no target)", "Redis limiter %.1f µs/op" % (p[0]["ns/op"] / 1e3),
+    row("the same through the degrading breaker (no target)", "Redis limiter %.1f µs/op" % (p[0]["ns/op"] / 1e3),
         "%.1f µs/op" % (d[0]["ns/op"] / 1e3), "%.2fx" % (d[0]["ns/op"] / p[0]["ns/op"]), "reported", "limiter")
 EOF
 }
@@ -399,7 +402,7 @@ for line in open(sys.argv[1]):
 base, got = r.get(("1024", "1")), r.get(("4096", "2"))
 others = ", ".join("%s/%s %.0f" % (k[0], k[1], v) for k, v in sorted(r.items()))
 if got:
-    print("\t".join(["#9: recorder ≥ 150,000 events/s into Postgres, rollups kept (batch 4096, 2 flushers)",
+    print("\t".join(["recorder ≥ 150,000 events/s into Postgres, rollups kept (batch 4096, 2 flushers)",
         "batch 1024, 1 flusher: %.0f/s" % base if base else "-", "%.0f events/s (all: %s)" % (got, others),
         "%.2f of 150k (%.2fx baseline)" % (got / 150000, got / base if base else 0),
         "met" if got >= 150000 else "not met", "recorder"]))
@@ -417,11 +420,11 @@ passed = "--- PASS: TestAdminQueriesAt10kOrganizations" in text
 if rows:
     worst = max(rows, key=lambda r: float(r[1]) * f[r[2]])
     w = float(worst[1]) * f[worst[2]]
-    print("\t".join(["#9: admin console fast at 10,000 organizations (every overview/audit query, median ≤ 50 ms)", "-",
+    print("\t".join(["admin console fast at 10,000 organizations (every overview/audit query, median ≤ 50 ms)", "-",
         "slowest median %.1f ms (%s), %d queries" % (w, worst[0], len(rows)), "%.2f of 50 ms" % (w / 50),
         "met" if passed and w <= 50 else "not met", "recorder"]))
 else:
-    print("\t".join(["#9: admin console fast at 10,000 organizations", "-", "the test did not run (see its log)", "-", "error", "recorder"]))
+    print("\t".join(["admin console fast at 10,000 organizations", "-", "the test did not run (see its log)", "-", "error", "recorder"]))
 EOF
 }
 
@@ -471,29 +474,29 @@ try:
     for pct in ("p50", "p99"):
         d, s, p = (med("1000", t, pct) for t in ("direct", "sluice", "proxy"))
         ratio = (s - d) / (p - d) if p - d > 0 else float("inf")
-        row("#8 §1: added %s at 1k/s ≤ 1.2x the bare proxy's, %s" % (pct, name),
+        row("hot path: added %s at 1k/s ≤ 1.2x the bare proxy's, %s" % (pct, name),
             "bare proxy +%.2f ms (direct %.2f ms)" % (p - d, d), "sluice +%.2f ms" % (s - d),
             "%.2fx (goal ≤ 1.2x)" % ratio, "met" if ratio <= 1.2 else "not met", sec)
     qs, qp = med("max", "sluice", "qps"), med("max", "proxy", "qps")
-    row("#8 §1: saturation ≥ %.1fx the bare proxy (64 connections), %s" % (sat_goal, name),
+    row("hot path: saturation ≥ %.1fx the bare proxy (64 connections), %s" % (sat_goal, name),
         "bare proxy %.0f/s (direct %.0f/s)" % (qp, med("max", "direct", "qps")), "sluice %.0f/s" % qs,
         "%.2fx (goal ≥ %.1fx)" % (qs / qp, sat_goal), "met" if qs / qp >= sat_goal else "not met", sec)
     s, p = med(r5k, "sluice", "p99"), med(r5k, "proxy", "p99")
-    row("#8 §1: p99 at min(5k/s, 80%% of saturation) ≤ 3x the bare proxy's, %s" % name,
+    row("hot path: p99 at min(5k/s, 80%% of saturation) ≤ 3x the bare proxy's, %s" % name,
         "bare proxy %.2f ms at %s/s" % (p, r5k), "sluice %.2f ms (%.1f ok/s)" % (s, med(r5k, "sluice", "qps")),
         "%.2fx (goal ≤ 3x)" % (s / p), "met" if s / p <= 3 else "not met", sec)
     if mode == "embedded":
         d50, s50, d99, s99 = med("1000", "direct", "p50"), med("1000", "sluice", "p50"), med("1000", "direct", "p99"), med("1000", "sluice", "p99")
-        row("#4 B: added p50 at 1k RPS ≤ 0.2 ms", "direct %.2f ms; bare proxy +%.2f ms" % (d50, med("1000", "proxy", "p50") - d50),
+        row("absolute overhead (scenario B): added p50 at 1k RPS ≤ 0.2 ms", "direct %.2f ms; bare proxy +%.2f ms" % (d50, med("1000", "proxy", "p50") - d50),
             "+%.2f ms" % (s50 - d50), "%.2f of 0.2 ms" % ((s50 - d50) / 0.2), "met" if s50 - d50 <= 0.2 else "not met", sec)
-        row("#4 B: added p99 at 1k RPS ≤ 1 ms", "direct %.2f ms; bare proxy +%.2f ms" % (d99, med("1000", "proxy", "p99") - d99),
+        row("absolute overhead (scenario B): added p99 at 1k RPS ≤ 1 ms", "direct %.2f ms; bare proxy +%.2f ms" % (d99, med("1000", "proxy", "p99") - d99),
             "+%.2f ms" % (s99 - d99), "%.2f of 1 ms" % (s99 - d99), "met" if s99 - d99 <= 1 else "not met", sec)
-        row("#4 B: saturation ≥ 0.75x the bare proxy", "bare proxy %.0f/s" % qp, "sluice %.0f/s" % qs,
+        row("absolute overhead (scenario B): saturation ≥ 0.75x the bare proxy", "bare proxy %.0f/s" % qp, "sluice %.0f/s" % qs,
             "%.2fx (goal ≥ 0.75x)" % (qs / qp), "met" if qs / qp >= 0.75 else "not met", sec)
     if errs:
         row("overhead runs through Sluice answered non-2xx, %s" % name, "-", "%.2f%% summed over runs" % errs, "0", "not met", sec)
 except KeyError as e:
-    row("#8 §1: overhead, %s" % name, "-", "missing run %s in loadgen's output" % (e,), "-", "error", sec)
+    row("hot path against a bare proxy, %s" % name, "-", "missing run %s in loadgen's output" % (e,), "-", "error", sec)
 EOF
 }
 
@@ -503,9 +506,9 @@ sec_overhead() {
 	start_sluice sluice-embedded
 	prepare_load
 	overhead_run embedded 1.0
-	# Issue 8 §4: a key with tpm 1e12 must pace (or be unlimited) without a
-	# warning per request.
-	log "a provider key with tpm 1e12 (issue 8 §4)"
+	# A key with tpm 1e12 must pace (or be unlimited) without a warning per
+	# request.
+	log "a provider key with tpm 1e12"
 	start_mock mock-huge -keys "sk-bench-h=1000000"
 	local id before after
 	id=$(add_key mock-huge "$MOCK_URL/v1" sk-bench-h 100000000 1000000000000)
@@ -522,16 +525,16 @@ lines = int(sys.argv[2])
 n, err = (int(m.group(1)), float(m.group(3))) if m else (0, 100.0)
 tail = open(sys.argv[3]).read().splitlines()[int(sys.argv[4]):]
 pacing = sum(1 for l in tail if "pacing" in l or "settling" in l)
-print("\t".join(["#8 §4: a key with tpm 1e12 works, no per-request warnings", "issue: 2 warnings per request",
+print("\t".join(["a key with tpm 1e12 works, no per-request warnings", "earlier builds: 2 warnings per request",
     "%d warn/error lines (%d about pacing) for %d requests, %.2f%% non-2xx" % (lines, pacing, n, err),
     "%.3f lines/request" % (lines / n if n else 0), "met" if n and lines <= 3 and err == 0 else "not met", "overhead"]))
 EOF
 }
 
-# ---------------------------------------------------------------- quota (issue 4 A)
+# ---------------------------------------------------------------- quota (scenario A)
 
 sec_quota() {
-	log "issue 4 A: mock 2 x 25/s, 50 +/- 20 ms; naive direct vs sluice, each on its own mock"
+	log "a provider's quota: mock 2 x 25/s, 50 +/- 20 ms; naive direct vs sluice, each on its own mock"
 	start_mock mock-a-direct -keys "sk-bench-a=25,sk-bench-b=25" -latency 50ms -jitter 20ms
 	local direct=$MOCK_URL
 	start_mock mock-a-sluice -keys "sk-bench-a=25,sk-bench-b=25" -latency 50ms -jitter 20ms
@@ -559,27 +562,27 @@ row = lambda *x: print("\t".join(x))
 d, s = rows.get(("direct", "50/s")), rows.get(("sluice", "50/s"))
 d2, s2 = rows.get(("direct", "100/s")), rows.get(("sluice", "100/s"))
 if d and s and d2 and s2:
-    row("#4 A: ≤ 0.1% client errors through Sluice at capacity (50/s)", "naive direct %.2f%%" % d["err"], "%.2f%%" % s["err"],
+    row("provider quota (scenario A): ≤ 0.1% client errors through Sluice at capacity (50/s)", "naive direct %.2f%%" % d["err"], "%.2f%%" % s["err"],
         "goal ≤ 0.1%", "met" if s["err"] <= 0.1 else "not met", "quota")
-    row("#4 A: ≤ 1% upstream 429s (at 50/s and 2x over)", "naive direct %.1f%% / %.1f%%" % (pct429(d), pct429(d2)),
+    row("provider quota (scenario A): ≤ 1% upstream 429s (at 50/s and 2x over)", "naive direct %.1f%% / %.1f%%" % (pct429(d), pct429(d2)),
         "%.2f%% / %.2f%%" % (pct429(s), pct429(s2)), "goal ≤ 1%", "met" if max(pct429(s), pct429(s2)) <= 1 else "not met", "quota")
     # A short run is flattered by the keys' initial bursts (25 each): the
     # verdict takes them out of what the provider answered.
     ok = round(s2["n"] * (1 - s2["err"] / 100))
     elapsed = ok / s2["qps"] if s2["qps"] else 1
     net = 100 * (s2["up"] - s2["up429"] - 50) / elapsed / 50
-    row("#4 A: ≥ 95% of the combined 50/s quota delivered (offered 100/s)", "naive direct %.1f ok/s (%.1f%% errors)" % (d2["qps"], d2["err"]),
+    row("provider quota (scenario A): ≥ 95% of the combined 50/s quota delivered (offered 100/s)", "naive direct %.1f ok/s (%.1f%% errors)" % (d2["qps"], d2["err"]),
         "%.1f ok/s, all from the provider: %s" % (s2["qps"], "yes" if s2["up"] - s2["up429"] >= ok else "no (fallbacks)"),
         "%.1f%% of 50/s; %.1f%% less the keys' initial 50" % (2 * s2["qps"], net), "met" if net >= 95 else "not met", "quota")
 else:
-    row("#4 A: seed quota table", "-", "missing rows in loadgen's output", "-", "error", "quota")
+    row("provider quota (scenario A)", "-", "missing rows in loadgen's output", "-", "error", "quota")
 EOF
 }
 
-# ---------------------------------------------------------------- burst (issue 8 §3)
+# ---------------------------------------------------------------- burst (a short-window provider)
 
 sec_burst() {
-	log "issue 8 §3: a provider enforcing 1,500 RPM as a burst of 5; traffic 20 at once"
+	log "a short-window provider: 1,500 RPM enforced as a burst of 5; traffic 20 at once"
 	start_mock mock-burst-direct -keys "sk-bench-a=25,sk-bench-b=25" -burst 5 -latency 50ms -jitter 20ms
 	local direct=$MOCK_URL
 	start_mock mock-burst-sluice -keys "sk-bench-a=25,sk-bench-b=25" -burst 5 -latency 50ms -jitter 20ms
@@ -607,7 +610,7 @@ row = lambda *x: print("\t".join(x))
 p = lambda r: 100.0 * r["up429"] / r["up"] if r["up"] else 0
 d, s, d2, s2 = (rows.get(k) for k in (("direct", "40"), ("sluice", "40"), ("direct", "100"), ("sluice", "100")))
 if d and s and d2 and s2:
-    row("#8 §3: bursty traffic under the quota (40/s, 20 at once): 0 client errors, ≤ 0.1% provider 429s",
+    row("short-window provider: bursty traffic under the quota (40/s, 20 at once): 0 client errors, ≤ 0.1% provider 429s",
         "naive direct: %.1f%% errors, %d of %d attempts 429" % (d["err"], d["up429"], d["up"]),
         "%.2f%% errors, %d of %d attempts 429 (%.2f%%)" % (s["err"], s["up429"], s["up"], p(s)), "goal 0% / ≤ 0.1%",
         "met" if s["err"] == 0 and p(s) <= 0.1 else "not met", "burst")
@@ -615,20 +618,20 @@ if d and s and d2 and s2:
     ok = round(s2["n"] * (1 - s2["err"] / 100))
     elapsed = ok / s2["qps"] if s2["qps"] else 1
     net = 100 * (s2["up"] - s2["up429"] - 10) / elapsed / 50
-    row("#8 §3: offered 2x the quota (100/s, 20 at once): ≥ 98% of the combined 50/s delivered",
+    row("short-window provider: offered 2x the quota (100/s, 20 at once): ≥ 98% of the combined 50/s delivered",
         "naive direct: %.1f ok/s, %.1f%% errors" % (d2["qps"], d2["err"]),
         "%.1f ok/s, %d of %d attempts 429, %.2f%% errors" % (s2["qps"], s2["up429"], s2["up"], s2["err"]),
         "%.1f%% of 50/s; %.1f%% less the keys' initial 10" % (2 * s2["qps"], net), "met" if net >= 98 and s2["err"] == 0 else "not met", "burst")
 else:
-    row("#8 §3: short-window provider", "-", "missing rows in loadgen's output", "-", "error", "burst")
+    row("short-window provider", "-", "missing rows in loadgen's output", "-", "error", "burst")
 EOF
 }
 
-# ---------------------------------------------------------------- pages (issue 9) and overhead on Postgres + Redis
+# ---------------------------------------------------------------- pages and overhead on Postgres + Redis
 
 PG_ENV=()
 sec_pages() {
-	log "issue 9: seeding $SEED_ORGS organizations and $SEED_EVENTS usage events into a scratch Postgres"
+	log "pages: seeding $SEED_ORGS organizations and $SEED_EVENTS usage events into a scratch Postgres"
 	psql "$PG_URL" -qAtc "CREATE DATABASE \"$DB_PAGES\"" >/dev/null
 	local url
 	url=$(db_url "$DB_PAGES")
@@ -668,14 +671,14 @@ if pages and base:
     worst = max(pages, key=lambda r: r["p95"])
     over = [name(r["path"]) + " %.1f" % r["p95"] for r in pages if r["p95"] > 50]
     failed = sum(r["failed"] for r in pages)
-    print("\t".join(["#9: every dashboard/admin page and /api/usage/series p95 ≤ 50 ms (%s orgs, %.1fM events; goal's size 10M)" % (orgs, int(events) / 1e6),
+    print("\t".join(["every dashboard/admin page and /api/usage/series p95 ≤ 50 ms (%s orgs, %.1fM events; goal's size 10M)" % (orgs, int(events) / 1e6),
         "/healthz p95 %.1f ms" % base[0]["p95"],
         "worst p95 %.1f ms (%s); %d paths; %d failed%s" % (worst["p95"], name(worst["path"]), len(pages), failed, "; over 50 ms: " + ", ".join(over) if over else ""),
         "%.2f of 50 ms" % (worst["p95"] / 50), "met at this size" if worst["p95"] <= 50 and failed == 0 else "not met", "pages"]))
 else:
-    print("\t".join(["#9: page p95 ≤ 50 ms", "-", "pagebench printed no table", "-", "error", "pages"]))
+    print("\t".join(["page p95 ≤ 50 ms", "-", "pagebench printed no table", "-", "error", "pages"]))
 EOF
-	# Issue 8 §1 on Postgres + Redis, on the same Sluice.
+	# The hot path against a bare proxy on Postgres + Redis, on the same Sluice.
 	log "overhead on Postgres + Redis: direct vs sluice vs bare proxy"
 	# The database has an admin already (the seed's), so Sluice made none.
 	ADMIN_EMAIL=seed-admin@example.com ADMIN_PASSWORD=bench-password prepare_load
@@ -688,7 +691,7 @@ sec_cluster() {
 	if [[ ! -x $TMP/bin/root.test ]]; then
 		echo "bench-all: the root package's tests do not build now:" >&2
 		tail -n 20 "$TMP/root-build.log" >&2
-		record "#3/#8 §2/#10/#11: cluster and fault tests" "-" "the root package did not build (another change in progress?)" "-" "error" "cluster"
+		record "cluster and fault tests" "-" "the root package did not build (another change in progress?)" "-" "error" "cluster"
 		return 0
 	fi
 	log "cluster tests: accuracy, cold start, Redis stall, 1,000 jobs, faults (${CLUSTER_SECONDS} s of load where configurable)"
@@ -710,40 +713,40 @@ def status(name):
     return "did not run"
 v = lambda name: {"PASS": "met", "FAIL": "not met"}.get(status(name), "not measured")
 acc = re.findall(r"accuracy redis: offered (\d+)x \((\d+)/s\) for ([0-9.]+)s over 3 nodes: admitted (\d+), ideal (\d+), error ([-+0-9.]+)%", t)
-row("#3: 3 nodes on Redis, offered 10x/30x: admitted within max(1, 0.5%) of burst + rate x T", "ideal " + " / ".join(a[4] for a in acc) if acc else "-",
+row("3 nodes on Redis, offered 10x/30x: admitted within max(1, 0.5%) of burst + rate x T", "ideal " + " / ".join(a[4] for a in acc) if acc else "-",
     "; ".join("%sx: %s admitted (%s%%)" % (a[0], a[3], a[5]) for a in acc) or status("TestAccuracyAcrossNodes/redis"),
     "%s s runs (doc: 10 s)" % secs, v("TestAccuracyAcrossNodes/redis"), "cluster")
 cs = re.findall(r"cold start, (\d+)/s offered for ([0-9.]+)s \((\d+)/s sent\): admitted (\d+), ideal (\d+), error ([-+0-9.]+)%, local fallbacks (\d+)", t)
-row("#8 §2: 3 cold nodes at 1k and 3k/s: ≤ max(1, 0.1%) over ideal, 0 local fallbacks", "ideal " + " / ".join(c[4] for c in cs) if cs else "-",
+row("3 cold nodes at 1k and 3k/s: ≤ max(1, 0.1%) over ideal, 0 local fallbacks", "ideal " + " / ".join(c[4] for c in cs) if cs else "-",
     "; ".join("%s/s (%s sent): %s admitted (%s%%), %s fallbacks" % (c[0], c[2], c[3], c[5], c[6]) for c in cs) or status("TestColdStartAccuracy"),
     "%s s runs (doc: 10 s)" % secs, v("TestColdStartAccuracy"), "cluster")
 st = re.search(r"stall under (\d+)/s for ([0-9.]+)s: admitted (\d+), burst \+ rate x elapsed (\d+) \(([-+0-9]+), bound \+(\d+) .*?\); (\d+) server errors, (\d+) local fallbacks", t)
 back = [int(x) for x in re.findall(r"node \d back on shared limits (\d+)ms after Redis", t)]
-row("#8 §2: Redis SIGSTOP 2 s under load: no 5xx, shared again ≤ 2 s after, over-admission ≤ the README's bound",
+row("Redis SIGSTOP 2 s under load: no 5xx, shared again ≤ 2 s after, over-admission ≤ the README's bound",
     "bound +%s over burst + rate x elapsed" % st.group(6) if st else "-",
     "%s/s: %s (%s), %s 5xx, back after ≤ %d ms" % (st.group(1), st.group(3), st.group(5), st.group(7), max(back) if back else -1) if st else status("TestClusterRedisStall"),
     "-", v("TestClusterRedisStall"), "cluster")
 j = re.search(r"(\d+) jobs in ([0-9.]+)(m?s) through a restart; provider calls (\d+) \((\d+) retried", t)
 if j:
     took = float(j.group(2)) / (1000 if j.group(3) == "ms" else 1)
-row("#10: 1,000 jobs on one free-tier token at the bucket's pace: 0 429s to the caller or from the provider, a restart loses or doubles nothing",
+row("1,000 jobs on one free-tier token at the bucket's pace: 0 429s to the caller or from the provider, a restart loses or doubles nothing",
     "pace floor 3.3 s (985 jobs at 300/s)", "%d jobs in %.1f s through a restart, %s provider calls" % (int(j.group(1)), took, j.group(4)) if j else status("TestAThousandJobsThroughARestart"),
     "-", v("TestAThousandJobsThroughARestart"), "cluster")
 rk = re.search(r"(\d+) admitted on local shares over D = ([0-9.]+)s.*?= ([0-9 +]+) = (\d+); in all (\d+) admitted in ([0-9.]+)s, burst \+ rate × elapsed (\d+) \(([-+0-9]+);.*?\); (\d+) server errors", t)
 kb = [int(x) for x in re.findall(r"node \d back on the shared bucket (\d+)ms after the restart", t)]
-row("#11: Redis killed and restarted under load: no 5xx, per-node shares, back on shared, within the bound",
+row("Redis killed and restarted under load: no 5xx, per-node shares, back on shared, within the bound",
     "bound %s admitted locally (README)" % rk.group(4) if rk else "-",
     "%s admitted locally over %s s; in all %s vs %s (%s); %s 5xx; back after ≤ %d ms" % (rk.group(1), rk.group(2), rk.group(5), rk.group(7), rk.group(8), rk.group(9), max(kb) if kb else -1) if rk else status("TestFaultRedisKilled"),
     "-", v("TestFaultRedisKilled"), "cluster")
 for how, test in (("cut", "TestFaultPostgresCut"), ("restarted", "TestFaultPostgresRestarted")):
     pc = re.search(r"Postgres " + how + r" for (\S+) under load: (\d+) completions succeeded.*?\((.*?)\), (\d+) usage rows, (\d+) counted in the rollups", t)
-    row("#11: Postgres " + how + " under load: cached tokens keep working, no usage row lost or doubled",
+    row("Postgres " + how + " under load: cached tokens keep working, no usage row lost or doubled",
         "%s completions succeeded" % pc.group(2) if pc else "-",
         "%s usage rows, %s in the rollups (%s)" % (pc.group(4), pc.group(5), pc.group(3)) if pc else status(test),
         "-", v(test), "cluster")
 ps = re.search(r"(\d+) provider attempts in all, at most (\d+) for one request \(limit (\d+)\)", t)
 hm = re.search(r"heap in use after GC: ([0-9.]+) MiB after the warm-up, ([0-9.]+) MiB after the storm \(([0-9.]+)x\)", t)
-row("#11: provider storm (429s, 5xx, slow, stalled, resets): bounded retries, memory flat, no goroutine leak",
+row("provider storm (429s, 5xx, slow, stalled, resets): bounded retries, memory flat, no goroutine leak",
     "heap after warm-up %s MiB" % hm.group(1) if hm else "-",
     "heap after %s MiB (%sx); at most %s attempts per request (limit %s)" % (hm.group(2), hm.group(3), ps.group(2), ps.group(3)) if hm and ps else status("TestFaultProviderStorm"),
     "-", v("TestFaultProviderStorm"), "cluster")
@@ -790,14 +793,14 @@ done
 
 # Goals this script does not run: too long for the budget, or they need
 # another build.
-record "#7: BenchmarkChatCompletion / ChatUpstream no slower than before the pipeline move" "-" \
-	"see docs/BENCHMARKS.md § The completion pipeline (needs the earlier commit built)" "-" "not measured" "-"
-record "#9: page p95 on the full 10M-event seed" "-" \
-	"see docs/BENCHMARKS.md § Pages and the recorder (cmd/seed -events 10000000 takes minutes)" "-" "not measured" "-"
-record "#4 A: the full seed table (c = 50/100/200, 10 s)" "-" "see docs/BENCHMARKS.md § A: quota" "-" "not measured" "-"
+record "BenchmarkChatCompletion / ChatUpstream no slower than before the pipeline move" "-" \
+	"see docs/BENCHMARKS.md § Handler and parser benchmarks (needs the earlier commit built)" "-" "not measured" "-"
+record "page p95 on the full 10M-event seed" "-" \
+	"see docs/BENCHMARKS.md § Pages (cmd/seed -events 10000000 takes minutes)" "-" "not measured" "-"
+record "provider quota (scenario A): the full table (c = 50/100/200, 10 s)" "-" "see docs/BENCHMARKS.md § A provider's quota (scenario A)" "-" "not measured" "-"
 
 ELAPSED=$(($(date +%s) - STARTED))
-record "#11: one script runs every goal in under 10 minutes on 2 cores" "-" "${ELAPSED} s" "$(python3 -c "print('%.2f of 600 s' % ($ELAPSED / 600))")" \
+record "one script runs every goal in under 10 minutes on 2 cores" "-" "${ELAPSED} s" "$(python3 -c "print('%.2f of 600 s' % ($ELAPSED / 600))")" \
 	"$([[ $ELAPSED -lt 600 ]] && echo met || echo 'not met')" "-"
 
 SUMMARY=$(python3 - "$RESULTS" "$(date -u +%Y-%m-%d)" "$(nproc)" "$(cut -d' ' -f1-3 /proc/loadavg)" <<'EOF'
