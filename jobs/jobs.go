@@ -135,9 +135,9 @@ type Queue struct {
 	insertHeld func(ctx context.Context, orgID, limit int64, args river.JobArgs, opts *river.InsertOpts) (*rivertype.JobInsertResult, bool, error)
 	store      *models.Store
 	stats      *sql.DB
-	sqlite    bool // River's SQLite driver lists by metadata its own way
-	cfg       Config
-	close     func()
+	sqlite     bool // River's SQLite driver lists by metadata its own way
+	cfg        Config
+	close      func()
 }
 
 // Notifier tells a job's callback URL its outcome, signed for orgID.
