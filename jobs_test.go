@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -43,7 +44,7 @@ func TestAThousandJobsThroughARestart(t *testing.T) {
 	c.call("POST", "/api/auth/login", "", `{"email":"admin@localhost","password":"admin-password"}`, &admin)
 	// The free tier, faster so the test is short: 300 a second with a burst
 	// of 30, of which jobs may use 15.
-	if r := c.call("PUT", "/api/admin/tiers/free", admin.Token, `{"capacity":30,"refill_per_sec":300,"refill_floor":0.3,"tokens_per_minute":0,"autotune":false}`, nil); r.StatusCode != 200 {
+	if r := c.call("PUT", "/api/admin/tiers/free", admin.Token, `{"capacity":30,"refill_per_sec":300,"refill_floor":0.3,"tokens_per_minute":0,"autotune":false,"max_queued_jobs":1000}`, nil); r.StatusCode != 200 {
 		t.Fatalf("tier: %d", r.StatusCode)
 	}
 	if r := c.call("POST", "/api/admin/upstreams", admin.Token, `{"name":"mock","base_url":"`+providerSrv.URL+`/v1","api_key":"`+providerKey+
@@ -71,6 +72,11 @@ func TestAThousandJobsThroughARestart(t *testing.T) {
 					path, hdr = "/v1/chat/completions", "async"
 				}
 				r := c.callWith("POST", path, tok.Token, body, hdr, &j)
+				for r.StatusCode == 429 { // queueing spends a request; the client waits as told
+					wait, _ := strconv.Atoi(r.Header.Get("retry-after-ms"))
+					time.Sleep(time.Duration(wait) * time.Millisecond)
+					r = c.callWith("POST", path, tok.Token, body, hdr, &j)
+				}
 				if r.StatusCode != 202 || j.Status != "queued" || r.Header.Get("Location") != "/v1/jobs/"+j.ID {
 					refused.Add(1)
 				}

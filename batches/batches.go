@@ -21,6 +21,7 @@ import (
 	"github.com/sluicehq/sluice/apperr"
 	"github.com/sluicehq/sluice/completion"
 	"github.com/sluicehq/sluice/jobs"
+	"github.com/sluicehq/sluice/metering"
 	"github.com/sluicehq/sluice/models"
 )
 
@@ -140,8 +141,11 @@ func (s *Service) Create(ctx context.Context, q Queue, caller accounts.Caller, i
 			}
 		}
 		return rows
-	}, s.cfg.FileRetention)
+	}, s.cfg.FileRetention, models.PendingLimit{Tier: caller.Tier.Name, Lines: caller.Tier.MaxPendingBatchLines})
 	if err != nil {
+		if apperr.As(err).Reason == models.QueueFull {
+			s.pipeline.Rejected(caller, metering.RejectedQueue)
+		}
 		return models.Batch{}, err
 	}
 	if len(queued) == 0 {

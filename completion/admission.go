@@ -44,6 +44,10 @@ func (p *Pipeline) checkFrozen(caller accounts.Caller, model string, queued bool
 	return nil
 }
 
+// Rejected counts a 429 refused outside the pipeline (a full queue) in the
+// rollups and the metrics, as the pipeline counts its own.
+func (p *Pipeline) Rejected(caller accounts.Caller, reason string) { p.rejected(caller, "", reason) }
+
 // rejected counts a 429 in the rollups and the metrics.
 func (p *Pipeline) rejected(caller accounts.Caller, model, reason string) {
 	p.Recorder.Reject(caller.OrgID, caller.TokenID, model, reason, p.Now())

@@ -243,10 +243,6 @@ func (p *Pipeline) Admit(ctx context.Context, caller accounts.Caller, requestID 
 	return p.admitRequests(ctx, caller, requestID, "", sink, 1)
 }
 
-// CheckFrozen refuses a frozen token: what queueing a job checks, since a
-// job's own admission happens when it runs.
-func (p *Pipeline) CheckFrozen(caller accounts.Caller) error { return p.checkFrozen(caller, "", false) }
-
 // record enqueues the usage event; the recorder batches it into the database.
 func (p *Pipeline) record(c *call, out Served) {
 	cost, priceID := p.cost(c, out)

@@ -58,6 +58,8 @@ func (r storeRecorder) Reject(orgID, tokenID int64, model, reason string, at tim
 		rj.Frozen = 1
 	case metering.RejectedBudget:
 		rj.Budget = 1
+	case metering.RejectedQueue:
+		rj.Queue = 1
 	}
 	if err := r.store.AddRejections(context.Background(), []models.Rejections{rj}); err != nil {
 		panic(err)

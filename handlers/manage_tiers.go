@@ -28,6 +28,8 @@ type tierOut struct {
 	BillCacheHits         bool    `json:"bill_cache_hits"`
 	BatchFileBytes        int64   `json:"batch_file_bytes"`
 	MaxAPITokens          int     `json:"max_api_tokens"`
+	MaxQueuedJobs         int64   `json:"max_queued_jobs"`
+	MaxPendingBatchLines  int64   `json:"max_pending_batch_lines"`
 	// TermsEffectiveFrom is when the fee, credit and overage took effect.
 	TermsEffectiveFrom time.Time `json:"terms_effective_from"`
 }
@@ -35,7 +37,7 @@ type tierOut struct {
 func toTierOut(t models.Tier) tierOut {
 	return tierOut{t.Name, t.Capacity, t.RefillPerSec, t.EffectiveRefill(), t.TokensPerMinute, t.FreezeThreshold, t.FreezeMinutes,
 		t.Autotune, t.RefillFloor, t.UpstreamFallback, t.MonthlyFee.String(), t.IncludedCredit.String(), t.Overage, t.BillCacheHits,
-		t.BatchFileBytes, t.MaxAPITokens, t.TermsFrom.UTC()}
+		t.BatchFileBytes, t.MaxAPITokens, t.MaxQueuedJobs, t.MaxPendingBatchLines, t.TermsFrom.UTC()}
 }
 
 func (m *manage) listTiers(c *gin.Context) {
@@ -69,6 +71,8 @@ type tierIn struct {
 	BillCacheHits   *bool    `json:"bill_cache_hits"`
 	BatchFileBytes  *int64   `json:"batch_file_bytes"`
 	MaxAPITokens    *int     `json:"max_api_tokens"`
+	MaxQueuedJobs   *int64   `json:"max_queued_jobs"`
+	MaxPendingLines *int64   `json:"max_pending_batch_lines"`
 }
 
 // apply merges the given fields into l, reading money from decimal strings.
@@ -85,6 +89,8 @@ func (in tierIn) apply(l *models.TierSettings) error {
 	set(&l.BillCacheHits, in.BillCacheHits)
 	set(&l.BatchFileBytes, in.BatchFileBytes)
 	set(&l.MaxAPITokens, in.MaxAPITokens)
+	set(&l.MaxQueuedJobs, in.MaxQueuedJobs)
+	set(&l.MaxPendingBatchLines, in.MaxPendingLines)
 	for _, f := range []struct {
 		name string
 		in   *string
@@ -131,7 +137,8 @@ func (m *manage) updateTier(c *gin.Context) {
 // createTier adds a tier. capacity and refill_per_sec are required; the
 // rest default to no tokens-per-minute limit, freezing at 20 rejections
 // for 10 minutes, no auto-tuning, no fee or credit, overage blocked, batch
-// files up to 1 MiB, 10 active API tokens (the free tier's; 0 lifts it).
+// files up to 1 MiB, 10 active API tokens (the free tier's; 0 lifts it),
+// 100 queued jobs and 1,000 pending batch lines (the free tier's).
 func (m *manage) createTier(c *gin.Context) {
 	var in tierIn
 	if err := m.decode(c, &in); err != nil {
@@ -143,7 +150,7 @@ func (m *manage) createTier(c *gin.Context) {
 		return
 	}
 	l := models.TierSettings{FreezeThreshold: 20, FreezeMinutes: 10, UpstreamFallback: "local", Overage: models.OverageBlock,
-		BatchFileBytes: 1 << 20, MaxAPITokens: 10}
+		BatchFileBytes: 1 << 20, MaxAPITokens: 10, MaxQueuedJobs: 100, MaxPendingBatchLines: 1000}
 	if err := in.apply(&l); err != nil {
 		writeAPIError(c, m.log, err)
 		return

@@ -76,20 +76,21 @@ func New(log *slog.Logger, ops Ops, v1API API, mgmt Management, p *web.Pages) ht
 	v1.GET("/models", a.admit, a.listModels)
 	v1.GET("/sessions/:id", a.admit, a.getConversation)
 	v1.DELETE("/sessions/:id", a.admit, a.deleteConversation)
-	// Jobs pay the buckets when they run; queueing and reading them do not,
-	// so a client can queue a thousand and poll for them without a 429.
+	// Queueing a job costs one request of the organization's bucket (and
+	// a place in its queue); the job pays its completion when it runs.
+	// Reading jobs costs nothing, so polling for them never meets a 429.
 	v1.POST("/jobs", a.createJob)
 	v1.GET("/jobs", a.listJobs)
 	v1.GET("/jobs/:id", a.getJob)
 	v1.DELETE("/jobs/:id", a.cancelJob)
-	// OpenAI's Batch API: an upload costs one request; batches, like jobs,
-	// pay when their lines run.
+	// OpenAI's Batch API: an upload, a download and a batch's creation
+	// each cost one request; a batch's lines, like jobs, pay when they run.
 	v1.POST("/files", a.admit, a.uploadFile)
 	v1.GET("/files", a.listFiles)
 	v1.GET("/files/:id", a.getFile)
-	v1.GET("/files/:id/content", a.fileContent)
+	v1.GET("/files/:id/content", a.admit, a.fileContent)
 	v1.DELETE("/files/:id", a.deleteFile)
-	v1.POST("/batches", a.createBatch)
+	v1.POST("/batches", a.admit, a.createBatch)
 	v1.GET("/batches", a.listBatches)
 	v1.GET("/batches/:id", a.getBatch)
 	v1.POST("/batches/:id/cancel", a.cancelBatch)

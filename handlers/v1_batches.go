@@ -285,17 +285,14 @@ func toBatchOut(b models.Batch) batchOut {
 
 // createBatch answers POST /v1/batches: a batch of an uploaded file's
 // requests, queued at once; malformed lines fail alone (the error file
-// says why). A frozen token cannot create one.
+// says why). Admitted by admit (a frozen token cannot create one); its
+// pending lines take places of the organization's.
 func (a *api) createBatch(c *gin.Context) {
 	if a.Batches == nil || a.Jobs == nil {
 		a.fail(c, errNoBatches)
 		return
 	}
 	caller := callerOf(c)
-	if err := a.Pipeline.CheckFrozen(caller); err != nil {
-		a.fail(c, err)
-		return
-	}
 	body, err := a.readBody(c)
 	if err != nil {
 		a.fail(c, err)

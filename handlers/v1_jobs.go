@@ -60,16 +60,16 @@ func toJobOut(j jobs.Job) jobOut {
 // createJob answers POST /v1/jobs (and /v1/chat/completions with
 // X-Sluice-Async: true): the body is a chat completion, checked now and
 // worked later; "callback_url" in it (or X-Sluice-Callback-URL) is told the
-// outcome. Queueing costs nothing from the token's buckets (the job pays
-// when it runs), so a thousand jobs can be queued at once; a frozen token
-// cannot queue.
+// outcome. Queueing costs one request from the organization's bucket, as
+// any call does (the job pays its completion when it runs), and a place
+// in its queue of jobs; a frozen token cannot queue.
 func (a *api) createJob(c *gin.Context) {
 	ctx, caller := c.Request.Context(), callerOf(c)
 	if a.Jobs == nil {
 		a.fail(c, apperr.WithReason(apperr.NotFound, "jobs_disabled", "this gateway does not queue jobs"))
 		return
 	}
-	if err := a.Pipeline.CheckFrozen(caller); err != nil {
+	if err := a.Pipeline.Admit(ctx, caller, requestID(c), httpSink{c}); err != nil {
 		a.fail(c, err)
 		return
 	}

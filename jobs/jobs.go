@@ -29,6 +29,7 @@ import (
 	"github.com/sluicehq/sluice/accounts"
 	"github.com/sluicehq/sluice/apperr"
 	"github.com/sluicehq/sluice/completion"
+	"github.com/sluicehq/sluice/metering"
 	"github.com/sluicehq/sluice/models"
 )
 
@@ -128,10 +129,15 @@ type Queue struct {
 	client client
 	// insertAll inserts jobs in one transaction, a chunk at a time.
 	insertAll func(ctx context.Context, params []river.InsertManyParams) error
-	stats     *sql.DB
-	sqlite    bool // River's SQLite driver lists by metadata its own way
-	cfg       Config
-	close     func()
+	// insertHeld inserts a job that takes one of its organization's places
+	// for queued jobs, in one transaction: false, and no job, when the
+	// organization has limit queued already.
+	insertHeld func(ctx context.Context, orgID, limit int64, args river.JobArgs, opts *river.InsertOpts) (*rivertype.JobInsertResult, bool, error)
+	store      *models.Store
+	stats      *sql.DB
+	sqlite     bool // River's SQLite driver lists by metadata its own way
+	cfg        Config
+	close      func()
 }
 
 // Notifier tells a job's callback URL its outcome, signed for orgID.
@@ -159,7 +165,8 @@ type Deps struct {
 
 // New builds the queue on d.DB. Call Start to work jobs.
 func New(ctx context.Context, d Deps, cfg Config) (*Queue, error) {
-	w := &worker{pipeline: d.Pipeline, dir: d.Directory, notify: d.Notify, batches: d.Batches, log: d.Log,
+	store := models.NewStore(d.DB)
+	w := &worker{pipeline: d.Pipeline, dir: d.Directory, notify: d.Notify, batches: d.Batches, places: store, log: d.Log,
 		maxWait: cfg.MaxWait, retryBase: cfg.RetryBase}
 	workers := river.NewWorkers()
 	if err := river.AddWorkerSafely(workers, w); err != nil {
@@ -186,7 +193,7 @@ func New(ctx context.Context, d Deps, cfg Config) (*Queue, error) {
 		RescueStuckJobsAfter: 5 * time.Minute,
 		Logger:               d.Log,
 	}
-	q := &Queue{cfg: cfg, close: func() {}}
+	q := &Queue{cfg: cfg, store: store, close: func() {}}
 	sqlDB, err := d.DB.SQL()
 	if err != nil {
 		return nil, err
@@ -211,6 +218,15 @@ func New(ctx context.Context, d Deps, cfg Config) (*Queue, error) {
 				})
 			})
 		}
+		q.insertHeld = func(ctx context.Context, orgID, limit int64, args river.JobArgs, opts *river.InsertOpts) (res *rivertype.JobInsertResult, ok bool, err error) {
+			err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+				res, ok, err = insertHeld(ctx, pgxExec{tx}, orgID, limit, func() (*rivertype.JobInsertResult, error) {
+					return c.InsertTx(ctx, tx, args, opts)
+				})
+				return err
+			})
+			return res, ok, err
+		}
 	} else {
 		// SQLite has one writer: River's polling shares the one connection.
 		rc.PollOnly, q.sqlite = true, true
@@ -234,8 +250,67 @@ func New(ctx context.Context, d Deps, cfg Config) (*Queue, error) {
 			}
 			return tx.Commit()
 		}
+		q.insertHeld = func(ctx context.Context, orgID, limit int64, args river.JobArgs, opts *river.InsertOpts) (*rivertype.JobInsertResult, bool, error) {
+			tx, err := sqlDB.BeginTx(ctx, nil)
+			if err != nil {
+				return nil, false, err
+			}
+			defer tx.Rollback()
+			res, ok, err := insertHeld(ctx, sqlExec{tx}, orgID, limit, func() (*rivertype.JobInsertResult, error) {
+				return c.InsertTx(ctx, tx, args, opts)
+			})
+			if err != nil {
+				return nil, false, err
+			}
+			return res, ok, tx.Commit()
+		}
 	}
 	return q, nil
+}
+
+// insertHeld takes a place of orgID's queued jobs, inserts the job and
+// records that it holds the place, on one transaction ex: a job is never
+// counted without existing nor queued without being counted, whatever
+// fails in between.
+func insertHeld(ctx context.Context, ex models.Execer, orgID, limit int64, insert func() (*rivertype.JobInsertResult, error)) (*rivertype.JobInsertResult, bool, error) {
+	ok, err := models.TakeQueuedJob(ctx, ex, orgID, limit)
+	if err != nil || !ok {
+		return nil, false, err
+	}
+	res, err := insert()
+	if err != nil {
+		return nil, false, err
+	}
+	return res, true, models.HoldQueuedJob(ctx, ex, orgID, res.Job.ID)
+}
+
+// pgxExec and sqlExec run models' statements on the queue's own
+// transactions; models writes ? placeholders, which pgx wants as $n.
+type pgxExec struct{ tx pgx.Tx }
+
+func (e pgxExec) Exec(ctx context.Context, query string, args ...any) (int64, error) {
+	var b strings.Builder
+	n := 0
+	for _, r := range query {
+		if r == '?' {
+			n++
+			b.WriteString("$" + strconv.Itoa(n))
+			continue
+		}
+		b.WriteRune(r)
+	}
+	tag, err := e.tx.Exec(ctx, b.String(), args...)
+	return tag.RowsAffected(), err
+}
+
+type sqlExec struct{ tx *sql.Tx }
+
+func (e sqlExec) Exec(ctx context.Context, query string, args ...any) (int64, error) {
+	res, err := e.tx.ExecContext(ctx, query, args...)
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
 }
 
 // inChunks calls fn on params a thousand at a time: one statement each,
@@ -322,9 +397,13 @@ func (q *Queue) Stop(ctx context.Context) error {
 
 // DeleteExpired deletes the jobs, and with them their answers, that
 // finished longer than the retention ago by the queue's clock, a chunk at a
-// time, and returns how many. Deleting is idempotent, so every node may run
-// it.
+// time, and returns how many. First it gives back the places of finished
+// jobs that did not give theirs back. Deleting and giving back are
+// idempotent, so every node may run it.
 func (q *Queue) DeleteExpired(ctx context.Context) (int, error) {
+	if _, err := q.store.ReleaseFinishedJobs(ctx); err != nil {
+		return 0, err
+	}
 	const chunk = 1000
 	cutoff := q.cfg.Now().Add(-q.cfg.Retention)
 	var horizon any = cutoff
@@ -356,15 +435,26 @@ var (
 // Enqueue queues a chat completion for caller: it must parse as a live
 // request would (so a bad request fails now, not later), and may not
 // stream. callbackURL, if set, must be on an allowed host (the caller
-// checks it).
+// checks it). It takes one of the organization's places for queued jobs,
+// given back when the job finishes; with none left it is refused (429
+// queue_full, counted as a rejection) and nothing is queued.
 func (q *Queue) Enqueue(ctx context.Context, p *completion.Pipeline, caller accounts.Caller, body []byte, priority, callbackURL string) (Job, error) {
 	if err := Check(p, body); err != nil {
 		return Job{}, err
 	}
 	args := Args{OrgID: caller.OrgID, TokenID: caller.TokenID, Body: body, Priority: priority, CallbackURL: callbackURL}
-	res, err := q.client.Insert(ctx, args, insertOpts(caller.OrgID))
+	limit := caller.Tier.MaxQueuedJobs
+	res, ok, err := q.insertHeld(ctx, caller.OrgID, limit, args, insertOpts(caller.OrgID))
 	if err != nil {
 		return Job{}, apperr.Wrap(err, "queueing a job")
+	}
+	if !ok {
+		p.Rejected(caller, metering.RejectedQueue)
+		queued, err := q.store.QueuedJobs(ctx, caller.OrgID)
+		if err != nil {
+			queued = limit // the words need a number; the refusal stands
+		}
+		return Job{}, models.ErrJobsFull(caller.Tier.Name, limit, queued)
 	}
 	return q.view(res.Job), nil
 }
@@ -475,6 +565,13 @@ func (q *Queue) Cancel(ctx context.Context, orgID int64, id string) (Job, error)
 	row, err = q.client.JobCancel(ctx, row.ID)
 	if err != nil {
 		return Job{}, apperr.Wrap(err, "cancelling a job")
+	}
+	if row.State == rivertype.JobStateCancelled {
+		// No worker will finish it: its place is given back here (or, should
+		// this fail, by DeleteExpired's sweep).
+		if err := q.store.ReleaseQueuedJob(ctx, row.ID); err != nil {
+			return Job{}, err
+		}
 	}
 	// A job picked up between the check and the cancel is asked to stop;
 	// report what it is now.

@@ -15,6 +15,7 @@ import (
 	"github.com/sluicehq/sluice/accounts"
 	"github.com/sluicehq/sluice/apperr"
 	"github.com/sluicehq/sluice/completion"
+	"github.com/sluicehq/sluice/models"
 )
 
 // worker runs queued chat completions through the pipeline.
@@ -24,6 +25,7 @@ type worker struct {
 	dir      *accounts.Directory
 	notify   Notifier
 	batches  BatchLines
+	places   *models.Store // gives back a finished job's place in its organization's queue
 	log      *slog.Logger
 	maxWait  time.Duration
 	// retryBase is the first retry's backoff ceiling.
@@ -141,6 +143,13 @@ func (w *worker) finish(ctx context.Context, job *river.Job[Args], out Output, r
 		w.log.Error("recording a job's output failed", "job_id", out.RequestID, "err", err)
 	}
 	a := job.Args
+	if a.BatchID == 0 {
+		// Once, however often the job is finished; should this fail,
+		// DeleteExpired's sweep gives it back.
+		if err := w.places.ReleaseQueuedJob(context.WithoutCancel(ctx), job.ID); err != nil {
+			w.log.Warn("giving back a finished job's place failed; the sweep gives it back", "job_id", out.RequestID, "err", err)
+		}
+	}
 	if a.BatchID != 0 && w.batches != nil {
 		if err := w.lineDone(ctx, a, out); err != nil {
 			return err // retried: the line's outcome must reach its batch

@@ -29,11 +29,12 @@ const (
 	RejectedTokens   = "tokens"   // the tokens-per-minute bucket was empty
 	RejectedFrozen   = "frozen"   // the token is frozen
 	RejectedBudget   = "budget"   // the budget or the included credit is spent
+	RejectedQueue    = "queue"    // the organization's queued jobs or pending batch lines are at the tier's limit
 )
 
 // RejectionReasons are every reason a request is refused with 429, the
 // label values of sluice_rejections_total.
-var RejectionReasons = []string{RejectedRequests, RejectedTokens, RejectedFrozen, RejectedBudget}
+var RejectionReasons = []string{RejectedRequests, RejectedTokens, RejectedFrozen, RejectedBudget, RejectedQueue}
 
 // Recorder batches usage events. Record never touches the database; it
 // blocks only when the buffer is full, which is back-pressure, not loss.
@@ -183,6 +184,8 @@ func (r *Recorder) Reject(orgID, tokenID int64, model, reason string, at time.Ti
 		c.Frozen++
 	case RejectedBudget:
 		c.Budget++
+	case RejectedQueue:
+		c.Queue++
 	}
 }
 

@@ -290,3 +290,82 @@ func TestTokenLimitsMigration(t *testing.T) {
 		})
 	}
 }
+
+// TestQueueLimitsMigration applies 0013 (queue limits) to a database at
+// the version before it: free 100 jobs and 1,000 lines, premium 10,000 and
+// 500,000, another tier the free tier's; lines already pending in open
+// batches are counted, and a negative limit is refused.
+func TestQueueLimitsMigration(t *testing.T) {
+	for _, dialect := range []string{"sqlite", "postgres"} {
+		t.Run(dialect, func(t *testing.T) {
+			ctx := context.Background()
+			var db *models.DB
+			var err error
+			if dialect == "sqlite" {
+				db, err = models.Open(ctx, "", filepath.Join(t.TempDir(), "sluice.db"))
+			} else {
+				db, err = models.Open(ctx, testdb.PostgresURL(t), "")
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { db.Close() })
+			sqlDB, _ := db.SQL()
+			d := migrations.Dialect(db.Dialect)
+			all, err := migrations.List(d)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := migrations.Current(ctx, sqlDB); err != nil {
+				t.Fatal(err)
+			}
+			var target migrations.Migration
+			for _, m := range all {
+				if strings.HasSuffix(m.Name, "_queue_limits.sql") {
+					target = m
+					break
+				}
+				if _, err := sqlDB.ExecContext(ctx, m.SQL); err != nil {
+					t.Fatalf("%s: %v", m.Name, err)
+				}
+				if err := db.Gorm.Exec("INSERT INTO schema_migrations (version, name) VALUES (?, ?)", m.Version, m.Name).Error; err != nil {
+					t.Fatal(err)
+				}
+			}
+			if target.Version == 0 {
+				t.Fatalf("no *_queue_limits.sql in %s", d)
+			}
+			g := db.Gorm
+			steps := []string{
+				"INSERT INTO tiers (name, capacity, refill_per_sec) VALUES ('team', 100, 2)",
+				"INSERT INTO organizations (id, name, tier_id) VALUES (900, 'Acme', (SELECT id FROM tiers WHERE name = 'free'))",
+				"INSERT INTO batch_files (id, org_id, purpose, filename, bytes, content, created_at, expires_at) VALUES (900, 900, 'batch', 'in.jsonl', 0, '', CURRENT_TIMESTAMP, CURRENT_TIMESTAMP)",
+				"INSERT INTO batches (id, org_id, token_id, input_file_id, endpoint, completion_window, status, total, created_at, expires_at) VALUES (900, 900, 0, 900, '/v1/chat/completions', '24h', 'in_progress', 3, CURRENT_TIMESTAMP, CURRENT_TIMESTAMP)",
+				"INSERT INTO batches (id, org_id, token_id, input_file_id, endpoint, completion_window, status, total, created_at, expires_at) VALUES (901, 900, 0, 900, '/v1/chat/completions', '24h', 'failed', 1, CURRENT_TIMESTAMP, CURRENT_TIMESTAMP)",
+				"INSERT INTO batch_results (batch_id, line, custom_id, state) VALUES (900, 1, 'a', 'pending'), (900, 2, 'b', 'pending'), (900, 3, 'c', 'ok'), (901, 1, 'd', 'pending')",
+			}
+			for _, q := range steps {
+				if err := g.Exec(q).Error; err != nil {
+					t.Fatalf("%s: %v", q, err)
+				}
+			}
+			applied, err := migrations.Apply(ctx, sqlDB, d)
+			if err != nil || len(applied) == 0 || applied[0] != target.Version {
+				t.Fatalf("apply from the version before %s: %v %v", target.Name, applied, err)
+			}
+			s := models.NewStore(db)
+			for name, want := range map[string][2]int64{"free": {100, 1000}, "premium": {10_000, 500_000}, "team": {100, 1000}} {
+				tier, err := s.TierByName(ctx, name)
+				if err != nil || tier.MaxQueuedJobs != want[0] || tier.MaxPendingBatchLines != want[1] {
+					t.Errorf("%s: %d jobs, %d lines (%v), want %v", name, tier.MaxQueuedJobs, tier.MaxPendingBatchLines, err, want)
+				}
+			}
+			if n, err := s.PendingBatchLines(ctx, 900); err != nil || n != 2 {
+				t.Errorf("pending lines counted: %d (%v), want 2", n, err)
+			}
+			if err := g.Exec("UPDATE tiers SET max_queued_jobs = -1 WHERE name = 'team'").Error; err == nil {
+				t.Error("a negative max_queued_jobs was stored")
+			}
+		})
+	}
+}

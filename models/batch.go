@@ -86,8 +86,10 @@ var ErrNoBatch = apperr.WithReason(apperr.NotFound, "batch_not_found", "no such 
 // once b has its id: pending for those that will run as jobs, already
 // finished for those that cannot (a malformed line). A batch whose every
 // line is already finished is finalized at once. fileTTL is how long its
-// files are kept by default.
-func (s *Store) CreateBatch(ctx context.Context, b *Batch, lines func(batchID int64) []BatchResult, fileTTL time.Duration) error {
+// files are kept by default. Its pending lines take places of the
+// organization's pending batch lines in the same transaction; past
+// limit, the batch is refused and nothing is stored.
+func (s *Store) CreateBatch(ctx context.Context, b *Batch, lines func(batchID int64) []BatchResult, fileTTL time.Duration, limit PendingLimit) error {
 	done := false
 	err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		b.Total, b.Completed, b.Failed = 0, 0, 0
@@ -111,6 +113,9 @@ func (s *Store) CreateBatch(ctx context.Context, b *Batch, lines func(batchID in
 		if err := tx.CreateInBatches(rows, 500).Error; err != nil {
 			return err
 		}
+		if err := takeBatchLines(tx, b.OrgID, int64(len(rows)-ok-failed), limit.Lines, limit.Tier); err != nil {
+			return err
+		}
 		b.Total, b.Completed, b.Failed = len(rows), ok, failed
 		if err := tx.Model(b).Select("total", "completed", "failed").Updates(b).Error; err != nil {
 			return err
@@ -127,6 +132,13 @@ func (s *Store) CreateBatch(ctx context.Context, b *Batch, lines func(batchID in
 		*b, err = s.Batch(ctx, b.OrgID, b.ID)
 	}
 	return err
+}
+
+// PendingLimit is the most batch lines an organization may have pending,
+// and its tier's name, for the refusal's words.
+type PendingLimit struct {
+	Tier  string
+	Lines int64
 }
 
 // Batch returns one of orgID's batches; another organization's is not found.
@@ -170,10 +182,21 @@ func (s *Store) Batches(ctx context.Context, orgID, before int64, limit int) ([]
 }
 
 // FailBatch ends a batch that could not be started (its lines could not be
-// queued) as failed, with errors (a JSON array of {code, message}).
+// queued) as failed, with errors (a JSON array of {code, message}); its
+// pending lines fail with it and give their places back.
 func (s *Store) FailBatch(ctx context.Context, orgID, id int64, errors string, now time.Time) error {
-	err := s.db.WithContext(ctx).Model(&Batch{}).Where("org_id = ? AND id = ? AND status IN ?", orgID, id, []string{BatchValidating, BatchInProgress}).
-		Updates(map[string]any{"status": BatchFailed, "errors": errors, "failed_at": now.UTC()}).Error
+	err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		res := tx.Model(&Batch{}).Where("org_id = ? AND id = ? AND status IN ?", orgID, id, []string{BatchValidating, BatchInProgress}).
+			Updates(map[string]any{"status": BatchFailed, "errors": errors, "failed_at": now.UTC()})
+		if res.Error != nil || res.RowsAffected == 0 {
+			return res.Error
+		}
+		res = tx.Exec(`UPDATE batch_results SET state = ?, error_code = ? WHERE batch_id = ? AND state = ?`, LineFailed, "batch_failed", id, LinePending)
+		if res.Error != nil {
+			return res.Error
+		}
+		return releaseBatchLines(tx, id, res.RowsAffected)
+	})
 	return dbErr(err, "batch")
 }
 
@@ -221,6 +244,9 @@ func (s *Store) FinishBatchLine(ctx context.Context, id int64, customID string, 
 		if res.Error != nil || res.RowsAffected == 0 {
 			return res.Error
 		}
+		if err := releaseBatchLines(tx, id, 1); err != nil {
+			return err
+		}
 		return countLines(tx, id, ok, failed, now, fileTTL)
 	})
 	return dbErr(err, "batch line")
@@ -244,6 +270,9 @@ func (s *Store) FailPendingLines(ctx context.Context, id int64, code string, ren
 				return res.Error
 			}
 			failed += int(res.RowsAffected)
+		}
+		if err := releaseBatchLines(tx, id, int64(failed)); err != nil {
+			return err
 		}
 		return countLines(tx, id, 0, failed, now, fileTTL)
 	})

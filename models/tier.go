@@ -49,8 +49,14 @@ type Tier struct {
 	// MaxAPITokens is the most active API tokens (neither revoked nor
 	// expired) an organization on the tier may hold; 0: no limit.
 	MaxAPITokens int
-	CreatedAt    time.Time
-	UpdatedAt    time.Time
+	// MaxQueuedJobs is the most jobs an organization on the tier may have
+	// queued and not yet finished; 0 refuses jobs.
+	MaxQueuedJobs int64
+	// MaxPendingBatchLines is the most batch lines an organization on the
+	// tier may have pending across its batches; 0 refuses batches.
+	MaxPendingBatchLines int64
+	CreatedAt            time.Time
+	UpdatedAt            time.Time
 }
 
 // Overage choices of a tier.
@@ -85,12 +91,17 @@ type TierSettings struct {
 	BillCacheHits    bool
 	BatchFileBytes   int64
 	MaxAPITokens     int // 0: no limit
+	// MaxQueuedJobs and MaxPendingBatchLines bound an organization's
+	// queues; 0 refuses jobs or batches.
+	MaxQueuedJobs        int64
+	MaxPendingBatchLines int64
 }
 
 // Settings returns the tier's editable settings, to merge a partial update into.
 func (t Tier) Settings() TierSettings {
 	return TierSettings{t.Capacity, t.RefillPerSec, t.TokensPerMinute, t.FreezeThreshold, t.FreezeMinutes, t.Autotune, t.RefillFloor,
-		t.UpstreamFallback, t.MonthlyFee, t.IncludedCredit, t.Overage, t.BillCacheHits, t.BatchFileBytes, t.MaxAPITokens}
+		t.UpstreamFallback, t.MonthlyFee, t.IncludedCredit, t.Overage, t.BillCacheHits, t.BatchFileBytes, t.MaxAPITokens,
+		t.MaxQueuedJobs, t.MaxPendingBatchLines}
 }
 
 // MaxBatchFileBytes bounds a tier's batch file limit: an upload is held in
@@ -99,6 +110,13 @@ const MaxBatchFileBytes = 256 << 20
 
 // MaxTierAPITokens bounds a tier's API token limit.
 const MaxTierAPITokens = 100_000
+
+// MaxTierQueuedJobs and MaxTierPendingBatchLines bound a tier's queue
+// limits: every queue has a bound.
+const (
+	MaxTierQueuedJobs        = 1_000_000
+	MaxTierPendingBatchLines = 10_000_000
+)
 
 // Validate says what is wrong with the settings, in words for the admin.
 func (l TierSettings) Validate() error {
@@ -129,6 +147,10 @@ func (l TierSettings) Validate() error {
 		return apperr.New(apperr.Unprocessable, "batch_file_bytes must be from 0 (no batch files) to %d (256 MiB)", MaxBatchFileBytes)
 	case l.MaxAPITokens < 0 || l.MaxAPITokens > MaxTierAPITokens:
 		return apperr.New(apperr.Unprocessable, "max_api_tokens must be from 0 (no limit) to %d", MaxTierAPITokens)
+	case l.MaxQueuedJobs < 0 || l.MaxQueuedJobs > MaxTierQueuedJobs:
+		return apperr.New(apperr.Unprocessable, "max_queued_jobs must be from 0 (no jobs) to %d", MaxTierQueuedJobs)
+	case l.MaxPendingBatchLines < 0 || l.MaxPendingBatchLines > MaxTierPendingBatchLines:
+		return apperr.New(apperr.Unprocessable, "max_pending_batch_lines must be from 0 (no batches) to %d", MaxTierPendingBatchLines)
 	}
 	return nil
 }
@@ -166,7 +188,7 @@ func (s *Store) CreateTier(ctx context.Context, actor User, name string, l TierS
 		FreezeThreshold: l.FreezeThreshold, FreezeMinutes: l.FreezeMinutes, Autotune: l.Autotune, RefillFloor: l.RefillFloor,
 		UpstreamFallback: l.UpstreamFallback, MonthlyFee: l.MonthlyFee, IncludedCredit: l.IncludedCredit,
 		Overage: l.Overage, BillCacheHits: l.BillCacheHits, BatchFileBytes: l.BatchFileBytes, CreatedAt: now, UpdatedAt: now,
-		MaxAPITokens: l.MaxAPITokens}
+		MaxAPITokens: l.MaxAPITokens, MaxQueuedJobs: l.MaxQueuedJobs, MaxPendingBatchLines: l.MaxPendingBatchLines}
 	t.TermsFrom = now.Truncate(time.Second)
 	err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		if err := tx.Create(&t).Error; err != nil {
@@ -241,6 +263,7 @@ func (s *Store) UpdateTier(ctx context.Context, actor User, name string, l TierS
 		t.MonthlyFee, t.IncludedCredit, t.BillCacheHits = l.MonthlyFee, l.IncludedCredit, l.BillCacheHits
 		t.BatchFileBytes = l.BatchFileBytes
 		t.MaxAPITokens = l.MaxAPITokens
+		t.MaxQueuedJobs, t.MaxPendingBatchLines = l.MaxQueuedJobs, l.MaxPendingBatchLines
 		t.EffectiveRefillPerSec, t.UpdatedAt = nil, s.now().UTC()
 		if !sameTerms(was, t) {
 			// Never before the version in force, whatever this node's clock says.
@@ -251,7 +274,8 @@ func (s *Store) UpdateTier(ctx context.Context, actor User, name string, l TierS
 		}
 		err := tx.Model(&t).Select("capacity", "refill_per_sec", "tokens_per_minute", "freeze_threshold", "freeze_minutes",
 			"autotune", "refill_floor", "upstream_fallback", "monthly_fee", "included_credit", "overage", "bill_cache_hits",
-			"batch_file_bytes", "effective_refill_per_sec", "updated_at", "terms_from", "max_api_tokens").Updates(&t).Error
+			"batch_file_bytes", "effective_refill_per_sec", "updated_at", "terms_from", "max_api_tokens",
+			"max_queued_jobs", "max_pending_batch_lines").Updates(&t).Error
 		if err != nil {
 			return dbErr(err, "tier "+name)
 		}
@@ -286,6 +310,8 @@ func describeChange(a, b TierSettings) string {
 	add("bill_cache_hits", a.BillCacheHits, b.BillCacheHits)
 	add("batch_file_bytes", a.BatchFileBytes, b.BatchFileBytes)
 	add("max_api_tokens", a.MaxAPITokens, b.MaxAPITokens)
+	add("max_queued_jobs", a.MaxQueuedJobs, b.MaxQueuedJobs)
+	add("max_pending_batch_lines", a.MaxPendingBatchLines, b.MaxPendingBatchLines)
 	if len(parts) == 0 {
 		return "no change"
 	}

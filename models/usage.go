@@ -468,10 +468,11 @@ type Rejections struct {
 	Tokens         int64 // tokens-per-minute bucket empty
 	Frozen         int64 // token frozen
 	Budget         int64 // budget or included credit exhausted
+	Queue          int64 // queued jobs or pending batch lines at the tier's limit
 }
 
 // Total is every rejection counted.
-func (r Rejections) Total() int64 { return r.Requests + r.Tokens + r.Frozen + r.Budget }
+func (r Rejections) Total() int64 { return r.Requests + r.Tokens + r.Frozen + r.Budget + r.Queue }
 
 // AddRejections adds rejection counts to the hourly and monthly rollups.
 func (s *Store) AddRejections(ctx context.Context, rs []Rejections) error {
@@ -482,14 +483,15 @@ func (s *Store) AddRejections(ctx context.Context, rs []Rejections) error {
 		for _, r := range rs {
 			hour := r.Hour.UTC().Truncate(time.Hour)
 			err := tx.Exec(`INSERT INTO usage_hourly (org_id, hour, token_id, model, price_id,
-					rejected_requests, rejected_tokens, rejected_frozen, rejected_budget)
-				VALUES (?, ?, ?, ?, 0, ?, ?, ?, ?)
+					rejected_requests, rejected_tokens, rejected_frozen, rejected_budget, rejected_queue)
+				VALUES (?, ?, ?, ?, 0, ?, ?, ?, ?, ?)
 				ON CONFLICT (org_id, hour, token_id, model, price_id) DO UPDATE SET
 					rejected_requests = usage_hourly.rejected_requests + EXCLUDED.rejected_requests,
 					rejected_tokens = usage_hourly.rejected_tokens + EXCLUDED.rejected_tokens,
 					rejected_frozen = usage_hourly.rejected_frozen + EXCLUDED.rejected_frozen,
-					rejected_budget = usage_hourly.rejected_budget + EXCLUDED.rejected_budget`,
-				r.OrgID, hour, r.TokenID, r.Model, r.Requests, r.Tokens, r.Frozen, r.Budget).Error
+					rejected_budget = usage_hourly.rejected_budget + EXCLUDED.rejected_budget,
+					rejected_queue = usage_hourly.rejected_queue + EXCLUDED.rejected_queue`,
+				r.OrgID, hour, r.TokenID, r.Model, r.Requests, r.Tokens, r.Frozen, r.Budget, r.Queue).Error
 			if err != nil {
 				return err
 			}
@@ -561,7 +563,7 @@ func (s *Store) UsageHours(ctx context.Context, orgID int64, from, to time.Time,
 	}
 	var out []UsageBucket
 	err := s.db.WithContext(ctx).Raw(`SELECT hour, `+group+` AS "group", SUM(requests) AS requests,
-			SUM(rejected_requests + rejected_tokens + rejected_frozen + rejected_budget) AS rejected,
+			SUM(rejected_requests + rejected_tokens + rejected_frozen + rejected_budget + rejected_queue) AS rejected,
 			SUM(prompt_tokens) AS prompt_tokens, SUM(completion_tokens) AS completion_tokens,
 			SUM(cached_tokens) AS cached_tokens, SUM(cache_hits) AS cache_hits, SUM(cost) AS cost
 		FROM usage_hourly WHERE org_id = ? AND hour >= ? AND hour < ?

@@ -63,27 +63,33 @@ type TierRow struct {
 	BillCacheHits    bool
 	BatchFileMiB     string // the largest batch file, in MiB, e.g. "1" or "0.5"
 	MaxAPITokens     int    // active API tokens an organization may hold; 0: no limit
-	Organizations    int64  // on this tier; a tier in use cannot be deleted
-	TermsFrom        string // when the fee, credit and overage took effect, e.g. "2026-11-16 09:30 UTC"; empty: since before terms were dated
+	// MaxQueuedJobs and MaxPendingBatchLines bound an organization's
+	// queued jobs and pending batch lines; 0 refuses them.
+	MaxQueuedJobs        int64
+	MaxPendingBatchLines int64
+	Organizations        int64  // on this tier; a tier in use cannot be deleted
+	TermsFrom            string // when the fee, credit and overage took effect, e.g. "2026-11-16 09:30 UTC"; empty: since before terms were dated
 }
 
 // AdminTierForm refills the create-a-tier form after a failed attempt.
 type AdminTierForm struct {
-	Name             string
-	Capacity         string
-	RefillPerSec     string
-	TokensPerMinute  string
-	FreezeThreshold  string
-	FreezeMinutes    string
-	RefillFloor      string
-	UpstreamFallback string
-	Autotune         bool
-	MonthlyFee       string
-	IncludedCredit   string
-	Overage          string
-	BillCacheHits    bool
-	BatchFileMiB     string
-	MaxAPITokens     string
+	Name                 string
+	Capacity             string
+	RefillPerSec         string
+	TokensPerMinute      string
+	FreezeThreshold      string
+	FreezeMinutes        string
+	RefillFloor          string
+	UpstreamFallback     string
+	Autotune             bool
+	MonthlyFee           string
+	IncludedCredit       string
+	Overage              string
+	BillCacheHits        bool
+	BatchFileMiB         string
+	MaxAPITokens         string
+	MaxQueuedJobs        string
+	MaxPendingBatchLines string
 }
 
 // AdminOverviewView is the overview of every organization: one page of

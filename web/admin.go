@@ -28,7 +28,7 @@ var adminFlashes = map[string]string{
 // gets through the API when it gives none.
 var newTierDefaults = templates.AdminTierForm{TokensPerMinute: "0", FreezeThreshold: "20", FreezeMinutes: "10",
 	RefillFloor: "0", UpstreamFallback: "local", MonthlyFee: "0.00", IncludedCredit: "0.00", Overage: models.OverageBlock,
-	BatchFileMiB: "1", MaxAPITokens: "10"}
+	BatchFileMiB: "1", MaxAPITokens: "10", MaxQueuedJobs: "100", MaxPendingBatchLines: "1000"}
 
 // AdminTiers shows the tiers with their editable limits and plans, the
 // freezes and the auto-tuner.
@@ -84,6 +84,7 @@ func (p *Pages) showAdmin(c *gin.Context, status int, formErr, flash string, new
 			Autotune: t.Autotune, RefillFloor: formatRate(t.RefillFloor), UpstreamFallback: t.UpstreamFallback,
 			MonthlyFee: t.MonthlyFee.String(), IncludedCredit: t.IncludedCredit.String(), Overage: t.Overage,
 			BillCacheHits: t.BillCacheHits, BatchFileMiB: formatMiB(t.BatchFileBytes), MaxAPITokens: t.MaxAPITokens,
+			MaxQueuedJobs: t.MaxQueuedJobs, MaxPendingBatchLines: t.MaxPendingBatchLines,
 			Organizations: usage[t.ID], TermsFrom: formatTermsFrom(t.TermsFrom)})
 	}
 	view.Freezes = p.freezeRows(c, freezes, orgNames)
@@ -137,7 +138,8 @@ func (p *Pages) CreateTier(c *gin.Context) {
 		RefillFloor: c.PostForm("refill_floor"), UpstreamFallback: c.PostForm("upstream_fallback"),
 		Autotune: c.PostForm("autotune") == "on", MonthlyFee: c.PostForm("monthly_fee"), IncludedCredit: c.PostForm("included_credit"),
 		Overage: c.PostForm("overage"), BillCacheHits: c.PostForm("bill_cache_hits") == "on", BatchFileMiB: c.PostForm("batch_file_mib"),
-		MaxAPITokens: c.PostForm("max_api_tokens")}
+		MaxAPITokens: c.PostForm("max_api_tokens"), MaxQueuedJobs: c.PostForm("max_queued_jobs"),
+		MaxPendingBatchLines: c.PostForm("max_pending_batch_lines")}
 	var settings models.TierSettings
 	if err := tierForm(c, &settings); err != nil {
 		p.showAdmin(c, http.StatusUnprocessableEntity, err.Error(), "", form)
@@ -230,6 +232,18 @@ func tierForm(c *gin.Context, s *models.TierSettings) error {
 			bad = append(bad, "max_api_tokens")
 		}
 		s.MaxAPITokens = n
+	}
+	for _, f := range []struct {
+		name string
+		dst  *int64
+	}{{"max_queued_jobs", &s.MaxQueuedJobs}, {"max_pending_batch_lines", &s.MaxPendingBatchLines}} {
+		if v, ok := c.GetPostForm(f.name); ok {
+			n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+			if err != nil {
+				bad = append(bad, f.name)
+			}
+			*f.dst = n
+		}
 	}
 	switch {
 	case len(bad) > 0:

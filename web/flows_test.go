@@ -165,9 +165,20 @@ func TestAdminChangesTiersOrganizationsAndFreezes(t *testing.T) {
 		// limit are not in these values: they keep theirs.
 		if want := (models.TierSettings{Capacity: 45, RefillPerSec: 0.75, FreezeThreshold: 20, FreezeMinutes: 10,
 			RefillFloor: 0.3, UpstreamFallback: "error", IncludedCredit: money.Dollar, Overage: models.OverageBlock,
-			BatchFileBytes: 1 << 20, MaxAPITokens: 10}); tier.Settings() != want {
+			BatchFileBytes: 1 << 20, MaxAPITokens: 10, MaxQueuedJobs: 100, MaxPendingBatchLines: 1000}); tier.Settings() != want {
 			t.Errorf("free tier = %+v, want %+v", tier.Settings(), want)
 		}
+		// The queue limits, when the form sends them.
+		admin.post("/admin/tiers/free", tierValues(map[string]string{"capacity": "45", "refill_per_sec": "0.75", "autotune": "-",
+			"upstream_fallback": "error", "max_queued_jobs": "7", "max_pending_batch_lines": "70"})).expectRedirect("/admin/tiers?done=tier")
+		if tier, err := s.store.TierByName(ctx, "free"); err != nil || tier.MaxQueuedJobs != 7 || tier.MaxPendingBatchLines != 70 {
+			t.Errorf("queue limits from the form: %d jobs, %d lines (%v)", tier.MaxQueuedJobs, tier.MaxPendingBatchLines, err)
+		}
+		admin.post("/admin/tiers/free", tierValues(map[string]string{"capacity": "45", "refill_per_sec": "0.75", "autotune": "-",
+			"upstream_fallback": "error", "max_queued_jobs": "-1", "max_pending_batch_lines": "70"})).
+			expectFormError(http.StatusUnprocessableEntity, "tier-form-free", "max_queued_jobs must be from 0 (no jobs) to 1000000")
+		admin.post("/admin/tiers/free", tierValues(map[string]string{"capacity": "45", "refill_per_sec": "0.75", "autotune": "-",
+			"upstream_fallback": "error", "max_queued_jobs": "100", "max_pending_batch_lines": "1000"})).expectRedirect("/admin/tiers?done=tier")
 		w := admin.get("/admin/tiers?done=tier")
 		w.expectPage(http.StatusOK, "flash", "tier-form-free")
 		if got := w.text("flash"); got != "Tier saved. The next API request, on every node, uses the new settings." {

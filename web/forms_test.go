@@ -108,6 +108,8 @@ func TestFormsShowTheirErrors(t *testing.T) {
 			{name: "tier several not numbers", who: "admin", path: "/admin/tiers/free",
 				form:   tierValues(map[string]string{"capacity": "", "refill_per_sec": "fast", "freeze_minutes": "-"}),
 				status: 422, formID: "tier-form-free", message: "These fields need a number: capacity, refill_per_sec, freeze_minutes."},
+			{name: "tier queue limit not a number", who: "admin", path: "/admin/tiers/free", form: tierValues(map[string]string{"max_pending_batch_lines": "many"}),
+				status: 422, formID: "tier-form-free", message: "These fields need a number: max_pending_batch_lines."},
 			{name: "tier capacity zero", who: "admin", path: "/admin/tiers/free", form: tierValues(map[string]string{"capacity": "0"}),
 				status: 422, formID: "tier-form-free", message: "capacity must be between 1 and 1000000"},
 			{name: "tier refill zero", who: "admin", path: "/admin/tiers/premium", form: tierValues(map[string]string{"refill_per_sec": "0", "refill_floor": "0", "autotune": "-"}),

@@ -67,7 +67,7 @@ func (s *site) batch(orgID int64, customIDs ...string) models.Batch {
 			rows = append(rows, models.BatchResult{Line: i + 1, CustomID: id, State: "pending"})
 		}
 		return rows
-	}, 30*24*time.Hour)
+	}, 30*24*time.Hour, models.PendingLimit{Tier: "free", Lines: 1000})
 	if err != nil {
 		s.t.Fatal(err)
 	}
