@@ -11,6 +11,7 @@ import (
 	"github.com/sluicehq/sluice/internal/testdb"
 	"github.com/sluicehq/sluice/migrations"
 	"github.com/sluicehq/sluice/models"
+	"github.com/sluicehq/sluice/wire"
 )
 
 // eachTenantFixture runs fn on the tenant fixture over SQLite and Postgres.
@@ -47,7 +48,7 @@ func uploadRequest(token string) request {
 // openAIError reads a /v1 error body's type, code and message.
 func openAIError(t *testing.T, body []byte) (typ, code, message string) {
 	t.Helper()
-	var e openAIErrorBody
+	var e wire.OpenAIError
 	if err := json.Unmarshal(body, &e); err != nil {
 		t.Fatalf("not OpenAI's error shape: %q", body)
 	}
