@@ -586,7 +586,8 @@ func (q *Queue) view(r *rivertype.JobRow) Job {
 }
 
 // Stats are the node's view of the queue for operators: jobs waiting to
-// run and how long the oldest has waited.
+// run and how long the oldest has waited (webhook deliveries, on a queue
+// of their own, are not jobs).
 type Stats struct {
 	Waiting int64
 	Oldest  time.Duration
@@ -597,7 +598,7 @@ func (q *Queue) Stats(ctx context.Context) (Stats, error) {
 	var s Stats
 	var oldest sql.NullString
 	err := q.stats.QueryRowContext(ctx, `SELECT COUNT(*), MIN(created_at) FROM river_job
-		WHERE state IN ('available', 'scheduled', 'retryable', 'pending')`).Scan(&s.Waiting, &oldest)
+		WHERE state IN ('available', 'scheduled', 'retryable', 'pending') AND queue = 'default'`).Scan(&s.Waiting, &oldest)
 	if err != nil {
 		return s, apperr.Wrap(err, "job queue stats")
 	}
