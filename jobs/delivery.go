@@ -95,7 +95,7 @@ type deliveryWorker struct {
 // busySnooze is how long a delivery to a host at its limit waits before
 // trying again (with up to as much again of jitter, so the waiting ones
 // do not all come back at once).
-const busySnooze = time.Second
+const busySnooze = 2 * time.Second
 
 func (d *deliveryWorker) Work(ctx context.Context, job *river.Job[deliveryArgs]) error {
 	a := job.Args
