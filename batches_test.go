@@ -55,7 +55,8 @@ func TestBatchesAndJobsEndToEnd(t *testing.T) {
 	providerSrv := httptest.NewServer(refusing(provider))
 	t.Cleanup(providerSrv.Close)
 	env := map[string]string{"SLUICE_DATA_DIR": t.TempDir(), "SLUICE_BCRYPT_COST": "4", "SLUICE_ADMIN_PASSWORD": "admin-password",
-		"SLUICE_WEBHOOK_HOSTS": "127.0.0.1"}
+		// The receivers are httptest servers on loopback, over http.
+		"SLUICE_WEBHOOK_HOSTS": "127.0.0.1", "SLUICE_WEBHOOK_ALLOW_PRIVATE": "true", "SLUICE_WEBHOOK_ALLOW_HTTP": "true"}
 	if os.Getenv("TEST_DATABASE_URL") != "" {
 		env["DATABASE_URL"], env["SLUICE_AUTO_MIGRATE"], env["SLUICE_MASTER_KEY"] = testdb.PostgresURL(t), "true", testMasterKey
 	}
@@ -368,6 +369,28 @@ func TestBatchesAndJobsEndToEnd(t *testing.T) {
 		if err := json.Unmarshal(d.body, &body); err != nil || body.ID != queued.ID || body.Object != "job" || body.Status != "succeeded" ||
 			body.Result.RequestID != queued.ID || body.Result.StatusCode != 200 || len(body.Result.Body.Choices) != 1 {
 			t.Fatalf("callback body %s: %v", d.body, err)
+		}
+		// The job shows its callback delivered.
+		var cb struct {
+			Callback struct {
+				URL, Status string
+				Attempts    int
+				DeliveredAt *int64 `json:"delivered_at"`
+			}
+		}
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+			if r := c.call("GET", "/v1/jobs/"+queued.ID, apiKey, "", &cb); r.StatusCode != 200 {
+				t.Fatalf("GET the job: %d", r.StatusCode)
+			}
+			if cb.Callback.Status == "delivered" || time.Now().After(deadline) {
+				break
+			}
+		}
+		if cb.Callback.Status != "delivered" || cb.Callback.URL != receiver.URL+"/done" || cb.Callback.Attempts != 1 || cb.Callback.DeliveredAt == nil {
+			t.Fatalf("the job's callback: %+v", cb.Callback)
+		}
+		if !strings.Contains(out.String(), "SLUICE_WEBHOOK_ALLOW_PRIVATE=true: webhooks and callbacks may reach loopback") {
+			t.Fatalf("allowing private addresses is not warned at start:\n%s", out.String())
 		}
 	})
 }

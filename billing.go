@@ -38,9 +38,16 @@ func newBilling(cfg config.Config, store *models.Store, db *models.DB, adm *admi
 		ledger = metering.NewMemoryLedger(seed)
 	}
 	m := &billingParts{prices: metering.NewPriceBook(), ledger: ledger}
-	webhooks := webhook.NewSender(webhook.ParseHosts(cfg.WebhookHosts), time.Now)
+	if cfg.WebhookAllowPrivate {
+		log.Warn("SLUICE_WEBHOOK_ALLOW_PRIVATE=true: webhooks and callbacks may reach loopback, private and metadata addresses; for development only")
+	}
+	if cfg.WebhookAllowHTTP {
+		log.Warn("SLUICE_WEBHOOK_ALLOW_HTTP=true: webhooks and callbacks may go over plain http; for development only")
+	}
+	webhooks := webhook.NewSender(webhook.Options{Hosts: webhook.ParseHosts(cfg.WebhookHosts),
+		AllowPrivate: cfg.WebhookAllowPrivate, AllowHTTP: cfg.WebhookAllowHTTP, Now: time.Now})
 	m.billing = billing.New(billing.Deps{Store: store, Directory: dir, Bus: adm.bus, Prices: m.prices, Ledger: ledger,
 		Box: box, Webhooks: webhooks, Log: log, Now: time.Now})
-	m.alerts = metering.NewBudgetAlerts(store, webhooks, m.billing.OpenSecret, log, time.Now)
+	m.alerts = metering.NewBudgetAlerts(store, log, time.Now)
 	return m
 }

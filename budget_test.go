@@ -234,7 +234,9 @@ func TestBudgetAlertsAreAuditedAndPostedSigned(t *testing.T) {
 	}))
 	t.Cleanup(hooks.Close)
 	base, _, stop := start(t, map[string]string{"SLUICE_DATA_DIR": t.TempDir(), "SLUICE_BCRYPT_COST": "4",
-		"SLUICE_ADMIN_PASSWORD": "admin-password", "SLUICE_WEBHOOK_HOSTS": "127.0.0.1"})
+		"SLUICE_ADMIN_PASSWORD": "admin-password", "SLUICE_WEBHOOK_HOSTS": "127.0.0.1",
+		// The receiver is an httptest server on loopback, over http.
+		"SLUICE_WEBHOOK_ALLOW_PRIVATE": "true", "SLUICE_WEBHOOK_ALLOW_HTTP": "true"})
 	t.Cleanup(func() { stop() })
 	c := client{t, base}
 	key := setUpBudget(t, c, "0.0002")

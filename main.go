@@ -191,7 +191,9 @@ func runWith(ctx context.Context, args []string, getenv func(string) string, std
 		batches.Config{FileRetention: cfg.BatchRetention, Now: time.Now})
 	queue, err := jobs.New(ctx, jobs.Deps{DB: db, DatabaseURL: cfg.DatabaseURL, Pipeline: pipeline, Directory: dir,
 		Notify: bill.billing.Notify, Batches: batchService, Log: log}, jobs.Config{Workers: cfg.JobWorkers, MaxAttempts: cfg.JobAttempts,
-		Retention: cfg.JobRetention, MaxWait: 2 * time.Second, RetryBase: cfg.JobRetryBase, Now: time.Now})
+		Retention: cfg.JobRetention, MaxWait: 2 * time.Second, RetryBase: cfg.JobRetryBase, Now: time.Now,
+		DeliveryWorkers: cfg.WebhookWorkers, HostConcurrency: cfg.WebhookHostLimit, DeliveryAttempts: cfg.WebhookAttempts,
+		DeliveryRetryBase: cfg.WebhookRetryBase})
 	if err != nil {
 		return err
 	}
@@ -266,7 +268,7 @@ func runWith(ctx context.Context, args []string, getenv func(string) string, std
 	go gen.providers.PersistRefusals(ctx, gen.pool.Refusals())
 	go gen.pool.Run(ctx)
 	go adm.runPrefetch(ctx)
-	go bill.alerts.Run(ctx)
+	go bill.alerts.Run(ctx, queue.Deliver)
 	invoicer := models.NewAdvisoryLeader(db, invoiceLockKey)
 	defer invoicer.Resign()
 	go bill.billing.RunFinalizer(ctx, cfg.FinalizeInterval, invoicer)

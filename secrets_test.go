@@ -72,7 +72,8 @@ func TestNoSecretAtRest(t *testing.T) {
 			env["SLUICE_ADMIN_PASSWORD"] = adminPassword
 			env["SLUICE_BCRYPT_COST"] = "4"
 			env["SLUICE_LOG_LEVEL"] = "debug"
-			env["SLUICE_WEBHOOK_HOSTS"] = "127.0.0.1"
+			env["SLUICE_WEBHOOK_HOSTS"] = "127.0.0.1" // an httptest server on loopback, over http
+			env["SLUICE_WEBHOOK_ALLOW_PRIVATE"], env["SLUICE_WEBHOOK_ALLOW_HTTP"] = "true", "true"
 			env["SLUICE_UPSTREAM_BUDGET"], env["SLUICE_UPSTREAM_MAX_BACKOFF"] = "1s", "20ms"
 			var rdb *redis.Client
 			var published *testsync.Buffer

@@ -235,8 +235,8 @@ func (s *Service) SetWebhook(ctx context.Context, u models.User, url string) (st
 		_, err := s.store.SetWebhook(ctx, u, u.OrgID, "", "")
 		return "", err
 	}
-	if err := s.webhooks.Hosts().Check(url); err != nil {
-		return "", apperr.Field(apperr.Unprocessable, "webhook_not_allowed", "webhook_url", err.Error())
+	if err := s.webhooks.Check(ctx, url); err != nil {
+		return "", apperr.Field(apperr.Invalid, "webhook_not_allowed", "webhook_url", err.Error())
 	}
 	secret := webhook.NewSecret()
 	_, err := s.store.SetWebhook(ctx, u, u.OrgID, url, s.box.Seal(secret, webhookSealContext))
@@ -244,9 +244,10 @@ func (s *Service) SetWebhook(ctx context.Context, u models.User, url string) (st
 }
 
 // CheckCallback says whether a job of orgID may call url back: a host the
-// operator allows, and a webhook secret of the organization's to sign with.
+// operator allows at public addresses (webhook.Sender.Check), and a
+// webhook secret of the organization's to sign with.
 func (s *Service) CheckCallback(ctx context.Context, orgID int64, url string) error {
-	if err := s.webhooks.Hosts().Check(url); err != nil {
+	if err := s.webhooks.Check(ctx, url); err != nil {
 		return apperr.Field(apperr.Invalid, "callback_not_allowed", "callback_url", err.Error())
 	}
 	o, err := s.store.Organization(ctx, orgID)
@@ -260,7 +261,8 @@ func (s *Service) CheckCallback(ctx context.Context, orgID int64, url string) er
 	return nil
 }
 
-// Notify posts body to url, signed with orgID's webhook secret.
+// Notify posts body to url once, signed with orgID's webhook secret: one
+// attempt of a webhook delivery.
 func (s *Service) Notify(ctx context.Context, orgID int64, url string, body []byte) error {
 	o, err := s.store.Organization(ctx, orgID)
 	if err != nil {
@@ -270,7 +272,7 @@ func (s *Service) Notify(ctx context.Context, orgID int64, url string, body []by
 	if err != nil {
 		return fmt.Errorf("opening the webhook secret: %w", err)
 	}
-	return s.webhooks.Send(ctx, url, secret, body)
+	return s.webhooks.Post(ctx, url, secret, body)
 }
 
 // orgChanged makes every node forget the organization's cached tokens (so

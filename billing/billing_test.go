@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"testing"
@@ -52,7 +53,11 @@ func newFixture(t *testing.T, db *models.DB, start time.Time) *fixture {
 	book := metering.NewPriceBook()
 	f := &fixture{t: t, store: store, clock: clk, book: book}
 	f.svc = New(Deps{Store: store, Directory: dir, Bus: cluster.None{}, Prices: book,
-		Ledger: metering.NewMemoryLedger(metering.StoreSeed(store)), Box: box, Webhooks: webhook.NewSender(webhook.Hosts{"hooks.example.com"}, clk.Now),
+		Ledger: metering.NewMemoryLedger(metering.StoreSeed(store)), Box: box, Webhooks: webhook.NewSender(webhook.Options{Hosts: webhook.Hosts{"hooks.example.com"}, Now: clk.Now,
+			// A public address for the allowed name, without asking DNS.
+			Lookup: func(context.Context, string) ([]netip.Addr, error) {
+				return []netip.Addr{netip.MustParseAddr("93.184.216.34")}, nil
+			}}),
 		Log: slog.New(slog.DiscardHandler), Now: clk.Now})
 	_, f.admin, err = store.CreateOrganizationWithOwner(ctx, "Ops", "premium", "ops@example.com", "h", models.RoleAdmin)
 	if err != nil {

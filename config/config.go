@@ -58,8 +58,16 @@ type Config struct {
 	ChatSessionBudget  int           // SLUICE_CHAT_SESSION_TOKENS: history kept in front of a request, in tokens
 	PprofAddr          string        // SLUICE_PPROF_ADDR: where to serve net/http/pprof (loopback only); empty = off
 
-	WebhookHosts     string        // SLUICE_WEBHOOK_HOSTS: hosts budget alerts and job callbacks may be posted to
-	FinalizeInterval time.Duration // SLUICE_INVOICE_INTERVAL: how often a node closes the invoices of ended months
+	WebhookHosts string // SLUICE_WEBHOOK_HOSTS: hosts budget alerts and job callbacks may be posted to
+	// SLUICE_WEBHOOK_ALLOW_PRIVATE: webhooks may reach loopback, private,
+	// link-local, CGNAT and metadata addresses (development only; warned at start)
+	WebhookAllowPrivate bool
+	WebhookAllowHTTP    bool          // SLUICE_WEBHOOK_ALLOW_HTTP: webhooks may go over plain http (development only; warned at start)
+	WebhookHostLimit    int           // SLUICE_WEBHOOK_HOST_CONCURRENCY: deliveries to one host at once on this node
+	WebhookWorkers      int           // SLUICE_WEBHOOK_WORKERS: deliveries in flight at once on this node, all hosts together
+	WebhookAttempts     int           // SLUICE_WEBHOOK_ATTEMPTS: attempts before a delivery fails
+	WebhookRetryBase    time.Duration // SLUICE_WEBHOOK_RETRY_BASE: a delivery's first retry backoff ceiling, doubling per attempt
+	FinalizeInterval    time.Duration // SLUICE_INVOICE_INTERVAL: how often a node closes the invoices of ended months
 
 	JobWorkers   int           // SLUICE_JOB_WORKERS: jobs worked at once on this node
 	JobAttempts  int           // SLUICE_JOB_ATTEMPTS: attempts before a job fails
@@ -129,8 +137,14 @@ func Load(args []string, getenv func(string) string) (Config, error) {
 		ChatSessionBudget:  int(r.int64("SLUICE_CHAT_SESSION_TOKENS", 4096, 64, 1_000_000)),
 		PprofAddr:          r.str("SLUICE_PPROF_ADDR", ""),
 
-		WebhookHosts:     r.str("SLUICE_WEBHOOK_HOSTS", ""),
-		FinalizeInterval: r.duration("SLUICE_INVOICE_INTERVAL", 5*time.Minute, time.Second, 24*time.Hour),
+		WebhookHosts:        r.str("SLUICE_WEBHOOK_HOSTS", ""),
+		WebhookAllowPrivate: r.bool("SLUICE_WEBHOOK_ALLOW_PRIVATE", false),
+		WebhookAllowHTTP:    r.bool("SLUICE_WEBHOOK_ALLOW_HTTP", false),
+		WebhookHostLimit:    int(r.int64("SLUICE_WEBHOOK_HOST_CONCURRENCY", 4, 1, 1000)),
+		WebhookWorkers:      int(r.int64("SLUICE_WEBHOOK_WORKERS", 32, 1, 10000)),
+		WebhookAttempts:     int(r.int64("SLUICE_WEBHOOK_ATTEMPTS", 8, 1, 100)),
+		WebhookRetryBase:    r.duration("SLUICE_WEBHOOK_RETRY_BASE", 10*time.Second, time.Millisecond, time.Hour),
+		FinalizeInterval:    r.duration("SLUICE_INVOICE_INTERVAL", 5*time.Minute, time.Second, 24*time.Hour),
 
 		JobWorkers:   int(r.int64("SLUICE_JOB_WORKERS", 10, 1, 1000)),
 		JobAttempts:  int(r.int64("SLUICE_JOB_ATTEMPTS", 5, 1, 100)),

@@ -132,12 +132,17 @@ func TestBillingAPI(t *testing.T) {
 			t.Fatalf("after removing the budget: %d %s", w.Code, w.Body.String())
 		}
 
-		// Organization settings: a real zone, webhooks only to allowed hosts.
+		// Organization settings: a real zone, webhooks only to allowed hosts,
+		// over https, at public addresses.
 		expectError(t, e.do(request{method: "PUT", path: "/api/organization", bearer: owner, body: `{"time_zone":"Mars/Olympus"}`}),
 			400, "invalid_time_zone", `"Mars/Olympus" is not an IANA time zone`)
 		expectError(t, e.do(request{method: "PUT", path: "/api/organization", bearer: owner, body: `{"webhook_url":"https://169.254.169.254/x"}`}),
-			422, "webhook_not_allowed", "169.254.169.254 is not among the hosts the operator allows")
-		w = e.do(request{method: "PUT", path: "/api/organization", bearer: owner, body: `{"time_zone":"Asia/Shanghai","webhook_url":"http://127.0.0.1:9/hook"}`})
+			400, "webhook_not_allowed", "169.254.169.254 is not among the hosts the operator allows")
+		expectError(t, e.do(request{method: "PUT", path: "/api/organization", bearer: owner, body: `{"webhook_url":"https://127.0.0.1:9/hook"}`}),
+			400, "webhook_not_allowed", "127.0.0.1 resolves to 127.0.0.1, a loopback address")
+		expectError(t, e.do(request{method: "PUT", path: "/api/organization", bearer: owner, body: `{"webhook_url":"http://hooks.example.com/hook"}`}),
+			400, "webhook_not_allowed", "webhooks are sent over https only")
+		w = e.do(request{method: "PUT", path: "/api/organization", bearer: owner, body: `{"time_zone":"Asia/Shanghai","webhook_url":"https://hooks.example.com/hook"}`})
 		if w.Code != 200 || !strings.Contains(w.Body.String(), `"webhook_secret":"whsec_`) || !strings.Contains(w.Body.String(), `"time_zone":"Asia/Shanghai"`) {
 			t.Fatalf("settings: %d %s", w.Code, w.Body.String())
 		}

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"os"
 	"strings"
 	"testing"
@@ -150,10 +151,15 @@ func newEnv(t testing.TB, db *models.DB) *env {
 	recorder := storeRecorder{store}
 	prices := metering.NewPriceBook()
 	ledger := metering.NewMemoryLedger(metering.StoreSeed(store))
-	webhooks := webhook.NewSender(webhook.Hosts{"127.0.0.1"}, clk.Now)
+	webhooks := webhook.NewSender(webhook.Options{Hosts: webhook.Hosts{"127.0.0.1", "hooks.example.com"}, Now: clk.Now,
+		// hooks.example.com is public, without asking DNS; 127.0.0.1 is
+		// allowed by name and refused by address.
+		Lookup: func(context.Context, string) ([]netip.Addr, error) {
+			return []netip.Addr{netip.MustParseAddr("93.184.216.34")}, nil
+		}})
 	bill := billing.New(billing.Deps{Store: store, Directory: dir, Bus: cluster.None{}, Prices: prices, Ledger: ledger, Box: box,
 		Webhooks: webhooks, Log: discardLog(), Now: clk.Now})
-	alerts := metering.NewBudgetAlerts(store, webhooks, bill.OpenSecret, discardLog(), clk.Now)
+	alerts := metering.NewBudgetAlerts(store, discardLog(), clk.Now)
 	e := &env{t: t, store: store, clock: clk, acc: acc, dir: dir, limiter: limiter, model: model, jwt: jwt, log: discardLog(),
 		pipe: completion.Deps{
 			Log: discardLog(), Now: clk.Now,

@@ -35,6 +35,16 @@ type jobOut struct {
 	FinishedAt  *int64          `json:"finished_at"`
 	Result      json.RawMessage `json:"result,omitempty"` // the chat completion, once succeeded
 	Error       *jobs.Failure   `json:"error,omitempty"`
+	Callback    *callbackOut    `json:"callback,omitempty"` // only for a job with a callback URL
+}
+
+// callbackOut is a job's callback delivery.
+type callbackOut struct {
+	URL         string `json:"url"` // its query hidden: it may carry a secret
+	Status      string `json:"status"`
+	Attempts    int    `json:"attempts"`
+	LastError   string `json:"last_error,omitempty"`
+	DeliveredAt *int64 `json:"delivered_at"`
 }
 
 func unix(t *time.Time) *int64 {
@@ -53,6 +63,9 @@ func toJobOut(j jobs.Job) jobOut {
 		if j.Status == jobs.Succeeded {
 			out.Result = o.Body
 		}
+	}
+	if c := j.Callback; c != nil {
+		out.Callback = &callbackOut{URL: c.URL, Status: c.Status, Attempts: c.Attempts, LastError: c.LastError, DeliveredAt: unix(c.DeliveredAt)}
 	}
 	return out
 }

@@ -31,6 +31,7 @@ import (
 	"github.com/sluicehq/sluice/completion"
 	"github.com/sluicehq/sluice/metering"
 	"github.com/sluicehq/sluice/models"
+	"github.com/sluicehq/sluice/webhook"
 )
 
 // Args is a queued chat completion, as River stores it.
@@ -87,7 +88,8 @@ type Job struct {
 	CreatedAt   time.Time
 	StartedAt   *time.Time // of the latest attempt
 	FinishedAt  *time.Time
-	Output      *Output // once finished (and while retrying: the last error)
+	Output      *Output   // once finished (and while retrying: the last error)
+	Callback    *Callback // the job's callback, if it has one
 }
 
 // JobID is the public id of River's job id.
@@ -107,6 +109,13 @@ type Config struct {
 	MaxWait     time.Duration // longest a worker waits in place for a bucket; longer waits are snoozes
 	RetryBase   time.Duration // the first retry's backoff ceiling; it doubles per attempt, up to 10 minutes
 	Now         func() time.Time
+
+	// Webhook deliveries (job callbacks, budget alerts) have workers of
+	// their own.
+	DeliveryWorkers   int           // deliveries in flight at once on this node, all hosts together
+	HostConcurrency   int           // deliveries in flight at once to one host on this node
+	DeliveryAttempts  int           // attempts before a delivery fails
+	DeliveryRetryBase time.Duration // a delivery's first retry backoff ceiling; it doubles per attempt, up to an hour
 }
 
 // client is the part of River's generic client the queue uses, the same
@@ -140,7 +149,7 @@ type Queue struct {
 	close      func()
 }
 
-// Notifier tells a job's callback URL its outcome, signed for orgID.
+// Notifier posts body to url once, signed for orgID: a delivery's attempt.
 type Notifier func(ctx context.Context, orgID int64, url string, body []byte) error
 
 // BatchLines is what the worker asks and tells the batches of the lines it
@@ -166,8 +175,12 @@ type Deps struct {
 // New builds the queue on d.DB. Call Start to work jobs.
 func New(ctx context.Context, d Deps, cfg Config) (*Queue, error) {
 	store := models.NewStore(d.DB)
-	w := &worker{pipeline: d.Pipeline, dir: d.Directory, notify: d.Notify, batches: d.Batches, places: store, log: d.Log,
+	q := &Queue{cfg: cfg, store: store, close: func() {}}
+	w := &worker{pipeline: d.Pipeline, dir: d.Directory, batches: d.Batches, places: store, log: d.Log,
 		maxWait: cfg.MaxWait, retryBase: cfg.RetryBase}
+	if d.Notify != nil {
+		w.deliver = q.insertDelivery
+	}
 	workers := river.NewWorkers()
 	if err := river.AddWorkerSafely(workers, w); err != nil {
 		return nil, err
@@ -175,8 +188,16 @@ func New(ctx context.Context, d Deps, cfg Config) (*Queue, error) {
 	if err := river.AddWorkerSafely(workers, &lineWorker{w: w}); err != nil {
 		return nil, err
 	}
+	queues := map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: cfg.Workers}}
+	if d.Notify != nil {
+		if err := river.AddWorkerSafely(workers, &deliveryWorker{notify: d.Notify, retryBase: cfg.DeliveryRetryBase, log: d.Log,
+			hosts: &hostSlots{limit: cfg.HostConcurrency, busy: map[string]int{}}}); err != nil {
+			return nil, err
+		}
+		queues[deliveryQueue] = river.QueueConfig{MaxWorkers: cfg.DeliveryWorkers}
+	}
 	rc := &river.Config{
-		Queues:      map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: cfg.Workers}},
+		Queues:      queues,
 		Workers:     workers,
 		MaxAttempts: cfg.MaxAttempts,
 		// Finished jobs are deleted by DeleteExpired, on the queue's clock;
@@ -193,7 +214,6 @@ func New(ctx context.Context, d Deps, cfg Config) (*Queue, error) {
 		RescueStuckJobsAfter: 5 * time.Minute,
 		Logger:               d.Log,
 	}
-	q := &Queue{cfg: cfg, store: store, close: func() {}}
 	sqlDB, err := d.DB.SQL()
 	if err != nil {
 		return nil, err
@@ -549,7 +569,8 @@ func (q *Queue) Get(ctx context.Context, orgID int64, id string) (Job, error) {
 	if err != nil {
 		return Job{}, err
 	}
-	return q.view(row), nil
+	j := q.view(row)
+	return j, q.withCallback(ctx, &j, row.ID)
 }
 
 // Cancel cancels one of orgID's jobs that has not started; a running or
@@ -610,6 +631,9 @@ func (q *Queue) List(ctx context.Context, orgID int64, limit int) ([]Job, error)
 	out := make([]Job, 0, len(res.Jobs))
 	for _, r := range res.Jobs {
 		if j := q.view(r); j.FinishedAt == nil || q.cfg.Now().Sub(*j.FinishedAt) <= q.cfg.Retention {
+			if err := q.withCallback(ctx, &j, r.ID); err != nil {
+				return nil, err
+			}
 			out = append(out, j)
 		}
 	}
@@ -636,6 +660,10 @@ func (q *Queue) view(r *rivertype.JobRow) Job {
 	if json.Unmarshal(r.Metadata, &meta) == nil {
 		j.Output = meta.Output
 	}
+	var a Args
+	if json.Unmarshal(r.EncodedArgs, &a) == nil && a.CallbackURL != "" {
+		j.Callback = &Callback{URL: webhook.Redact(a.CallbackURL), Status: CallbackPending}
+	}
 	switch r.State {
 	case rivertype.JobStateRunning:
 		j.Status = Running
@@ -655,7 +683,8 @@ func (q *Queue) view(r *rivertype.JobRow) Job {
 }
 
 // Stats are the node's view of the queue for operators: jobs waiting to
-// run and how long the oldest has waited.
+// run and how long the oldest has waited (webhook deliveries, on a queue
+// of their own, are not jobs).
 type Stats struct {
 	Waiting int64
 	Oldest  time.Duration
@@ -666,7 +695,7 @@ func (q *Queue) Stats(ctx context.Context) (Stats, error) {
 	var s Stats
 	var oldest sql.NullString
 	err := q.stats.QueryRowContext(ctx, `SELECT COUNT(*), MIN(created_at) FROM river_job
-		WHERE state IN ('available', 'scheduled', 'retryable', 'pending')`).Scan(&s.Waiting, &oldest)
+		WHERE state IN ('available', 'scheduled', 'retryable', 'pending') AND queue = 'default'`).Scan(&s.Waiting, &oldest)
 	if err != nil {
 		return s, apperr.Wrap(err, "job queue stats")
 	}

@@ -83,6 +83,7 @@ type fixture struct {
 	provider *httptest.Server
 	calls    atomic.Int64
 	tokenID  int64
+	notify   Notifier // posts the queue's webhook deliveries; nil: none
 }
 
 func newFixture(t *testing.T, db *models.DB, url string) *fixture {
@@ -141,9 +142,12 @@ func (f *fixture) queue(cfg Config, batches BatchLines) *Queue {
 	if cfg.RetryBase == 0 {
 		cfg.RetryBase = 10 * time.Millisecond
 	}
+	if cfg.DeliveryWorkers == 0 {
+		cfg.DeliveryWorkers, cfg.HostConcurrency, cfg.DeliveryAttempts, cfg.DeliveryRetryBase = 16, 4, 3, 10*time.Millisecond
+	}
 	cfg.Now = func() time.Time { return *f.now.Load() }
 	q, err := New(context.Background(), Deps{DB: f.db, DatabaseURL: f.url, Pipeline: f.pipe, Directory: f.dir, Batches: batches,
-		Log: slog.New(slog.DiscardHandler)}, cfg)
+		Notify: f.notify, Log: slog.New(slog.DiscardHandler)}, cfg)
 	if err != nil {
 		f.t.Fatal(err)
 	}

@@ -23,11 +23,12 @@ type worker struct {
 	river.WorkerDefaults[Args]
 	pipeline *completion.Pipeline
 	dir      *accounts.Directory
-	notify   Notifier
-	batches  BatchLines
-	places   *models.Store // gives back a finished job's place in its organization's queue
-	log      *slog.Logger
-	maxWait  time.Duration
+	// deliver queues a job's callback; nil when the node sends none.
+	deliver func(context.Context, deliveryArgs) error
+	batches BatchLines
+	places  *models.Store // gives back a finished job's place in its organization's queue
+	log     *slog.Logger
+	maxWait time.Duration
 	// retryBase is the first retry's backoff ceiling.
 	retryBase time.Duration
 }
@@ -136,7 +137,8 @@ func FailureOf(e *apperr.Error) *Failure {
 	return &Failure{Code: code, Message: msg}
 }
 
-// finish records a job's final outcome, tells its batch and its callback,
+// finish records a job's final outcome, tells its batch, queues its
+// callback (posted by the delivery workers, never in this worker's slot),
 // and returns what River should do with it.
 func (w *worker) finish(ctx context.Context, job *river.Job[Args], out Output, result error) error {
 	if err := river.RecordOutput(ctx, out); err != nil {
@@ -155,7 +157,7 @@ func (w *worker) finish(ctx context.Context, job *river.Job[Args], out Output, r
 			return err // retried: the line's outcome must reach its batch
 		}
 	}
-	if a.CallbackURL != "" && w.notify != nil {
+	if a.CallbackURL != "" && w.deliver != nil {
 		status := Succeeded
 		if out.Error != nil {
 			status = Failed
@@ -166,8 +168,10 @@ func (w *worker) finish(ctx context.Context, job *river.Job[Args], out Output, r
 			Status string  `json:"status"`
 			Result *Output `json:"result"`
 		}{out.RequestID, "job", status, &out})
-		if err := w.notify(context.WithoutCancel(ctx), a.OrgID, a.CallbackURL, body); err != nil {
-			w.log.Warn("a job's callback failed", "job_id", out.RequestID, "err", err)
+		if err := w.queueCallback(context.WithoutCancel(ctx), deliveryArgs{OrgID: a.OrgID, URL: a.CallbackURL, Body: body, JobID: job.ID}); err != nil {
+			// Not a reason to run the job again (the provider would be
+			// paid twice): its callback stays pending, and says so.
+			w.log.Error("queueing a job's callback failed", "job_id", out.RequestID, "err", err)
 		}
 	}
 	return result
@@ -185,6 +189,22 @@ func (w *worker) lineDone(ctx context.Context, a Args, out Output) error {
 			return err
 		}
 		w.log.Warn("telling a batch a line's outcome failed; trying again", "job_id", out.RequestID, "attempt", attempt, "err", err)
+		if sleep(ctx, wait) != nil {
+			return err
+		}
+		wait *= 2
+	}
+}
+
+// queueCallback queues a job's callback, trying again for a few seconds
+// as lineDone does.
+func (w *worker) queueCallback(ctx context.Context, d deliveryArgs) error {
+	wait := max(w.retryBase/100, time.Millisecond)
+	for attempt := 1; ; attempt++ {
+		err := w.deliver(ctx, d)
+		if err == nil || attempt == 6 {
+			return err
+		}
 		if sleep(ctx, wait) != nil {
 			return err
 		}

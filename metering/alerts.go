@@ -9,7 +9,6 @@ import (
 
 	"github.com/sluicehq/sluice/models"
 	"github.com/sluicehq/sluice/money"
-	"github.com/sluicehq/sluice/webhook"
 )
 
 // AlertPercents are the shares of a budget at which its organization hears
@@ -22,13 +21,15 @@ func AlertPercents() []int { return []int{50, 80, 100} }
 // the organization set a webhook, a signed POST to it. The request path
 // only queues a crossing; Run does the rest.
 type BudgetAlerts struct {
-	store  *models.Store
-	sender *webhook.Sender
-	open   func(sealed string) (string, error) // opens a stored webhook secret
-	log    *slog.Logger
-	now    func() time.Time
-	queue  chan crossing
+	store *models.Store
+	log   *slog.Logger
+	now   func() time.Time
+	queue chan crossing
 }
+
+// Deliver queues a signed POST of body to an organization's url: the
+// webhook deliveries' queue, which posts, retries and limits each host.
+type Deliver func(ctx context.Context, orgID int64, url string, body []byte) error
 
 type crossing struct {
 	orgID   int64
@@ -38,10 +39,9 @@ type crossing struct {
 	limit   money.Amount
 }
 
-// NewBudgetAlerts returns alerts that post with sender and open secrets
-// with open.
-func NewBudgetAlerts(store *models.Store, sender *webhook.Sender, open func(string) (string, error), log *slog.Logger, now func() time.Time) *BudgetAlerts {
-	return &BudgetAlerts{store: store, sender: sender, open: open, log: log, now: now, queue: make(chan crossing, 1024)}
+// NewBudgetAlerts returns alerts recorded in store.
+func NewBudgetAlerts(store *models.Store, log *slog.Logger, now func() time.Time) *BudgetAlerts {
+	return &BudgetAlerts{store: store, log: log, now: now, queue: make(chan crossing, 1024)}
 }
 
 // Spent notes that a settlement moved orgID's spending from before to
@@ -95,14 +95,15 @@ func mark(limit money.Amount, pct int) money.Amount {
 	return limit/100*money.Amount(pct) + limit%100*money.Amount(pct)/100
 }
 
-// Run records and sends queued alerts until ctx ends.
-func (a *BudgetAlerts) Run(ctx context.Context) {
+// Run records queued alerts and hands their webhooks to deliver until ctx
+// ends.
+func (a *BudgetAlerts) Run(ctx context.Context, deliver Deliver) {
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case c := <-a.queue:
-			a.send(ctx, c)
+			a.send(ctx, c, deliver)
 		}
 	}
 }
@@ -119,7 +120,7 @@ type alertBody struct {
 	SentAt         string `json:"sent_at"`
 }
 
-func (a *BudgetAlerts) send(ctx context.Context, c crossing) {
+func (a *BudgetAlerts) send(ctx context.Context, c crossing, deliver Deliver) {
 	detail := fmt.Sprintf("spending reached %d%% of the monthly budget: %s of %s", c.percent, c.spent, c.limit)
 	fresh, err := a.store.RecordBudgetAlert(ctx, c.orgID, c.period, c.percent, detail)
 	if err != nil || !fresh {
@@ -132,14 +133,9 @@ func (a *BudgetAlerts) send(ctx context.Context, c crossing) {
 	if err != nil || o.WebhookURL == "" {
 		return
 	}
-	secret, err := a.open(o.WebhookSecret)
-	if err != nil {
-		a.log.Error("a webhook secret does not open; alert not sent", "org_id", c.orgID, "err", err)
-		return
-	}
 	body, _ := json.Marshal(alertBody{Type: "budget.threshold", OrganizationID: c.orgID, Period: c.period.Format("2006-01"),
 		Percent: c.percent, Spent: c.spent.String(), Limit: c.limit.String(), Currency: "USD", SentAt: a.now().UTC().Format(time.RFC3339)})
-	if err := a.sender.Send(ctx, o.WebhookURL, secret, body); err != nil {
-		a.log.Warn("budget alert webhook failed", "org_id", c.orgID, "percent", c.percent, "err", err)
+	if err := deliver(ctx, c.orgID, o.WebhookURL, body); err != nil {
+		a.log.Error("queueing a budget alert's webhook failed", "org_id", c.orgID, "percent", c.percent, "err", err)
 	}
 }

@@ -28,6 +28,16 @@ type JobRow struct {
 	Attempts  string // e.g. "1 of 5"; "" before the first
 	Error     string // why it failed, e.g. "insufficient_quota: …"
 	ResultURL string // the completion's download; "" without one
+	Callback  *CallbackRow
+}
+
+// CallbackRow is a job's callback delivery.
+type CallbackRow struct {
+	URL       string // its query hidden
+	Status    string // pending, delivered, failed
+	Attempts  int
+	LastError string // "" without one
+	Delivered string // when, "" until then
 }
 
 // BatchRow is one batch: its lines' progress and its files.
@@ -90,4 +100,18 @@ type AdminQueueView struct {
 	Waiting int64
 	Oldest  string // e.g. "3m 12s"; "" when none waits
 	Error   bool   // the queue could not be read
+}
+
+// callbackStatusClass picks a badge style for a callback's delivery.
+func callbackStatusClass(status string) string {
+	switch status {
+	case "delivered":
+		return "badge-active"
+	case "failed":
+		return "badge-revoked"
+	case "pending":
+		return "badge-freeze-lifted"
+	default:
+		return "badge-neutral"
+	}
 }

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"net/url"
 	"os"
 	"strings"
@@ -104,7 +105,11 @@ func newSite(t *testing.T, db *models.DB) *site {
 	// Billing as main builds it: budget webhooks may only go to the hosts
 	// of webhookHost.
 	bill := billing.New(billing.Deps{Store: store, Directory: dir, Bus: cluster.None{}, Prices: metering.NewPriceBook(),
-		Ledger: metering.NewMemoryLedger(metering.StoreSeed(store)), Box: box, Webhooks: webhook.NewSender(webhook.Hosts{webhookHost}, clk.Now), Log: log, Now: clk.Now})
+		Ledger: metering.NewMemoryLedger(metering.StoreSeed(store)), Box: box, Webhooks: webhook.NewSender(webhook.Options{Hosts: webhook.Hosts{webhookHost}, Now: clk.Now,
+			// A public address for the allowed name, without asking DNS.
+			Lookup: func(context.Context, string) ([]netip.Addr, error) {
+				return []netip.Addr{netip.MustParseAddr("93.184.216.34")}, nil
+			}}), Log: log, Now: clk.Now})
 	s := &site{t: t, db: db, store: store, clock: clk, accounts: acc, directory: dir, sessions: sessions, providers: prov, pool: pool,
 		billing: bill, logs: logs, admin: admin}
 	s.deps = web.Deps{Log: log, Store: store, Accounts: acc, Sessions: sessions, Providers: prov, Billing: bill,

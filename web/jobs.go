@@ -90,6 +90,10 @@ func jobRow(j jobs.Job) templates.JobRow {
 			r.Error = o.Error.Code + ": " + o.Error.Message
 		}
 	}
+	if c := j.Callback; c != nil {
+		r.Callback = &templates.CallbackRow{URL: c.URL, Status: c.Status, Attempts: c.Attempts, LastError: c.LastError,
+			Delivered: formatOptionalTime(c.DeliveredAt, "")}
+	}
 	return r
 }
 

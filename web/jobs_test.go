@@ -85,9 +85,11 @@ func TestDashboardShowsJobsAndBatches(t *testing.T) {
 		q := &fakeJobs{byOrg: map[int64][]jobs.Job{u.OrgID: {
 			{ID: "job_3", Status: jobs.Queued, Attempts: 0, MaxAttempts: 5, CreatedAt: epoch},
 			{ID: "job_2", Status: jobs.Failed, Attempts: 1, MaxAttempts: 5, CreatedAt: epoch.Add(-time.Hour), FinishedAt: &finished,
-				Output: &jobs.Output{Status: 429, Error: &jobs.Failure{Code: "insufficient_quota", Message: "the budget is spent"}}},
+				Output:   &jobs.Output{Status: 429, Error: &jobs.Failure{Code: "insufficient_quota", Message: "the budget is spent"}},
+				Callback: &jobs.Callback{URL: "https://hooks.example.com/cb?…", Status: jobs.CallbackPending, Attempts: 2, LastError: "webhook: the receiver answered 503"}},
 			{ID: "job_1", Status: jobs.Succeeded, Attempts: 1, MaxAttempts: 5, CreatedAt: epoch.Add(-2 * time.Hour), FinishedAt: &finished,
-				Output: &jobs.Output{Status: 200, Body: json.RawMessage(`{"object":"chat.completion"}`)}},
+				Output:   &jobs.Output{Status: 200, Body: json.RawMessage(`{"object":"chat.completion"}`)},
+				Callback: &jobs.Callback{URL: "https://hooks.example.com/cb", Status: jobs.CallbackDelivered, Attempts: 1, DeliveredAt: &finished}},
 		}}}
 		svc := s.withQueue(q)
 		running := s.batch(u.OrgID, "a", "b", "c", "d")
@@ -150,6 +152,14 @@ func TestDashboardShowsJobsAndBatches(t *testing.T) {
 		}
 		if got := w.texts("job-error"); len(got) != 1 || got[0] != "insufficient_quota: the budget is spent" {
 			t.Errorf("job errors %q", got)
+		}
+		// Callbacks: where, how it went, and the last error while it has one.
+		if got := w.texts("job-callback"); len(got) != 2 || got[0] != "Callback to https://hooks.example.com/cb?…: pending · 2 attempts" ||
+			!strings.HasPrefix(got[1], "Callback to https://hooks.example.com/cb: delivered · 1 attempt · delivered ") {
+			t.Errorf("job callbacks %q", got)
+		}
+		if got := w.texts("job-callback-error"); len(got) != 1 || got[0] != "Last error: webhook: the receiver answered 503" {
+			t.Errorf("callback errors %q", got)
 		}
 		result, _ := w.testid("job-result").Attr("href")
 		if w.testid("job-result").Length() != 1 || result != "/jobs/job_1/result" {

@@ -1,8 +1,17 @@
 // Package webhook posts signed JSON to customers' URLs: budget alerts and
-// job callbacks. Only hosts the operator allows are ever called (no SSRF:
-// a customer cannot make Sluice reach its internal network), redirects are
-// not followed, and every body is signed so the receiver can tell it came
-// from Sluice and when.
+// job callbacks. Only hosts the operator allows are ever called, over
+// https, and only at public addresses: the address is checked as the
+// connection is made, after resolution, every time, so neither a name
+// under an allowed wildcard that points inside nor DNS rebinding reaches
+// the operator's network (no SSRF). Redirects are not followed, proxies
+// from the environment are not used, and every body is signed so the
+// receiver can tell it came from Sluice and when.
+//
+// The check is a net.Dialer Control function of our own rather than
+// Stripe's smokescreen: smokescreen is a whole egress proxy (its own
+// process, ACL file and configuration); Sluice needs one rule on one
+// client, and Control sees exactly the address the kernel is about to
+// connect to.
 //
 // Signature: X-Sluice-Webhook-Signature is "sha256=" + hex(HMAC-SHA256(
 // secret, timestamp + "." + body)) with X-Sluice-Webhook-Timestamp the unix
@@ -23,6 +32,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"strconv"
 	"strings"
@@ -84,55 +94,138 @@ func Sign(secret string, ts time.Time, body []byte) string {
 	return "sha256=" + hex.EncodeToString(m.Sum(nil))
 }
 
-// Sender posts signed bodies to allowed hosts.
-type Sender struct {
-	hosts  Hosts
-	client *http.Client
-	now    func() time.Time
+// Options are the operator's rules for where webhooks may go.
+type Options struct {
+	Hosts Hosts
+	// AllowPrivate lets webhooks reach loopback, private, link-local and
+	// the other non-public addresses: for development only.
+	AllowPrivate bool
+	// AllowHTTP lets webhooks go over plain http: for development only.
+	AllowHTTP bool
+	// Lookup resolves a host name; nil is the system's resolver. Tests
+	// inject one to play DNS tricks.
+	Lookup func(ctx context.Context, host string) ([]netip.Addr, error)
+	Now    func() time.Time
 }
 
-// NewSender returns a sender for hosts; its client times out after 10 s and
-// never follows redirects (a redirect could lead off the allow-list).
-func NewSender(hosts Hosts, now func() time.Time) *Sender {
-	dialer := &net.Dialer{Timeout: 5 * time.Second}
-	return &Sender{hosts: hosts, now: now, client: &http.Client{
-		Timeout:       10 * time.Second,
-		Transport:     &http.Transport{DialContext: dialer.DialContext, TLSHandshakeTimeout: 5 * time.Second},
+// Sender posts signed bodies to allowed hosts at public addresses.
+type Sender struct {
+	opts   Options
+	client *http.Client
+}
+
+// NewSender returns a sender under opts. Its client times out after 10 s,
+// never follows redirects (a redirect could lead off the allow-list), never
+// uses a proxy from the environment (the proxy, not Sluice, would connect,
+// past the address check), and checks every address it connects to.
+func NewSender(opts Options) *Sender {
+	if opts.Lookup == nil {
+		opts.Lookup = func(ctx context.Context, host string) ([]netip.Addr, error) {
+			return net.DefaultResolver.LookupNetIP(ctx, "ip", host)
+		}
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	s := &Sender{opts: opts}
+	s.client = &http.Client{
+		Timeout: 10 * time.Second,
+		Transport: &http.Transport{Proxy: nil, DialContext: s.dial, TLSHandshakeTimeout: 5 * time.Second,
+			MaxIdleConnsPerHost: 4, IdleConnTimeout: 30 * time.Second},
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
-	}}
+	}
+	return s
 }
 
 // Hosts is the sender's allow-list.
-func (s *Sender) Hosts() Hosts { return s.hosts }
+func (s *Sender) Hosts() Hosts { return s.opts.Hosts }
 
-// Send posts body to rawURL signed with secret, trying up to three times
-// with a growing pause; a 2xx is success.
-func (s *Sender) Send(ctx context.Context, rawURL, secret string, body []byte) error {
-	if err := s.hosts.Check(rawURL); err != nil {
+// Check says whether rawURL may be saved as a webhook or callback: https
+// (or http when allowed), a host on the list, and every address it
+// resolves to now public. The dial checks the address again each time.
+func (s *Sender) Check(ctx context.Context, rawURL string) error {
+	u, err := s.allowed(rawURL)
+	if err != nil {
 		return err
 	}
-	var last error
-	for attempt := range 3 {
-		if attempt > 0 {
-			select {
-			case <-ctx.Done():
-				return ctx.Err()
-			case <-time.After(time.Duration(attempt) * time.Second):
-			}
-		}
-		if last = s.post(ctx, rawURL, secret, body); last == nil {
-			return nil
+	if s.opts.AllowPrivate {
+		return nil
+	}
+	host := u.Hostname()
+	addrs, err := s.resolve(ctx, host)
+	if err != nil {
+		return fmt.Errorf("%w: %s does not resolve (%v)", ErrNotAllowed, host, err)
+	}
+	for _, a := range addrs {
+		if why := Refused(a); why != "" {
+			return fmt.Errorf("%w: %s resolves to %s, a %s address (SLUICE_WEBHOOK_ALLOW_PRIVATE=true allows it, for development only)",
+				ErrPrivate, host, a.Unmap(), why)
 		}
 	}
-	return last
+	return nil
 }
 
-func (s *Sender) post(ctx context.Context, rawURL, secret string, body []byte) error {
+// allowed checks what can be checked without the network.
+func (s *Sender) allowed(rawURL string) (*url.URL, error) {
+	if err := s.opts.Hosts.Check(rawURL); err != nil {
+		return nil, err
+	}
+	u, _ := url.Parse(rawURL) // Check parsed it
+	if u.Scheme != "https" && !s.opts.AllowHTTP {
+		return nil, fmt.Errorf("%w: webhooks are sent over https only (SLUICE_WEBHOOK_ALLOW_HTTP=true allows http, for development only)", ErrNotAllowed)
+	}
+	return u, nil
+}
+
+// resolve is host's addresses: itself when it is one.
+func (s *Sender) resolve(ctx context.Context, host string) ([]netip.Addr, error) {
+	if a, err := netip.ParseAddr(host); err == nil {
+		return []netip.Addr{a}, nil
+	}
+	addrs, err := s.opts.Lookup(ctx, host)
+	if err == nil && len(addrs) == 0 {
+		err = errors.New("no addresses")
+	}
+	return addrs, err
+}
+
+// dial resolves addr's host with the sender's resolver and connects to
+// each address in turn; control refuses the ones that are not public.
+func (s *Sender) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, err
+	}
+	addrs, err := s.resolve(ctx, host)
+	if err != nil {
+		return nil, fmt.Errorf("resolving %s: %w", host, err)
+	}
+	d := &net.Dialer{Timeout: 5 * time.Second, Control: s.control}
+	var first error
+	for _, a := range addrs {
+		c, err := d.DialContext(ctx, network, net.JoinHostPort(a.Unmap().String(), port))
+		if err == nil {
+			return c, nil
+		}
+		if first == nil {
+			first = err
+		}
+	}
+	return nil, first
+}
+
+// Post makes one signed POST of body to rawURL; a 2xx is success. Retries
+// are the caller's (the delivery queue's), so a slow receiver holds one
+// delivery, never a loop.
+func (s *Sender) Post(ctx context.Context, rawURL, secret string, body []byte) error {
+	if _, err := s.allowed(rawURL); err != nil {
+		return err
+	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, rawURL, bytes.NewReader(body))
 	if err != nil {
 		return err
 	}
-	ts := s.now()
+	ts := s.opts.Now()
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("User-Agent", "Sluice-Webhook/1")
 	req.Header.Set(HeaderTimestamp, strconv.FormatInt(ts.Unix(), 10))
@@ -151,4 +244,19 @@ func (s *Sender) post(ctx context.Context, rawURL, secret string, body []byte) e
 		return fmt.Errorf("webhook: the receiver answered %d", resp.StatusCode)
 	}
 	return nil
+}
+
+// Redact is rawURL fit for logs and pages: its query, which may carry a
+// secret, hidden.
+func Redact(rawURL string) string {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return "(unparsable URL)"
+	}
+	u.User = nil
+	if u.RawQuery != "" {
+		u.RawQuery = "…"
+	}
+	u.Fragment = ""
+	return u.String()
 }

@@ -1,0 +1,277 @@
+package jobs
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/accounts"
+	"github.com/sluicehq/sluice/models"
+	"github.com/sluicehq/sluice/webhook"
+)
+
+// devSender posts to the test's servers on loopback over http.
+func devSender() *webhook.Sender {
+	return webhook.NewSender(webhook.Options{Hosts: webhook.Hosts{"127.0.0.1", "localhost"}, AllowPrivate: true, AllowHTTP: true})
+}
+
+func notifyWith(s *webhook.Sender) Notifier {
+	return func(ctx context.Context, _ int64, url string, body []byte) error {
+		return s.Post(ctx, url, "whsec_test", body)
+	}
+}
+
+// otherOrg is a second organization's caller on the fixture's database.
+func (f *fixture) otherOrg(name string) accounts.Caller {
+	f.t.Helper()
+	ctx := context.Background()
+	o, u, err := f.store.CreateOrganizationWithOwner(ctx, name, "free", "o@"+strings.ToLower(name)+".example", "h", models.RoleOwner)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	tok, _, _ := f.store.CreateAPIToken(ctx, o.ID, u.ID, "jobs", nil)
+	c, err := f.dir.CallerByTokenID(ctx, tok.ID)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return c
+}
+
+// until polls job id of orgID until done says it is, or fails the test.
+func until(t *testing.T, q *Queue, orgID int64, id string, within time.Duration, what string, done func(Job) bool) Job {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		j, err := q.Get(context.Background(), orgID, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if done(j) {
+			return j
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: job %s not there after %v: %+v %+v", what, id, within, j, j.Callback)
+		}
+		time.Sleep(50 * time.Millisecond) // SQLite's one connection is the queue's too
+	}
+}
+
+func callbackIs(status string) func(Job) bool {
+	return func(j Job) bool { return j.Callback != nil && j.Callback.Status == status }
+}
+
+// slowHost answers after delay, or when the test releases it; it counts
+// the requests in flight.
+type slowHost struct {
+	*httptest.Server
+	inFlight, maxInFlight, answered atomic.Int32
+	release                         chan struct{}
+	once                            sync.Once
+}
+
+// open makes the host answer everything now.
+func (h *slowHost) open() { h.once.Do(func() { close(h.release) }) }
+
+func newSlowHost(t *testing.T, delay time.Duration) *slowHost {
+	h := &slowHost{release: make(chan struct{})}
+	h.Server = httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {
+		n := h.inFlight.Add(1)
+		for m := h.maxInFlight.Load(); n > m && !h.maxInFlight.CompareAndSwap(m, n); m = h.maxInFlight.Load() {
+		}
+		select {
+		case <-time.After(delay):
+		case <-h.release:
+		}
+		h.inFlight.Add(-1)
+		h.answered.Add(1)
+	}))
+	t.Cleanup(h.Close)
+	t.Cleanup(h.open)
+	return h
+}
+
+// TestSlowCallbacksHoldNoOneUp: organization A's 12 jobs call back a host
+// that answers after 10 s; organization B's job, queued after them, is
+// done within 2 s, and its callback to another host is delivered, while
+// A's callbacks wait at the slow host, at most HostConcurrency at once.
+func TestSlowCallbacksHoldNoOneUp(t *testing.T) {
+	each(t, func(t *testing.T, db *models.DB, url string) {
+		f := newFixture(t, db, url)
+		slow := newSlowHost(t, 10*time.Second)
+		var fastHits atomic.Int32
+		fast := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { fastHits.Add(1) }))
+		defer fast.Close()
+		// The slow host by name, the fast one by address: two hosts.
+		slowURL := strings.Replace(slow.URL, "127.0.0.1", "localhost", 1) + "/cb"
+		f.notify = notifyWith(devSender())
+		q := f.queue(Config{Workers: 4}, nil)
+		ctx := context.Background()
+		f.start(q)
+		t.Cleanup(slow.open) // before the queue stops
+		b := f.otherOrg("Beta")
+		// bJob is how long B's job, queued behind A's 12, takes to finish
+		// and to have its callback delivered.
+		bJob := func(a accounts.Caller, aCallback string) (took, tookCallback time.Duration, aJobs []string, done Job) {
+			for range 12 {
+				j, err := q.Enqueue(ctx, f.pipe, a, []byte(jobBody), "", aCallback)
+				if err != nil {
+					t.Fatal(err)
+				}
+				aJobs = append(aJobs, j.ID)
+			}
+			start := time.Now()
+			jb, err := q.Enqueue(ctx, f.pipe, b, []byte(jobBody), "", fast.URL+"/cb?token=s3cret")
+			if err != nil {
+				t.Fatal(err)
+			}
+			done = until(t, q, b.OrgID, jb.ID, 15*time.Second, "org B's job succeeded", func(j Job) bool { return j.Status == Succeeded })
+			took = time.Since(start)
+			done = until(t, q, b.OrgID, jb.ID, 15*time.Second, "org B's callback delivered", callbackIs(CallbackDelivered))
+			return took, time.Since(start), aJobs, done
+		}
+		// Without slow callbacks first, for the baseline of this machine
+		// and database; then with them. (Another organization for the
+		// baseline: queued jobs may use half of a free bucket, and A's
+		// 24 would wait for it.)
+		baseTook, baseCallback, _, _ := bJob(f.otherOrg("Baseline"), "")
+		took, tookCallback, aJobs, delivered := bJob(f.caller, slowURL)
+		t.Logf("org B's job done in %v (baseline %v), its callback delivered in %v (baseline %v); the slow host holds %d (at most %d at once), answered %d",
+			took, baseTook, tookCallback, baseCallback, slow.inFlight.Load(), slow.maxInFlight.Load(), slow.answered.Load())
+		if took-baseTook > 2*time.Second || tookCallback-baseCallback > 2*time.Second {
+			t.Fatalf("org B's job took %v (baseline %v) and its callback %v (baseline %v) behind org A's slow callbacks, want ≤ 2 s more",
+				took, baseTook, tookCallback, baseCallback)
+		}
+		done := delivered
+		if done.Output == nil || done.Output.Status != 200 || fastHits.Load() != 2 {
+			t.Fatalf("org B's job %+v, its host hit %d times", done.Output, fastHits.Load())
+		}
+		if c := delivered.Callback; c.URL != fast.URL+"/cb?…" || c.Attempts != 1 || c.LastError != "" || c.DeliveredAt == nil {
+			t.Fatalf("org B's callback %+v", c)
+		}
+		// A's callbacks are waiting at the slow host, never more than the
+		// host's limit at once, and none answered yet.
+		if slow.answered.Load() != 0 || slow.inFlight.Load() == 0 || slow.maxInFlight.Load() > 4 {
+			t.Fatalf("slow host: in flight %d (max %d), answered %d", slow.inFlight.Load(), slow.maxInFlight.Load(), slow.answered.Load())
+		}
+		for _, id := range aJobs {
+			j, err := q.Get(ctx, f.caller.OrgID, id)
+			if err != nil || j.Status != Succeeded || j.Callback == nil || j.Callback.Status != CallbackPending {
+				t.Fatalf("org A's job %s: %+v %+v %v", id, j, j.Callback, err)
+			}
+		}
+		// Once the host answers, every callback is delivered, once.
+		slow.open()
+		for _, id := range aJobs {
+			c := until(t, q, f.caller.OrgID, id, 20*time.Second, "org A's callback delivered", callbackIs(CallbackDelivered)).Callback
+			if c.Attempts != 1 || c.DeliveredAt == nil || c.URL != slowURL {
+				t.Fatalf("org A's callback %+v", c)
+			}
+		}
+		if slow.answered.Load() != 12 || slow.maxInFlight.Load() > 4 {
+			t.Fatalf("slow host answered %d, at most %d at once", slow.answered.Load(), slow.maxInFlight.Load())
+		}
+	})
+}
+
+// TestCallbacksAreRetriedAndTheirErrorsShown: a failed delivery is tried
+// again with backoff; its attempts and last error are the job's to see.
+func TestCallbacksAreRetriedAndTheirErrorsShown(t *testing.T) {
+	each(t, func(t *testing.T, db *models.DB, url string) {
+		f := newFixture(t, db, url)
+		var hits atomic.Int32
+		flaky := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if hits.Add(1) == 1 || strings.HasSuffix(r.URL.Path, "/down") {
+				w.WriteHeader(http.StatusServiceUnavailable)
+			}
+		}))
+		defer flaky.Close()
+		f.notify = notifyWith(devSender())
+		q := f.queue(Config{}, nil)
+		f.start(q)
+		ctx := context.Background()
+		j, _ := q.Enqueue(ctx, f.pipe, f.caller, []byte(jobBody), "", flaky.URL+"/cb")
+		if j.Callback == nil || j.Callback.Status != CallbackPending || j.Callback.Attempts != 0 {
+			t.Fatalf("a queued job's callback: %+v", j.Callback)
+		}
+		c := until(t, q, f.caller.OrgID, j.ID, 10*time.Second, "delivered", callbackIs(CallbackDelivered)).Callback
+		if c.Attempts != 2 || c.LastError != "webhook: the receiver answered 503" || c.DeliveredAt == nil {
+			t.Fatalf("after a retry: %+v", c)
+		}
+		down, _ := q.Enqueue(ctx, f.pipe, f.caller, []byte(jobBody), "", flaky.URL+"/down")
+		c = until(t, q, f.caller.OrgID, down.ID, 10*time.Second, "failed", callbackIs(CallbackFailed)).Callback
+		if c.Attempts != 3 || c.LastError != "webhook: the receiver answered 503" || c.DeliveredAt != nil {
+			t.Fatalf("out of attempts: %+v", c)
+		}
+		// A job without a callback has none to show.
+		plain, _ := q.Enqueue(ctx, f.pipe, f.caller, []byte(jobBody), "", "")
+		if p := until(t, q, f.caller.OrgID, plain.ID, 10*time.Second, "done", func(j Job) bool { return j.Status == Succeeded }); p.Callback != nil {
+			t.Fatalf("no callback: %+v", p.Callback)
+		}
+	})
+}
+
+// TestACallbackWhoseNameTurnsPrivateIsRefusedWhenPosted: the name passed
+// when it was saved; at delivery it resolves to loopback, and the
+// delivery fails with that error, the listener never reached.
+func TestACallbackWhoseNameTurnsPrivateIsRefusedWhenPosted(t *testing.T) {
+	each(t, func(t *testing.T, db *models.DB, url string) {
+		f := newFixture(t, db, url)
+		var hits atomic.Int32
+		inside := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { hits.Add(1) }))
+		defer inside.Close()
+		var addr atomic.Value
+		addr.Store(netip.MustParseAddr("93.184.216.34"))
+		s := webhook.NewSender(webhook.Options{Hosts: webhook.Hosts{"hooks.example.com"}, AllowHTTP: true,
+			Lookup: func(context.Context, string) ([]netip.Addr, error) {
+				return []netip.Addr{addr.Load().(netip.Addr)}, nil
+			}})
+		hook := "http://hooks.example.com" + inside.URL[strings.LastIndex(inside.URL, ":"):] + "/cb"
+		ctx := context.Background()
+		if err := s.Check(ctx, hook); err != nil {
+			t.Fatalf("saved: %v", err)
+		}
+		addr.Store(netip.MustParseAddr("127.0.0.1")) // rebound
+		f.notify = notifyWith(s)
+		q := f.queue(Config{}, nil)
+		f.start(q)
+		j, _ := q.Enqueue(ctx, f.pipe, f.caller, []byte(jobBody), "", hook)
+		c := until(t, q, f.caller.OrgID, j.ID, 10*time.Second, "failed", callbackIs(CallbackFailed)).Callback
+		if c.Attempts != 3 || !strings.Contains(c.LastError, "127.0.0.1 is a loopback address") || hits.Load() != 0 {
+			t.Fatalf("%+v, listener reached %d times", c, hits.Load())
+		}
+	})
+}
+
+func TestHostSlots(t *testing.T) {
+	h := &hostSlots{limit: 2, busy: map[string]int{}}
+	var wg sync.WaitGroup
+	var in, peak, refused atomic.Int32
+	for range 64 {
+		wg.Go(func() {
+			release, ok := h.take("a.example")
+			if !ok {
+				refused.Add(1)
+				return
+			}
+			n := in.Add(1)
+			for m := peak.Load(); n > m && !peak.CompareAndSwap(m, n); m = peak.Load() {
+			}
+			time.Sleep(time.Millisecond)
+			in.Add(-1)
+			release()
+		})
+	}
+	wg.Wait()
+	if peak.Load() > 2 || refused.Load() == 0 || len(h.busy) != 0 {
+		t.Fatalf("peak %d, refused %d, left %v", peak.Load(), refused.Load(), h.busy)
+	}
+	if _, ok := h.take("b.example"); !ok {
+		t.Fatal("another host is not held")
+	}
+}
