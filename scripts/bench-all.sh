@@ -44,7 +44,7 @@
 #   overhead-pg  the hot path against a bare proxy again, on Postgres +
 #              Redis, on the pages' Sluice (pages and overhead-pg are one
 #              section: naming either runs both)
-#   cluster    root package tests on the real Postgres and Redis: accuracy
+#   cluster    system tests (e2e/) on the real Postgres and Redis: accuracy
 #              across nodes, cold start across 3 nodes and a Redis stall,
 #              1,000 jobs through a restart, and the fault tests TestFault*
 #
@@ -265,10 +265,10 @@ build() {
 		for p in quota metering models; do
 			timeout 600 go test -c -o "$TMP/bin/$p.test" "./$p"
 		done
-		# The root package's tests start whole gateways; other work on the
+		# The system tests (e2e/) start whole gateways; other work on the
 		# tree may leave it not compiling for a while: the cluster section
 		# then says so instead of stopping the run.
-		timeout 600 go test -c -o "$TMP/bin/root.test" . >"$TMP/root-build.log" 2>&1 || true
+		timeout 600 go test -c -o "$TMP/bin/e2e.test" ./e2e >"$TMP/e2e-build.log" 2>&1 || true
 	)
 	# The bare proxy the hot-path goals compare against, as its own
 	# process: loadgen's -serve-proxy ReverseProxy (cmd/loadgen/proxy.go),
@@ -688,17 +688,17 @@ EOF
 # ---------------------------------------------------------------- cluster and faults
 
 sec_cluster() {
-	if [[ ! -x $TMP/bin/root.test ]]; then
-		echo "bench-all: the root package's tests do not build now:" >&2
-		tail -n 20 "$TMP/root-build.log" >&2
-		record "cluster and fault tests" "-" "the root package did not build (another change in progress?)" "-" "error" "cluster"
+	if [[ ! -x $TMP/bin/e2e.test ]]; then
+		echo "bench-all: the system tests (e2e/) do not build now:" >&2
+		tail -n 20 "$TMP/e2e-build.log" >&2
+		record "cluster and fault tests" "-" "the system tests did not build (another change in progress?)" "-" "error" "cluster"
 		return 0
 	fi
 	log "cluster tests: accuracy, cold start, Redis stall, 1,000 jobs, faults (${CLUSTER_SECONDS} s of load where configurable)"
-	cd "$ROOT"
+	cd "$ROOT/e2e"
 	SLUICE_ONSET_SECONDS=$CLUSTER_SECONDS SLUICE_ONSET_RATES=1000,3000 SLUICE_ACCURACY_SECONDS=$CLUSTER_SECONDS SLUICE_ACCURACY_FACTORS=10,30 \
 		SLUICE_STALL_RATES=1000 TEST_DATABASE_URL=$(db_url "$DB_TESTS") TEST_REDIS_URL=$REDIS \
-		timeout 400 "$TMP/bin/root.test" -test.count 1 -test.v \
+		timeout 400 "$TMP/bin/e2e.test" -test.count 1 -test.v \
 		-test.run 'TestAccuracyAcrossNodes/redis|TestColdStartAccuracy|TestClusterRedisStall|TestAThousandJobsThroughARestart|TestFault' \
 		>"$TMP/cluster.txt" 2>&1 || true
 	grep -E '^\s+(cluster|fault|jobs)[a-z_]*_test\.go:[0-9]+:|^--- |^\s+--- |^(PASS|FAIL|ok)' "$TMP/cluster.txt" | cut -c1-400 >&2 || true

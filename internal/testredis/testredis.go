@@ -34,3 +34,14 @@ func Client(t testing.TB) *redis.Client {
 // Prefix is a key prefix of the test's own, so parallel runs against one
 // Redis never share a key.
 func Prefix() string { return "test:" + rand.Text()[:12] + ":" }
+
+// URL returns TEST_REDIS_URL, for a test that starts Sluice on it, or skips
+// the test when the variable is unset.
+func URL(t testing.TB) string {
+	t.Helper()
+	url := os.Getenv("TEST_REDIS_URL")
+	if url == "" {
+		t.Skip("TEST_REDIS_URL is not set; skipping a test that needs a real Redis (e.g. TEST_REDIS_URL=redis://127.0.0.1:6379/0)")
+	}
+	return url
+}
