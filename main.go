@@ -212,15 +212,12 @@ func runWith(ctx context.Context, args []string, getenv func(string) string, std
 		}
 	}
 	sessions := accounts.NewSessions([]byte(secret), cfg.SessionTTL, nil)
-	handler := handlers.New(log,
-		ops,
-		handlers.API{Directory: dir, Pipeline: pipeline, Conversations: gen.conversations, Jobs: queue, Batches: batchService, Callbacks: bill.billing, Models: gen.pool.Models,
-			Usage: recorder, Signatures: signing.NewVerifier(adm.nonces(cfg), nil), MaxBodyBytes: cfg.MaxBodyBytes, InFlight: inFlight, Latency: latency, Now: time.Now},
-		handlers.Management{Store: store, Accounts: acc, Sessions: sessions, Providers: gen.providers, Billing: bill.billing,
-			PoolStatus: gen.pool.Status, Models: gen.pool.Models, Limits: adm.status, MaxBodyBytes: cfg.MaxBodyBytes, Now: time.Now},
-		web.New(web.Deps{Log: log, Store: store, Accounts: acc, Sessions: sessions, Providers: gen.providers, Billing: bill.billing,
-			PoolStatus: gen.pool.Status, Models: gen.pool.Models, Limits: adm.status, Jobs: queue, Batches: batchService, Now: time.Now}),
-	)
+	handler := handlers.New(log, ops, handlers.Deps{
+		Deps: web.Deps{Store: store, Accounts: acc, Sessions: sessions, Providers: gen.providers, Billing: bill.billing,
+			PoolStatus: gen.pool.Status, Models: gen.pool.Models, LimiterStatus: adm.status, Now: time.Now},
+		Directory: dir, Pipeline: pipeline, Conversations: gen.conversations, Jobs: queue, Batches: batchService, Callbacks: bill.billing,
+		TokenUse: recorder, Signatures: signing.NewVerifier(adm.nonces(cfg), nil), MaxBodyBytes: cfg.MaxBodyBytes, InFlight: inFlight, Latency: latency,
+	})
 	srv := &http.Server{
 		Handler:           handler,
 		ReadHeaderTimeout: 10 * time.Second,
