@@ -35,7 +35,7 @@ func tokenParams(t accounts.Caller) quota.Params {
 // checkFrozen refuses a frozen token, counting the rejection (a job
 // waiting for the thaw is not a rejection).
 func (p *Pipeline) checkFrozen(caller accounts.Caller, model string, queued bool) error {
-	if f, frozen := p.Freezes.Frozen(caller.TokenID); frozen {
+	if f, frozen := p.d.Freezes.Frozen(caller.TokenID); frozen {
 		if !queued {
 			p.rejected(caller, model, metering.RejectedFrozen)
 		}
@@ -50,8 +50,8 @@ func (p *Pipeline) Rejected(caller accounts.Caller, reason string) { p.rejected(
 
 // rejected counts a 429 in the rollups and the metrics.
 func (p *Pipeline) rejected(caller accounts.Caller, model, reason string) {
-	p.Recorder.Reject(caller.OrgID, caller.TokenID, model, reason, p.Now())
-	p.Metrics.Rejected(reason, caller.Tier.Name)
+	p.d.Recorder.Reject(caller.OrgID, caller.TokenID, model, reason, p.d.Now())
+	p.d.Metrics.Rejected(reason, caller.Tier.Name)
 }
 
 // Jobs never starve live traffic of the same organization: a queued
@@ -80,7 +80,7 @@ func waitError(wait time.Duration) error {
 }
 
 func (p *Pipeline) frozenError(until time.Time, reason string) error {
-	return &apperr.Error{Code: apperr.Frozen, Reason: "token_frozen", RetryAfter: until.Sub(p.Now()),
+	return &apperr.Error{Code: apperr.Frozen, Reason: "token_frozen", RetryAfter: until.Sub(p.d.Now()),
 		Message: "this API key is frozen until " + until.UTC().Format(time.RFC3339) + ": " + reason +
 			". It thaws by itself then; an admin can lift it earlier."}
 }
@@ -92,7 +92,7 @@ func (p *Pipeline) weigh(c *call) (int64, error) {
 	if priority == "" {
 		priority = "normal"
 	}
-	base, ok := p.PriorityWeights[priority]
+	base, ok := p.d.PriorityWeights[priority]
 	if !ok {
 		return 0, apperr.Field(apperr.Invalid, "invalid_priority", "X-Sluice-Priority", "X-Sluice-Priority must be low, normal or high")
 	}
@@ -105,7 +105,7 @@ func (p *Pipeline) weigh(c *call) (int64, error) {
 		history[i] = m.Content
 	}
 	shape := c.req.shape(history)
-	w := p.Scorer.Weight(c.caller.TokenKey, &shape, base)
+	w := p.d.Scorer.Weight(c.caller.TokenKey, &shape, base)
 	return min(w, max(base, c.caller.Tier.Capacity)), nil
 }
 
@@ -135,7 +135,7 @@ func (p *Pipeline) bound(c *call) error {
 	relies := tier.TokensPerMinute > 0
 	if !relies {
 		_, _, limited := c.caller.SpendLimit()
-		_, priced := p.Prices.At(req.Model, c.start)
+		_, priced := p.d.Prices.At(req.Model, c.start)
 		relies = limited && priced
 	}
 	var e bodyEdits
@@ -143,9 +143,9 @@ func (p *Pipeline) bound(c *call) error {
 	case req.MaxTokens > 0:
 		c.completion = int64(req.MaxTokens)
 	case !relies || req.Model == local.ModelID:
-		c.completion = p.DefaultMaxTokens
+		c.completion = p.d.DefaultMaxTokens
 	default:
-		b := req.Prompt.Family.Bound(c.prompt, p.DefaultMaxTokens)
+		b := req.Prompt.Family.Bound(c.prompt, p.d.DefaultMaxTokens)
 		if tpm := tier.TokensPerMinute; tpm > 0 {
 			// At most half the bucket, so a request right after this one
 			// still finds room; the whole of it for a prompt too long
@@ -202,8 +202,8 @@ func (p *Pipeline) admit(ctx context.Context, c *call, weight int64) error {
 		// Refused for money: the tokens it reserved go back (the request
 		// itself still counts, as any refused request does).
 		if c.caller.Tier.TokensPerMinute > 0 {
-			if aerr := p.Limiter.Adjust(context.WithoutCancel(ctx), c.caller.TPMKey, tokenParams(c.caller), -c.estimate); aerr != nil {
-				p.Log.Warn("refunding tokens-per-minute failed", "request_id", c.req.ID, "err", aerr)
+			if aerr := p.d.Limiter.Adjust(context.WithoutCancel(ctx), c.caller.TPMKey, tokenParams(c.caller), -c.estimate); aerr != nil {
+				p.d.Log.Warn("refunding tokens-per-minute failed", "request_id", c.req.ID, "err", aerr)
 			}
 		}
 		return err
@@ -220,7 +220,7 @@ func (p *Pipeline) admitBuckets(ctx context.Context, c *call, weight int64) erro
 	if caller.Tier.TokensPerMinute <= 0 {
 		return p.admitRequests(ctx, caller, c.req.ID, c.req.Model, c.sink, weight)
 	}
-	dr, dt, err := p.Limiter.AllowBoth(ctx,
+	dr, dt, err := p.d.Limiter.AllowBoth(ctx,
 		quota.Charge{Key: caller.RequestsKey, Params: requestParams(caller), Weight: weight},
 		quota.Charge{Key: caller.TPMKey, Params: tokenParams(caller), Weight: c.estimate})
 	if err != nil {
@@ -250,9 +250,9 @@ func (p *Pipeline) admitQueued(ctx context.Context, c *call, weight int64) error
 	var err error
 	if caller.Tier.TokensPerMinute > 0 {
 		tok := quota.Charge{Key: caller.TPMKey, Params: queuedParams(tokenParams(caller), c.estimate), Weight: c.estimate}
-		dr, dt, err = p.Limiter.AllowBoth(ctx, req, tok)
+		dr, dt, err = p.d.Limiter.AllowBoth(ctx, req, tok)
 	} else {
-		dr, err = p.Limiter.Allow(ctx, req.Key, req.Params, weight)
+		dr, err = p.d.Limiter.Allow(ctx, req.Key, req.Params, weight)
 		dt.Allowed = true
 	}
 	if err != nil {
@@ -284,7 +284,7 @@ func (p *Pipeline) reserveBudget(ctx context.Context, c *call) error {
 	if !limited {
 		return nil
 	}
-	price, ok := p.Prices.At(c.req.Model, c.start)
+	price, ok := p.d.Prices.At(c.req.Model, c.start)
 	if !ok {
 		return nil
 	}
@@ -293,7 +293,7 @@ func (p *Pipeline) reserveBudget(ctx context.Context, c *call) error {
 		return nil
 	}
 	period := metering.Period(c.start)
-	b, ok, err := p.Ledger.Reserve(ctx, c.caller.OrgID, period, worst, limit)
+	b, ok, err := p.d.Ledger.Reserve(ctx, c.caller.OrgID, period, worst, limit)
 	if err != nil {
 		return apperr.Wrap(err, "budget ledger")
 	}
@@ -326,19 +326,19 @@ func (p *Pipeline) settleBudget(ctx context.Context, c *call, cost money.Amount)
 		return
 	}
 	period := metering.Period(c.start)
-	b, err := p.Ledger.Settle(ctx, c.caller.OrgID, period, c.reserved, cost)
+	b, err := p.d.Ledger.Settle(ctx, c.caller.OrgID, period, c.reserved, cost)
 	if err != nil {
-		p.Log.Warn("settling a budget reservation failed", "request_id", c.req.ID, "err", err)
+		p.d.Log.Warn("settling a budget reservation failed", "request_id", c.req.ID, "err", err)
 		return
 	}
 	if budget := c.caller.Budget.Limit; budget != nil {
-		p.Alerts.Spent(c.caller.OrgID, *budget, period, b.Spent-cost, b.Spent)
+		p.d.Alerts.Spent(c.caller.OrgID, *budget, period, b.Spent-cost, b.Spent)
 	}
 }
 
 // admitRequests spends weight from the request bucket alone.
 func (p *Pipeline) admitRequests(ctx context.Context, caller accounts.Caller, requestID, model string, sink Sink, weight int64) error {
-	d, err := p.Limiter.Allow(ctx, caller.RequestsKey, requestParams(caller), weight)
+	d, err := p.d.Limiter.Allow(ctx, caller.RequestsKey, requestParams(caller), weight)
 	if err != nil {
 		return limiterError(caller, err, weight, 0)
 	}
@@ -361,13 +361,13 @@ func (p *Pipeline) settle(ctx context.Context, c *call, out Served) {
 		used = int64(out.Usage.Total())
 	}
 	if c.caller.Tier.TokensPerMinute > 0 && used != c.estimate {
-		if err := p.Limiter.Adjust(ctx, c.caller.TPMKey, tokenParams(c.caller), used-c.estimate); err != nil {
-			p.Log.Warn("settling tokens-per-minute failed", "request_id", c.req.ID, "err", err)
+		if err := p.d.Limiter.Adjust(ctx, c.caller.TPMKey, tokenParams(c.caller), used-c.estimate); err != nil {
+			p.d.Log.Warn("settling tokens-per-minute failed", "request_id", c.req.ID, "err", err)
 		}
 	}
 	if out.delivered && out.KeyID != 0 {
-		if err := p.Providers.Settle(ctx, out.KeyID, c.estimate, used); err != nil {
-			p.Log.Warn("settling a provider key's tokens failed", "request_id", c.req.ID, "err", err)
+		if err := p.d.Providers.Settle(ctx, out.KeyID, c.estimate, used); err != nil {
+			p.d.Log.Warn("settling a provider key's tokens failed", "request_id", c.req.ID, "err", err)
 		}
 	}
 }
@@ -394,16 +394,16 @@ func limiterError(caller accounts.Caller, err error, weight, estimate int64) err
 // freezes the token when it crosses its tier's threshold.
 func (p *Pipeline) reject(ctx context.Context, caller accounts.Caller, requestID, model string, d quota.Decision, limit string) error {
 	p.rejected(caller, model, limit)
-	count, freeze, err := p.Detector.Rejected(ctx, "rej:"+caller.TokenKey, caller.Tier.FreezeThreshold)
+	count, freeze, err := p.d.Detector.Rejected(ctx, "rej:"+caller.TokenKey, caller.Tier.FreezeThreshold)
 	if err != nil {
-		p.Log.Warn("counting a rejection failed", "request_id", requestID, "err", err)
+		p.d.Log.Warn("counting a rejection failed", "request_id", requestID, "err", err)
 	}
 	if freeze {
-		f, err := p.Freezer.Freeze(ctx, caller, count, p.Now())
+		f, err := p.d.Freezer.Freeze(ctx, caller, count, p.d.Now())
 		if err == nil {
 			return p.frozenError(f.FrozenUntil, f.Reason)
 		}
-		p.Log.Error("freezing a token failed", "request_id", requestID, "token_id", caller.TokenID, "err", err)
+		p.d.Log.Error("freezing a token failed", "request_id", requestID, "token_id", caller.TokenID, "err", err)
 	}
 	code, what := "rate_limit_exceeded", "requests"
 	if limit == metering.RejectedTokens {

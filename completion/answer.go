@@ -32,10 +32,10 @@ func (p *Pipeline) answer(ctx context.Context, c *call) (Served, error) {
 	key := p.cacheKey(c)
 	if key != "" {
 		if out, ok := p.fromCache(ctx, c, key); ok {
-			p.Metrics.Cache(true)
+			p.d.Metrics.Cache(true)
 			return out, nil
 		}
-		p.Metrics.Cache(false)
+		p.d.Metrics.Cache(false)
 		c.sink.Header().Set("X-Cache", "MISS")
 	}
 	if c.req.Model == local.ModelID {
@@ -47,7 +47,7 @@ func (p *Pipeline) answer(ctx context.Context, c *call) (Served, error) {
 // answerLocally answers from the local model: the model asked for, or the
 // fallback.
 func (p *Pipeline) answerLocally(ctx context.Context, c *call, cacheKey string) Served {
-	reply := p.Local.Complete(c.messages(), c.req.MaxTokens)
+	reply := p.d.Local.Complete(c.messages(), c.req.MaxTokens)
 	out := Served{Status: http.StatusOK, Model: local.ModelID, delivered: true, reply: reply.Content,
 		Usage: chat.Usage{PromptTokens: reply.PromptTokens, CompletionTokens: reply.CompletionTokens}}
 	id := "chatcmpl-" + strings.TrimPrefix(c.req.ID, "req_")
@@ -71,7 +71,7 @@ func (p *Pipeline) answerLocally(ctx context.Context, c *call, cacheKey string) 
 // every key is unavailable the tier decides: the local model answers (and
 // says so in x-sluice-fallback) or the client gets 503 with Retry-After.
 func (p *Pipeline) answerFromProvider(ctx context.Context, c *call, cacheKey string) (Served, error) {
-	asked := p.Now()
+	asked := p.d.Now()
 	doCtx := ctx
 	var life *streamLife
 	if c.req.Stream {
@@ -79,20 +79,20 @@ func (p *Pipeline) answerFromProvider(ctx context.Context, c *call, cacheKey str
 		defer life.end()
 		doCtx = life.ctx
 	}
-	resp, err := p.Providers.Do(doCtx, upstream.Request{Model: c.req.Model, Body: c.body, Stream: c.req.Stream, Estimate: c.estimate, ID: c.req.ID})
+	resp, err := p.d.Providers.Do(doCtx, upstream.Request{Model: c.req.Model, Body: c.body, Stream: c.req.Stream, Estimate: c.estimate, ID: c.req.ID})
 	if err != nil {
 		out, err := p.providersFailed(ctx, c, err)
-		out.ProviderTime = p.Now().Sub(asked)
+		out.ProviderTime = p.d.Now().Sub(asked)
 		return out, err
 	}
 	c.sink.Header().Set("X-Sluice-Upstream-Attempts", strconv.Itoa(resp.Attempts)) // canonical: no key allocated
 	out := Served{Status: resp.Status, Model: c.req.Model, KeyID: resp.KeyID, Attempts: resp.Attempts}
 	if c.req.Stream && resp.Stream != nil {
 		out = p.relay(ctx, c, resp, out, life)
-		out.ProviderTime = p.Now().Sub(asked)
+		out.ProviderTime = p.d.Now().Sub(asked)
 		return out, nil
 	}
-	out.ProviderTime = p.Now().Sub(asked)
+	out.ProviderTime = p.d.Now().Sub(asked)
 	ct := resp.Header.Get("Content-Type")
 	if ct == "" {
 		ct = "application/json"
@@ -118,11 +118,11 @@ func (p *Pipeline) providersFailed(ctx context.Context, c *call, err error) (Ser
 	if !errors.Is(err, upstream.ErrUnavailable) && !errors.Is(err, upstream.ErrNoKey) {
 		// The provider answered something unusable (e.g. an oversized
 		// body): a bad gateway, not our bug.
-		p.Log.Warn("unusable provider answer", "request_id", c.req.ID, "model", c.req.Model, "err", err)
+		p.d.Log.Warn("unusable provider answer", "request_id", c.req.ID, "model", c.req.Model, "err", err)
 		return Served{}, apperr.WithReason(apperr.BadUpstream, "upstream_error", "the provider's answer could not be used; retry later")
 	}
 	if c.caller.Tier.UpstreamFallback == "error" {
-		p.Log.Warn("providers unavailable", "request_id", c.req.ID, "model", c.req.Model, "err", err)
+		p.d.Log.Warn("providers unavailable", "request_id", c.req.ID, "model", c.req.Model, "err", err)
 		e := apperr.WithReason(apperr.Unavailable, "upstream_unavailable",
 			"every provider for '"+c.req.Model+"' is unavailable right now; retry later")
 		if errors.Is(err, upstream.ErrTimeout) { // the last attempt got no answer in time
@@ -132,7 +132,7 @@ func (p *Pipeline) providersFailed(ctx context.Context, c *call, err error) (Ser
 		e.RetryAfter = fallbackRetryAfter
 		return Served{}, e
 	}
-	p.Log.Info("providers unavailable; answering from the local model", "request_id", c.req.ID, "model", c.req.Model, "err", err)
+	p.d.Log.Info("providers unavailable; answering from the local model", "request_id", c.req.ID, "model", c.req.Model, "err", err)
 	c.sink.Header().Set("X-Sluice-Fallback", "local")
 	out := p.answerLocally(ctx, c, "")
 	out.Fallback = true
@@ -159,7 +159,7 @@ type streamLife struct {
 
 func (p *Pipeline) newStreamLife(client context.Context) *streamLife {
 	ctx, cancel := context.WithCancel(context.WithoutCancel(client))
-	l := &streamLife{ctx: ctx, cancel: cancel, grace: p.UsageGrace}
+	l := &streamLife{ctx: ctx, cancel: cancel, grace: p.d.UsageGrace}
 	l.stop = context.AfterFunc(client, l.clientGone)
 	return l
 }
@@ -227,7 +227,7 @@ func (p *Pipeline) relay(ctx context.Context, c *call, resp *upstream.Response, 
 	if listening && !errors.Is(readErr, io.EOF) && !errors.Is(readErr, context.Canceled) && ctx.Err() == nil {
 		// A stalled or broken provider: end the stream with an error event
 		// the SDKs understand, rather than a silent cut.
-		p.Log.Warn("provider stream ended abnormally", "request_id", c.req.ID, "err", readErr)
+		p.d.Log.Warn("provider stream ended abnormally", "request_id", c.req.ID, "err", readErr)
 		var e wire.OpenAIError
 		e.Error.Message, e.Error.Type, e.Error.Code = "the provider stopped sending; the answer is incomplete", "server_error", "upstream_stalled"
 		msg, _ := json.Marshal(e)
@@ -299,7 +299,7 @@ func (p *Pipeline) cacheKey(c *call) string {
 	req := c.req
 	// Most requests are neither at temperature 0 nor marked: skip the
 	// second parse of the body that Cacheable would do.
-	if p.Cache == nil || req.Stream || req.CacheMode == "" && (req.Temperature == nil || *req.Temperature != 0) ||
+	if p.d.Cache == nil || req.Stream || req.CacheMode == "" && (req.Temperature == nil || *req.Temperature != 0) ||
 		!respcache.Cacheable(c.body, req.CacheMode) {
 		return ""
 	}
@@ -312,9 +312,9 @@ func (p *Pipeline) cacheKey(c *call) string {
 
 // fromCache answers from the response cache, if the answer is there.
 func (p *Pipeline) fromCache(ctx context.Context, c *call, key string) (Served, bool) {
-	b, ok, err := p.Cache.Get(ctx, key)
+	b, ok, err := p.d.Cache.Get(ctx, key)
 	if err != nil {
-		p.Log.Warn("response cache unavailable; asking the model", "request_id", c.req.ID, "err", err)
+		p.d.Log.Warn("response cache unavailable; asking the model", "request_id", c.req.ID, "err", err)
 	}
 	if !ok {
 		return Served{}, false
@@ -334,7 +334,7 @@ func (p *Pipeline) storeCached(ctx context.Context, c *call, key string, body []
 	if key == "" {
 		return
 	}
-	if err := p.Cache.Set(context.WithoutCancel(ctx), key, body, p.CacheTTL); err != nil {
-		p.Log.Warn("storing a cached answer failed", "request_id", c.req.ID, "err", err)
+	if err := p.d.Cache.Set(context.WithoutCancel(ctx), key, body, p.d.CacheTTL); err != nil {
+		p.d.Log.Warn("storing a cached answer failed", "request_id", c.req.ID, "err", err)
 	}
 }

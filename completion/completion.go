@@ -118,14 +118,15 @@ type Deps struct {
 	LogPrompts bool
 }
 
-// Pipeline runs chat completions. It is safe for concurrent use.
+// Pipeline runs chat completions. It is safe for concurrent use. Its
+// dependencies are fixed by New.
 type Pipeline struct {
-	Deps
+	d      Deps
 	counts *countCache // what long texts counted, for the next request that sends them
 }
 
 // New returns a pipeline over d.
-func New(d Deps) *Pipeline { return &Pipeline{Deps: d, counts: newCountCache()} }
+func New(d Deps) *Pipeline { return &Pipeline{d: d, counts: newCountCache()} }
 
 // Served is how a request was answered.
 type Served struct {
@@ -174,7 +175,7 @@ func (c *call) messages() []chat.Message {
 // nothing but headers has reached the sink. When ctx ends before an answer
 // (the client left) it returns ctx's error.
 func (p *Pipeline) Complete(ctx context.Context, caller accounts.Caller, req *Request, sink Sink) (Served, error) {
-	c := &call{caller: caller, req: req, sink: sink, start: p.Now()}
+	c := &call{caller: caller, req: req, sink: sink, start: p.d.Now()}
 	if err := p.checkFrozen(caller, req.Model, req.Queued); err != nil {
 		return Served{}, err
 	}
@@ -225,7 +226,7 @@ func (p *Pipeline) cost(c *call, out Served) (money.Amount, int64) {
 	if !out.delivered || out.Cached && !c.caller.Tier.BillCacheHits {
 		return 0, 0
 	}
-	price, ok := p.Prices.At(out.Model, c.start)
+	price, ok := p.d.Prices.At(out.Model, c.start)
 	if !ok {
 		return 0, 0
 	}
@@ -250,18 +251,18 @@ func (p *Pipeline) record(c *call, out Served) {
 		RequestID: c.req.ID, OrgID: c.caller.OrgID, TokenID: c.caller.TokenID, Model: out.Model,
 		PromptTokens: out.Usage.PromptTokens, CompletionTokens: out.Usage.CompletionTokens, CachedTokens: out.Usage.CachedTokens,
 		Cost: cost, PriceID: priceID, Status: out.Status,
-		LatencyMs: int(p.Now().Sub(c.start) / time.Millisecond), CreatedAt: c.start.UTC(),
+		LatencyMs: int(p.d.Now().Sub(c.start) / time.Millisecond), CreatedAt: c.start.UTC(),
 		Cached: out.Cached, Fallback: out.Fallback,
 	}
 	if out.KeyID != 0 {
 		keyID := out.KeyID // a copy, so out itself stays on the stack
 		ev.UpstreamKeyID = &keyID
 	}
-	if err := p.Recorder.Record(ev); err != nil {
-		p.Log.Error("usage event not recorded", "request_id", ev.RequestID, "err", err)
+	if err := p.d.Recorder.Record(ev); err != nil {
+		p.d.Log.Error("usage event not recorded", "request_id", ev.RequestID, "err", err)
 	}
-	p.Metrics.Tokens(c.caller.Tier.Name, out.Model, out.Usage)
-	if p.LogPrompts {
-		p.Log.Info("exchange", "request_id", c.req.ID, "prompt", logging.Redact(promptText(c.messages())), "reply", logging.Redact(out.reply))
+	p.d.Metrics.Tokens(c.caller.Tier.Name, out.Model, out.Usage)
+	if p.d.LogPrompts {
+		p.d.Log.Info("exchange", "request_id", c.req.ID, "prompt", logging.Redact(promptText(c.messages())), "reply", logging.Redact(out.reply))
 	}
 }

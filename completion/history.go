@@ -18,16 +18,16 @@ import (
 func (p *Pipeline) withHistory(ctx context.Context, c *call) error {
 	c.prompt = c.req.Prompt.Tokens
 	id := c.req.Conversation
-	if id == "" || p.Conversations == nil {
+	if id == "" || p.d.Conversations == nil {
 		return nil
 	}
 	if !conversations.ValidID(id) {
 		return apperr.Field(apperr.Invalid, "invalid_session_id", conversations.HeaderName,
 			conversations.HeaderName+" must be 1 to 128 letters, digits or . _ : -")
 	}
-	history, _, err := p.Conversations.Load(ctx, conversationOf(c))
+	history, _, err := p.d.Conversations.Load(ctx, conversationOf(c))
 	if err != nil {
-		p.Log.Warn("conversation store unavailable", "request_id", c.req.ID, "err", err)
+		p.d.Log.Warn("conversation store unavailable", "request_id", c.req.ID, "err", err)
 		return conversations.ErrStoreUnavailable
 	}
 	if len(history) == 0 {
@@ -36,7 +36,7 @@ func (p *Pipeline) withHistory(ctx context.Context, c *call) error {
 	if slices.ContainsFunc(c.req.Messages(), chat.Message.IsSystem) {
 		history = slices.DeleteFunc(slices.Clone(history), chat.Message.IsSystem)
 	}
-	historyBudget := p.HistoryBudget - int(c.prompt)
+	historyBudget := p.d.HistoryBudget - int(c.prompt)
 	if historyBudget > 0 {
 		c.history = conversations.Compose(history, nil, historyBudget, chat.CountTokens)
 	} else { // the new turn alone fills the budget: keep only the system prompt
@@ -80,12 +80,12 @@ func composedBody(c *call, e bodyEdits) ([]byte, error) {
 // saveHistory stores the conversation with the new reply, restarting its
 // TTL.
 func (p *Pipeline) saveHistory(ctx context.Context, c *call, reply string) {
-	if c.req.Conversation == "" || p.Conversations == nil {
+	if c.req.Conversation == "" || p.d.Conversations == nil {
 		return
 	}
 	stored := conversations.Append(nil, c.messages(), chat.Message{Role: "assistant", Content: reply})
-	if err := p.Conversations.Save(ctx, conversationOf(c), stored); err != nil {
-		p.Log.Warn("saving a conversation failed", "request_id", c.req.ID, "err", err)
+	if err := p.d.Conversations.Save(ctx, conversationOf(c), stored); err != nil {
+		p.d.Log.Warn("saving a conversation failed", "request_id", c.req.ID, "err", err)
 	}
 }
 

@@ -78,7 +78,7 @@ func (p *Pipeline) Parse(body []byte) (Request, error) {
 	switch {
 	case s.model == "":
 		return Request{}, apperr.Field(apperr.Invalid, "missing_model", "model", "you must provide a model parameter")
-	case !isLocal && (p.Providers == nil || !p.Providers.Serves(s.model)):
+	case !isLocal && (p.d.Providers == nil || !p.d.Providers.Serves(s.model)):
 		return Request{}, apperr.Field(apperr.NotFound, "model_not_found", "model", "the model '"+s.model+"' does not exist or you do not have access to it; GET /v1/models lists yours")
 	case s.messages == 0:
 		return Request{}, apperr.Field(apperr.Invalid, "invalid_messages", "messages", "messages must be a non-empty array")

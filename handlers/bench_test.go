@@ -27,7 +27,7 @@ func benchEnv(b *testing.B) (*env, string) {
 	if _, err := e.acc.UpdateTier(b.Context(), admin, "free", models.TierSettings{Capacity: 1_000_000, RefillPerSec: 1_000_000}); err != nil {
 		b.Fatal(err)
 	}
-	e.pipe.Recorder, e.api.Usage, e.api.MaxBodyBytes = nopRecorder{}, nopRecorder{}, 1<<20
+	e.pipe.Recorder, e.deps.TokenUse, e.deps.MaxBodyBytes = nopRecorder{}, nopRecorder{}, 1<<20
 	e.pipe.Scorer = quota.NewValueScorer(quota.DefaultValueRules(), e.clock.Now) // as in production
 	e.rebuild()
 	return e, key
@@ -80,7 +80,7 @@ func BenchmarkChatUpstream(b *testing.B) {
 	defer srv.Close()
 	pool := upstream.NewPool(upstream.PoolOptions{Log: discardLog()})
 	pool.SetKeys([]upstream.Key{{ID: 1, Name: "bench", BaseURL: srv.URL + "/v1", Secret: "sk-bench-key", Weight: 1}})
-	e.pipe.Providers, e.api.Models = pool, pool.Models
+	e.pipe.Providers, e.deps.Models = pool, pool.Models
 	e.rebuild()
 	body := `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hello there, how are you"}]}`
 	b.ReportAllocs()

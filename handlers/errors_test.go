@@ -83,7 +83,7 @@ func TestServerErrorsSayWhatFailedAndAreLoggedOnce(t *testing.T) {
 		{"no provider answering in time", func() { g.pipe.Providers = slowPool },
 			request{method: "POST", path: "/v1/chat/completions", bearer: key, body: `{"model":"slow-model","messages":[{"role":"user","content":"hi"}]}`},
 			504, "upstream_timeout", "no provider for 'slow-model' answered in time; retry later", true},
-		{"the conversation store down", func() { g.pipe.Conversations, g.api.Conversations = brokenConversations{}, brokenConversations{} },
+		{"the conversation store down", func() { g.pipe.Conversations, g.deps.Conversations = brokenConversations{}, brokenConversations{} },
 			request{method: "POST", path: "/v1/chat/completions", bearer: key, body: chatBody, header: map[string]string{"X-Sluice-Session": "s1"}},
 			503, "session_store_unavailable", "the session store is unavailable right now; retry, or send the request without X-Sluice-Session", false},
 		{"reading a conversation with the store down", nil,

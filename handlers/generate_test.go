@@ -57,11 +57,8 @@ func newGenEnv(t *testing.T, db *models.DB) *genEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	convs := conversations.NewMemory(30*time.Minute, e.clock.Now)
-	e.pipe.Providers, e.pipe.Cache, e.pipe.CacheTTL, e.pipe.Conversations = pool, cache, time.Minute, convs
-	e.api.Conversations, e.api.Models, e.api.MaxBodyBytes = convs, pool.Models, 1<<20
-	e.mgmt.Providers, e.mgmt.PoolStatus, e.mgmt.Models, e.mgmt.MaxBodyBytes = prov, pool.Status, pool.Models, 1<<20
-	e.pages.Providers, e.pages.PoolStatus, e.pages.Models = prov, pool.Status, pool.Models
+	e.pipe.Providers, e.pipe.Cache, e.pipe.CacheTTL = pool, cache, time.Minute
+	e.deps.Providers, e.deps.PoolStatus, e.deps.Models, e.deps.MaxBodyBytes = prov, pool.Status, pool.Models, 1<<20
 	e.rebuild()
 	return &genEnv{env: e, pool: pool, providers: prov, mock: m, mockURL: srv.URL + "/v1", disabled: disabled}
 }
@@ -564,7 +561,7 @@ func (brokenConversations) Delete(context.Context, conversations.Scope) (bool, e
 func TestSessionStoreDownIsA503(t *testing.T) {
 	e := newEnv(t, testdb.SQLite(t))
 	key, _ := e.apiToken(e.signup("a@example.com", "A"))
-	e.pipe.Conversations, e.api.Conversations = brokenConversations{}, brokenConversations{}
+	e.pipe.Conversations, e.deps.Conversations = brokenConversations{}, brokenConversations{}
 	e.rebuild()
 	cases := []request{
 		{method: "POST", path: "/v1/chat/completions", bearer: key, body: chatBody, header: map[string]string{"X-Sluice-Session": "s1"}},

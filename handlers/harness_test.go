@@ -16,12 +16,16 @@ import (
 
 	"github.com/gin-gonic/gin"
 	"github.com/sluicehq/sluice/accounts"
+	"github.com/sluicehq/sluice/batches"
 	"github.com/sluicehq/sluice/billing"
 	"github.com/sluicehq/sluice/cluster"
 	"github.com/sluicehq/sluice/completion"
 	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/conversations"
 	"github.com/sluicehq/sluice/internal/clocktest"
+	"github.com/sluicehq/sluice/internal/testdb"
 	"github.com/sluicehq/sluice/internal/testsync"
+	"github.com/sluicehq/sluice/jobs"
 	"github.com/sluicehq/sluice/metering"
 	"github.com/sluicehq/sluice/models"
 	"github.com/sluicehq/sluice/quota"
@@ -92,22 +96,23 @@ type env struct {
 	bill   *billing.Service
 	alerts *metering.BudgetAlerts
 	pipe   completion.Deps
-	api    API
-	mgmt   Management
-	pages  web.Deps
+	deps   Deps
 }
 
-// rebuild makes the handler from the env's parts, after a test changed one.
+// rebuild makes the pipeline, the batches (which check lines with the
+// pipeline) and the handler from the env's parts, after a test changed one.
 func (e *env) rebuild() {
-	e.api.Pipeline = completion.New(e.pipe)
-	e.h = New(e.log, Ops{}, e.api, e.mgmt, web.New(e.pages))
+	e.deps.Pipeline = completion.New(e.pipe)
+	e.deps.Batches = batches.New(batches.Deps{Store: e.store, Pipeline: e.deps.Pipeline, Log: e.log},
+		batches.Config{FileRetention: 24 * time.Hour, Now: e.clock.Now})
+	e.h = New(e.log, Ops{}, e.deps)
 }
 
 // captureLogs sends every part's log lines to the returned buffer.
 func (e *env) captureLogs() *testsync.Buffer {
 	var b testsync.Buffer
 	e.log = slog.New(slog.NewTextHandler(&b, nil))
-	e.pipe.Log, e.pages.Log = e.log, e.log
+	e.pipe.Log = e.log
 	e.rebuild()
 	return &b
 }
@@ -160,6 +165,8 @@ func newEnv(t testing.TB, db *models.DB) *env {
 	bill := billing.New(billing.Deps{Store: store, Directory: dir, Bus: cluster.None{}, Prices: prices, Ledger: ledger, Box: box,
 		Webhooks: webhooks, Log: discardLog(), Now: clk.Now})
 	alerts := metering.NewBudgetAlerts(store, discardLog(), clk.Now)
+	convs := conversations.NewMemory(30*time.Minute, clk.Now)
+	queue := newQueue(t, db, dir, clk.Now)
 	e := &env{t: t, store: store, clock: clk, acc: acc, dir: dir, limiter: limiter, model: model, jwt: jwt, log: discardLog(),
 		pipe: completion.Deps{
 			Log: discardLog(), Now: clk.Now,
@@ -168,20 +175,38 @@ func newEnv(t testing.TB, db *models.DB) *env {
 			// have their own test.
 			Scorer:          quota.NewValueScorer(quota.ValueRules{}, clk.Now),
 			PriorityWeights: cfg.PriorityWeights, DefaultMaxTokens: cfg.DefaultMaxTokens, UsageGrace: cfg.UsageGrace,
-			Local: model, CacheTTL: cfg.CacheTTL, HistoryBudget: cfg.ChatSessionBudget,
+			Local: model, CacheTTL: cfg.CacheTTL, Conversations: convs, HistoryBudget: cfg.ChatSessionBudget,
 			Prices: prices, Ledger: ledger, Alerts: alerts, Recorder: recorder,
 		},
-		api: API{Directory: dir, Models: func() []string { return nil }, Usage: recorder, MaxBodyBytes: 4 << 10,
+		deps: Deps{
+			Deps: web.Deps{Store: store, Accounts: acc, Sessions: jwt, Billing: bill, PoolStatus: noKeys, Models: noModels,
+				LimiterStatus: inProcess, Now: clk.Now},
+			Directory: dir, Conversations: convs, Jobs: queue, Callbacks: bill, TokenUse: recorder, MaxBodyBytes: 4 << 10,
 			Signatures: signing.NewVerifier(signing.NewMemoryNonces(clk.Now), clk.Now),
-			InFlight:   &quota.InFlight{}, Latency: quota.NewLatencyWindow(1024, time.Minute, clk.Now), Now: clk.Now},
-		mgmt: Management{Store: store, Accounts: acc, Sessions: jwt, Billing: bill, PoolStatus: noKeys, Models: noModels, Limits: inProcess,
-			MaxBodyBytes: 4 << 10, Now: clk.Now},
-		pages: web.Deps{Log: discardLog(), Store: store, Accounts: acc, Sessions: jwt, Billing: bill, PoolStatus: noKeys, Models: noModels,
-			Limits: inProcess, Now: clk.Now},
+			InFlight:   &quota.InFlight{}, Latency: quota.NewLatencyWindow(1024, time.Minute, clk.Now)},
 		bill: bill, alerts: alerts,
 	}
 	e.rebuild()
 	return e
+}
+
+// newQueue is the job queue on db, with River's tables migrated. It is
+// never started: jobs stay queued, and its workers' pipeline (none) is
+// never asked.
+func newQueue(t testing.TB, db *models.DB, dir *accounts.Directory, now func() time.Time) *jobs.Queue {
+	t.Helper()
+	ctx := context.Background()
+	url := testdb.URL(db)
+	if _, err := jobs.Migrate(ctx, db, url); err != nil {
+		t.Fatal(err)
+	}
+	q, err := jobs.New(ctx, jobs.Deps{DB: db, DatabaseURL: url, Directory: dir, Log: discardLog()},
+		jobs.Config{Workers: 1, MaxAttempts: 1, Retention: time.Hour, MaxWait: time.Second, RetryBase: time.Second, Now: now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = q.Stop(context.Background()) })
+	return q
 }
 
 func noKeys() []upstream.KeyStatus { return nil }

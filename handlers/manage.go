@@ -11,33 +11,14 @@ import (
 
 	"github.com/gin-gonic/gin"
 
-	"github.com/sluicehq/sluice/accounts"
 	"github.com/sluicehq/sluice/apperr"
-	"github.com/sluicehq/sluice/billing"
 	"github.com/sluicehq/sluice/models"
-	"github.com/sluicehq/sluice/providers"
-	"github.com/sluicehq/sluice/quota"
-	"github.com/sluicehq/sluice/upstream"
 )
-
-// Management is what the management JSON API under /api uses.
-type Management struct {
-	Store        *models.Store
-	Accounts     *accounts.Service
-	Sessions     *accounts.Sessions
-	Providers    *providers.Service
-	Billing      *billing.Service
-	PoolStatus   func() []upstream.KeyStatus // live state of provider keys
-	Models       func() []string             // the models provider keys serve
-	Limits       func() quota.LimiterStatus  // where the rate limiter keeps its state
-	MaxBodyBytes int64
-	Now          func() time.Time
-}
 
 // manage serves the management JSON API: the dashboard's operations for
 // automation, authenticated by a session JWT bearer.
 type manage struct {
-	Management
+	Deps
 	log *slog.Logger
 }
 

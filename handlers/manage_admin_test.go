@@ -150,7 +150,7 @@ func TestEveryAdminAPIActionIsAudited(t *testing.T) {
 	testdb.Each(t, func(t *testing.T, db *models.DB) {
 		e := newEnv(t, db)
 		box, _ := secrets.NewBox(bytes.Repeat([]byte{3}, 32))
-		e.mgmt.Providers = providers.New(e.store, box, upstream.NewPool(upstream.PoolOptions{Now: e.clock.Now}), cluster.None{}, discardLog())
+		e.deps.Providers = providers.New(e.store, box, upstream.NewPool(upstream.PoolOptions{Now: e.clock.Now}), cluster.None{}, discardLog())
 		e.rebuild()
 		ctx := context.Background()
 		admin := e.login("admin@example.com", "admin-password")

@@ -91,4 +91,4 @@ func (m *manage) listTuning(c *gin.Context) {
 }
 
 // limiterState says whether limits are local, shared or degraded.
-func (m *manage) limiterState(c *gin.Context) { c.JSON(http.StatusOK, m.Limits()) }
+func (m *manage) limiterState(c *gin.Context) { c.JSON(http.StatusOK, m.LimiterStatus()) }

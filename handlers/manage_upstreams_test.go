@@ -93,8 +93,7 @@ func TestHugeTPMKeyIsPacedSilently(t *testing.T) {
 	box, _ := secrets.NewBox(bytes.Repeat([]byte{3}, 32))
 	prov := providers.New(g.store, box, pool, cluster.None{}, log)
 	g.pipe.Providers, g.pipe.Log = pool, log
-	g.api.Models = pool.Models
-	g.mgmt.Providers, g.mgmt.PoolStatus = prov, pool.Status
+	g.deps.Providers, g.deps.PoolStatus, g.deps.Models = prov, pool.Status, pool.Models
 	g.rebuild()
 
 	admin := g.login("admin@example.com", "admin-password")

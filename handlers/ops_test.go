@@ -26,7 +26,7 @@ func TestReadinessNamesWhatFails(t *testing.T) {
 	var dbErr error
 	e.h = New(e.log, Ops{Ready: func(context.Context) []Check {
 		return []Check{{Name: "database", Err: dbErr}, {Name: "redis"}}
-	}}, e.api, e.mgmt, nil)
+	}}, e.deps)
 	if w := e.do(request{method: "GET", path: "/readyz"}); w.Code != 200 || !strings.Contains(w.Body.String(), `"status":"ready"`) {
 		t.Fatalf("%d %s", w.Code, w.Body.String())
 	}
@@ -56,7 +56,7 @@ func TestAccessLogSaysWhatHappenedAndNothingPrivate(t *testing.T) {
 	e := newEnv(t, testdb.SQLite(t))
 	var b testsync.Buffer
 	e.log = logging.New(&b, "info", "json")
-	e.pipe.Log, e.pages.Log = e.log, e.log
+	e.pipe.Log = e.log
 	e.rebuild()
 	key, _ := e.apiToken(e.signup("grace@example.com", "Compilers"))
 	const secretPrompt = "my card is 4111 1111 1111 1111"

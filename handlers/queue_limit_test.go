@@ -2,37 +2,19 @@ package handlers
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"mime/multipart"
 	"strings"
 	"testing"
 
 	"github.com/sluicehq/sluice/internal/testdb"
-	"github.com/sluicehq/sluice/migrations"
 	"github.com/sluicehq/sluice/models"
 	"github.com/sluicehq/sluice/wire"
 )
 
 // eachTenantFixture runs fn on the tenant fixture over SQLite and Postgres.
 func eachTenantFixture(t *testing.T, fn func(t *testing.T, db *models.DB, f *tenantFixture)) {
-	t.Run("sqlite", func(t *testing.T) {
-		db := testdb.SQLite(t)
-		fn(t, db, newTenantFixture(t, db, ""))
-	})
-	t.Run("postgres", func(t *testing.T) {
-		url := testdb.PostgresURL(t)
-		db, err := models.Open(context.Background(), url, "")
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { db.Close() })
-		sqlDB, _ := db.SQL()
-		if _, err := migrations.Apply(context.Background(), sqlDB, migrations.Postgres); err != nil {
-			t.Fatal(err)
-		}
-		fn(t, db, newTenantFixture(t, db, url))
-	})
+	testdb.Each(t, func(t *testing.T, db *models.DB) { fn(t, db, newTenantFixture(t, db)) })
 }
 
 func uploadRequest(token string) request {

@@ -13,8 +13,14 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/sluicehq/sluice/accounts"
 	"github.com/sluicehq/sluice/apperr"
+	"github.com/sluicehq/sluice/batches"
+	"github.com/sluicehq/sluice/completion"
+	"github.com/sluicehq/sluice/conversations"
 	"github.com/sluicehq/sluice/metrics"
+	"github.com/sluicehq/sluice/quota"
+	"github.com/sluicehq/sluice/signing"
 	"github.com/sluicehq/sluice/web"
 )
 
@@ -36,6 +42,25 @@ type Ops struct {
 	TrustedProxies []netip.Prefix
 }
 
+// Deps are what the HTTP surface uses, built once: the services the pages
+// share with the management API and the /v1 routes, and what the /v1
+// routes add.
+type Deps struct {
+	web.Deps // the pages' services; /api uses the same
+
+	Directory     *accounts.Directory
+	Pipeline      *completion.Pipeline
+	Conversations conversations.Store  // the X-Sluice-Session histories /v1/sessions reads
+	Jobs          JobQueue             // /v1/jobs, batches' lines, and the jobs the pages show
+	Batches       *batches.Service     // /v1/files and /v1/batches, and the files the pages offer
+	Callbacks     Callbacks            // vets a job's callback URL
+	TokenUse      TokenToucher         // marks a token used by a call that is not metered
+	Signatures    *signing.Verifier    // checks the requests of tokens that require signing
+	MaxBodyBytes  int64                // the most a body of /v1 or /api may be
+	InFlight      *quota.InFlight      // load signal for the auto-tuner
+	Latency       *quota.LatencyWindow // load signal for the auto-tuner
+}
+
 // Check is one readiness check's outcome.
 type Check struct {
 	Name string
@@ -44,7 +69,7 @@ type Check struct {
 
 // New returns the whole HTTP handler: the operator's routes, the /v1 API,
 // the management /api and the browser pages.
-func New(log *slog.Logger, ops Ops, v1API API, mgmt Management, p *web.Pages) http.Handler {
+func New(log *slog.Logger, ops Ops, d Deps) http.Handler {
 	r := gin.New()
 	// Client addresses come from the connection, or from X-Forwarded-For
 	// only when a trusted proxy sent it: the login throttle keys on them.
@@ -70,7 +95,7 @@ func New(log *slog.Logger, ops Ops, v1API API, mgmt Management, p *web.Pages) ht
 	// route's handlers, up to SLUICE_MAX_BODY_BYTES; an upload's handler
 	// streams its body instead, after the rate limit, and checks the
 	// signature before it stores the file.
-	a := &api{API: v1API, log: log, streamed: streamedBodies{"POST /v1/files": uploadBody}}
+	a := &api{Deps: d, log: log, streamed: streamedBodies{"POST /v1/files": uploadBody}}
 	v1 := r.Group("/v1", a.authenticateToken, measureLoad(a.InFlight, a.Latency))
 	v1.POST("/chat/completions", a.chatCompletions)
 	v1.GET("/models", a.admit, a.listModels)
@@ -97,7 +122,7 @@ func New(log *slog.Logger, ops Ops, v1API API, mgmt Management, p *web.Pages) ht
 	ops.Gateway.KnowRoutes(v1Routes(r))
 
 	// The management API. Bearer = a session JWT from /api/auth/*.
-	m := &manage{Management: mgmt, log: log}
+	m := &manage{Deps: d, log: log}
 	r.POST("/api/auth/signup", m.signup)
 	r.POST("/api/auth/login", m.login)
 	authed := r.Group("/api", m.authenticateSession)
@@ -139,6 +164,7 @@ func New(log *slog.Logger, ops Ops, v1API API, mgmt Management, p *web.Pages) ht
 	admin.DELETE("/upstreams/:id", m.deleteUpstream)
 
 	// The browser. Bearer = the session cookie; forms are origin-checked.
+	p := web.New(log, d.Deps, d.Jobs, d.Batches)
 	r.StaticFS("/static", web.Static())
 	b := r.Group("/", p.LoadUser, p.GuardOrigin)
 	b.GET("/", p.Home)

@@ -17,11 +17,8 @@ import (
 	"github.com/gin-gonic/gin"
 	"golang.org/x/crypto/bcrypt"
 
-	"github.com/sluicehq/sluice/batches"
 	"github.com/sluicehq/sluice/internal/csptest"
 	"github.com/sluicehq/sluice/internal/testdb"
-	"github.com/sluicehq/sluice/jobs"
-	"github.com/sluicehq/sluice/migrations"
 	"github.com/sluicehq/sluice/models"
 )
 
@@ -209,22 +206,8 @@ type tenantFixture struct {
 // to everyone outside A and change nothing; no answer to an outsider shows
 // anything of A's; and every page rendered keeps to the pages' CSP.
 func TestRouteRoleTenantTable(t *testing.T) {
-	t.Run("sqlite", func(t *testing.T) {
-		db := testdb.SQLite(t)
-		checkRouteTable(t, db, newTenantFixture(t, db, ""))
-	})
-	t.Run("postgres", func(t *testing.T) {
-		url := testdb.PostgresURL(t)
-		db, err := models.Open(context.Background(), url, "")
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { db.Close() })
-		sqlDB, _ := db.SQL()
-		if _, err := migrations.Apply(context.Background(), sqlDB, migrations.Postgres); err != nil {
-			t.Fatal(err)
-		}
-		checkRouteTable(t, db, newTenantFixture(t, db, url))
+	testdb.Each(t, func(t *testing.T, db *models.DB) {
+		checkRouteTable(t, db, newTenantFixture(t, db))
 	})
 }
 
@@ -364,25 +347,11 @@ func (f *tenantFixture) call(t *testing.T, r routeRow, role string) *httptest.Re
 	return serve(f.e.h, req, "")
 }
 
-// newTenantFixture builds the cast on db; databaseURL is Postgres's, for
-// the job queue's own connections ("" on SQLite).
-func newTenantFixture(t *testing.T, db *models.DB, databaseURL string) *tenantFixture {
+// newTenantFixture builds the cast on db.
+func newTenantFixture(t *testing.T, db *models.DB) *tenantFixture {
 	t.Helper()
 	ctx := context.Background()
-	e := newGenEnv(t, db)
-	if _, err := jobs.Migrate(ctx, db, databaseURL); err != nil {
-		t.Fatal(err)
-	}
-	q, err := jobs.New(ctx, jobs.Deps{DB: db, DatabaseURL: databaseURL, Pipeline: e.api.Pipeline, Directory: e.dir, Log: discardLog()},
-		jobs.Config{Workers: 1, MaxAttempts: 1, Retention: time.Hour, MaxWait: time.Second, RetryBase: time.Second, Now: e.clock.Now})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = q.Stop(context.Background()) })
-	bs := batches.New(batches.Deps{Store: e.store, Pipeline: e.api.Pipeline, Log: discardLog()}, batches.Config{FileRetention: 24 * time.Hour, Now: e.clock.Now})
-	e.api.Jobs, e.api.Batches = q, bs // never started: jobs stay queued
-	e.pages.Jobs, e.pages.Batches = q, bs
-	e.rebuild()
+	e := newGenEnv(t, db) // its job queue is never started: jobs stay queued
 
 	f := &tenantFixture{e: e, creds: map[string][2]string{}, sessions: map[string]string{}, cookies: map[string]*http.Cookie{},
 		tokens: map[string]string{}, ids: map[string]string{}}

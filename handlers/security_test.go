@@ -29,7 +29,7 @@ var testSessionSecret = []byte("0123456789abcdef0123456789abcdef")
 // withOps is the env's handler built with ops, sharing its store, clock and
 // services: another node of the same deployment.
 func (e *env) withOps(ops Ops) http.Handler {
-	return New(e.log, ops, e.api, e.mgmt, web.New(e.pages))
+	return New(e.log, ops, e.deps)
 }
 
 // serve sends req to h as a browser or client at remoteAddr would.
@@ -521,9 +521,9 @@ func TestPanicsLeakNoSecrets(t *testing.T) {
 	key, _ := e.apiToken(session)
 	admin := e.browserLogin(t, "admin@example.com", "admin-password")
 	logs := e.captureLogs()
-	e.mgmt.Billing = nil // GET /api/budget dereferences it
-	e.api.Models = nil   // GET /v1/models calls it
-	e.pages.Limits = nil // the admin's tiers page calls it
+	e.deps.Billing = nil       // GET /api/budget dereferences it
+	e.deps.Models = nil        // GET /v1/models calls it
+	e.deps.LimiterStatus = nil // the admin's tiers page calls it
 	e.rebuild()
 	const bodySecret = "password-in-a-body-0123456789"
 	tests := []struct {

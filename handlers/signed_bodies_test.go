@@ -11,9 +11,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
-	"time"
 
-	"github.com/sluicehq/sluice/batches"
 	"github.com/sluicehq/sluice/internal/testdb"
 	"github.com/sluicehq/sluice/models"
 )
@@ -23,9 +21,6 @@ import (
 func signingEnv(t *testing.T, db *models.DB) (e *env, key, secret string) {
 	t.Helper()
 	e = newEnv(t, db)
-	e.api.Batches = batches.New(batches.Deps{Store: e.store, Pipeline: e.api.Pipeline, Log: discardLog()},
-		batches.Config{FileRetention: 24 * time.Hour, Now: e.clock.Now})
-	e.rebuild()
 	owner := e.signup("bodies@example.com", "Bodies")
 	key, id := e.apiToken(owner)
 	w := e.setSigning(owner, id, `{"required":true}`)
@@ -151,7 +146,7 @@ func TestSignedUploadsStream(t *testing.T) {
 func TestSignedBodiesAreReadOnce(t *testing.T) {
 	testdb.Each(t, func(t *testing.T, db *models.DB) {
 		e := newEnv(t, db)
-		e.api.MaxBodyBytes = 2 << 20
+		e.deps.MaxBodyBytes = 2 << 20
 		e.rebuild()
 		owner := e.signup("once@example.com", "Once")
 		plainKey, _ := e.apiToken(owner)

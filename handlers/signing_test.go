@@ -174,7 +174,7 @@ func TestReplayOnAnotherNode(t *testing.T) {
 	prefix := testredis.Prefix()
 	nodes := []*env{newEnv(t, db), newEnv(t, db)}
 	for _, n := range nodes {
-		n.api.Signatures = signing.NewVerifier(signing.NewFallbackNonces(signing.NewRedisNonces(client, prefix),
+		n.deps.Signatures = signing.NewVerifier(signing.NewFallbackNonces(signing.NewRedisNonces(client, prefix),
 			signing.NewMemoryNonces(n.clock.Now), time.Second, n.clock.Now), n.clock.Now)
 		n.rebuild()
 	}

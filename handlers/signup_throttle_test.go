@@ -22,7 +22,7 @@ func (e *env) throttleSignups(perHour int) {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	e.acc, e.mgmt.Accounts, e.pages.Accounts = acc, acc, acc
+	e.acc, e.deps.Accounts = acc, acc
 	e.rebuild()
 }
 

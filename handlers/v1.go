@@ -20,39 +20,20 @@ import (
 	"github.com/sluicehq/sluice/batches"
 	"github.com/sluicehq/sluice/completion"
 	"github.com/sluicehq/sluice/conversations"
-	"github.com/sluicehq/sluice/jobs"
-	"github.com/sluicehq/sluice/quota"
 	"github.com/sluicehq/sluice/respcache"
 	"github.com/sluicehq/sluice/signing"
 	"github.com/sluicehq/sluice/upstream/local"
 )
 
-// API is what the metered, OpenAI-compatible /v1 routes use.
-type API struct {
-	Directory     *accounts.Directory
-	Pipeline      *completion.Pipeline
-	Conversations conversations.Store // nil: X-Sluice-Session is off
-	Jobs          *jobs.Queue         // nil: no queued jobs
-	Batches       *batches.Service    // nil: no Batch API (it also needs Jobs)
-	Callbacks     Callbacks
-	Models        func() []string // the models provider keys serve; "*" for any
-	Usage         Toucher
-	Signatures    *signing.Verifier // checks the requests of tokens that require signing
-	MaxBodyBytes  int64
-	InFlight      *quota.InFlight      // load signal for the auto-tuner
-	Latency       *quota.LatencyWindow // load signal for the auto-tuner
-	Now           func() time.Time
-}
-
-// Toucher marks a token used by a call that is not metered.
-type Toucher interface {
+// TokenToucher marks a token used by a call that is not metered.
+type TokenToucher interface {
 	Touch(tokenID int64, at time.Time) error
 }
 
 // api serves the /v1 routes: it decodes, hands the work to the pipeline and
 // encodes the answer.
 type api struct {
-	API
+	Deps
 	streamed streamedBodies
 	log      *slog.Logger
 }
@@ -83,8 +64,6 @@ func (a *api) authenticateToken(c *gin.Context) {
 	}
 }
 
-var errNoVerifier = apperr.New(apperr.Internal, "a token requires signed requests but no signature verifier is configured")
-
 // Keys of a signed request's body in the gin context.
 const (
 	signedBodyKey = "sluice.signed_body" // []byte: the body, read and verified before the handlers
@@ -109,9 +88,6 @@ func uploadBody(caller accounts.Caller) int64 { return batches.FileLimit(caller)
 // verified when the handler asks (signatureVerified), so that route's
 // limits and rate limit come before its body is read.
 func (a *api) verifySignature(c *gin.Context, caller accounts.Caller) error {
-	if a.Signatures == nil {
-		return errNoVerifier
-	}
 	r := c.Request
 	pending, err := a.Signatures.Begin(caller.TokenID, caller.SigningSecret, signing.RequestOf(r))
 	if err != nil {
@@ -200,7 +176,7 @@ func (a *api) admit(c *gin.Context) {
 		return
 	}
 	c.Next()
-	if err := a.Usage.Touch(caller.TokenID, a.Now().UTC()); err != nil {
+	if err := a.TokenUse.Touch(caller.TokenID, a.Now().UTC()); err != nil {
 		a.log.Warn("marking a token used failed", "request_id", requestID(c), "err", err)
 	}
 }
@@ -335,7 +311,7 @@ var errNoConversation = apperr.WithReason(apperr.NotFound, "session_not_found", 
 func (a *api) conversationScope(c *gin.Context) (conversations.Scope, bool) {
 	caller := callerOf(c)
 	id := c.Param("id")
-	if a.Conversations == nil || !conversations.ValidID(id) {
+	if !conversations.ValidID(id) {
 		a.fail(c, errNoConversation)
 		return conversations.Scope{}, false
 	}

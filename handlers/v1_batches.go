@@ -25,8 +25,6 @@ import (
 // batches costs nothing (their lines pay when they run, like jobs), so a
 // client may poll without a 429.
 
-var errNoBatches = apperr.WithReason(apperr.NotFound, "batches_disabled", "this gateway does not run batches")
-
 type fileOut struct {
 	ID            string  `json:"id"`
 	Object        string  `json:"object"`
@@ -48,10 +46,6 @@ func toFileOut(f models.BatchFile) fileOut {
 // (batch) and file, at most the tier's batch file size; the file is read
 // as it arrives and refused as soon as it passes the limit.
 func (a *api) uploadFile(c *gin.Context) {
-	if a.Batches == nil {
-		a.fail(c, errNoBatches)
-		return
-	}
 	caller := callerOf(c)
 	limit := batches.FileLimit(caller)
 	if mt, _, err := mime.ParseMediaType(c.GetHeader("Content-Type")); err != nil || mt != "multipart/form-data" {
@@ -143,10 +137,6 @@ func uploadError(err error, caller accounts.Caller) error {
 // listFiles answers GET /v1/files: the organization's files, newest first
 // (order=asc for oldest), optionally of one purpose, after a file id.
 func (a *api) listFiles(c *gin.Context) {
-	if a.Batches == nil {
-		c.JSON(http.StatusOK, gin.H{"object": "list", "data": []fileOut{}, "has_more": false})
-		return
-	}
 	limit, err := queryLimit(c)
 	if err != nil {
 		a.fail(c, err)
@@ -184,10 +174,6 @@ func queryLimit(c *gin.Context) (int, error) {
 
 // getFile answers GET /v1/files/{id}.
 func (a *api) getFile(c *gin.Context) {
-	if a.Batches == nil {
-		a.fail(c, errNoBatches)
-		return
-	}
 	f, err := a.Batches.File(c.Request.Context(), callerOf(c).OrgID, c.Param("id"))
 	if err != nil {
 		a.fail(c, err)
@@ -198,10 +184,6 @@ func (a *api) getFile(c *gin.Context) {
 
 // fileContent answers GET /v1/files/{id}/content with the file's bytes.
 func (a *api) fileContent(c *gin.Context) {
-	if a.Batches == nil {
-		a.fail(c, errNoBatches)
-		return
-	}
 	f, err := a.Batches.FileContent(c.Request.Context(), callerOf(c).OrgID, c.Param("id"))
 	if err != nil {
 		a.fail(c, err)
@@ -213,10 +195,6 @@ func (a *api) fileContent(c *gin.Context) {
 
 // deleteFile answers DELETE /v1/files/{id}.
 func (a *api) deleteFile(c *gin.Context) {
-	if a.Batches == nil {
-		a.fail(c, errNoBatches)
-		return
-	}
 	id := c.Param("id")
 	if err := a.Batches.DeleteFile(c.Request.Context(), callerOf(c).OrgID, id); err != nil {
 		a.fail(c, err)
@@ -288,10 +266,6 @@ func toBatchOut(b models.Batch) batchOut {
 // says why). Admitted by admit (a frozen token cannot create one); its
 // pending lines take places of the organization's.
 func (a *api) createBatch(c *gin.Context) {
-	if a.Batches == nil || a.Jobs == nil {
-		a.fail(c, errNoBatches)
-		return
-	}
 	caller := callerOf(c)
 	body, err := a.readBody(c)
 	if err != nil {
@@ -330,10 +304,6 @@ func (a *api) createBatch(c *gin.Context) {
 
 // getBatch answers GET /v1/batches/{id}.
 func (a *api) getBatch(c *gin.Context) {
-	if a.Batches == nil {
-		a.fail(c, errNoBatches)
-		return
-	}
 	b, err := a.Batches.Get(c.Request.Context(), callerOf(c).OrgID, c.Param("id"))
 	if err != nil {
 		a.fail(c, err)
@@ -345,10 +315,6 @@ func (a *api) getBatch(c *gin.Context) {
 // listBatches answers GET /v1/batches: newest first, ?limit= (1 to 100,
 // 20 by default) at a time, ?after= the last id of the previous page.
 func (a *api) listBatches(c *gin.Context) {
-	if a.Batches == nil {
-		c.JSON(http.StatusOK, gin.H{"object": "list", "data": []batchOut{}, "first_id": nil, "last_id": nil, "has_more": false})
-		return
-	}
 	limit, err := queryLimit(c)
 	if err != nil {
 		a.fail(c, err)
@@ -373,10 +339,6 @@ func (a *api) listBatches(c *gin.Context) {
 // cancelBatch answers POST /v1/batches/{id}/cancel: the batch is
 // cancelling until its running lines finish, then cancelled.
 func (a *api) cancelBatch(c *gin.Context) {
-	if a.Batches == nil || a.Jobs == nil {
-		a.fail(c, errNoBatches)
-		return
-	}
 	b, err := a.Batches.Cancel(c.Request.Context(), callerOf(c).OrgID, c.Param("id"))
 	if err != nil {
 		a.fail(c, err)

@@ -9,9 +9,22 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/sluicehq/sluice/accounts"
 	"github.com/sluicehq/sluice/apperr"
+	"github.com/sluicehq/sluice/batches"
+	"github.com/sluicehq/sluice/completion"
 	"github.com/sluicehq/sluice/jobs"
+	"github.com/sluicehq/sluice/web"
 )
+
+// JobQueue is the job queue as the /v1 routes and the pages use it: jobs
+// queued, read and cancelled one by one, and a batch's lines.
+type JobQueue interface {
+	web.JobReader
+	batches.Queue
+	Enqueue(ctx context.Context, p *completion.Pipeline, caller accounts.Caller, body []byte, priority, callbackURL string) (jobs.Job, error)
+	Cancel(ctx context.Context, orgID int64, id string) (jobs.Job, error)
+}
 
 // Callbacks vets a job's callback URL for an organization.
 type Callbacks interface {
@@ -78,10 +91,6 @@ func toJobOut(j jobs.Job) jobOut {
 // in its queue of jobs; a frozen token cannot queue.
 func (a *api) createJob(c *gin.Context) {
 	ctx, caller := c.Request.Context(), callerOf(c)
-	if a.Jobs == nil {
-		a.fail(c, apperr.WithReason(apperr.NotFound, "jobs_disabled", "this gateway does not queue jobs"))
-		return
-	}
 	if err := a.Pipeline.Admit(ctx, caller, requestID(c), httpSink{c}); err != nil {
 		a.fail(c, err)
 		return
@@ -137,10 +146,6 @@ func withoutCallback(body []byte, header string) ([]byte, string, error) {
 
 // getJob answers GET /v1/jobs/{id}.
 func (a *api) getJob(c *gin.Context) {
-	if a.Jobs == nil {
-		a.fail(c, jobs.ErrNoJob)
-		return
-	}
 	j, err := a.Jobs.Get(c.Request.Context(), callerOf(c).OrgID, c.Param("id"))
 	if err != nil {
 		a.fail(c, err)
@@ -151,10 +156,6 @@ func (a *api) getJob(c *gin.Context) {
 
 // cancelJob answers DELETE /v1/jobs/{id}: a queued job is cancelled.
 func (a *api) cancelJob(c *gin.Context) {
-	if a.Jobs == nil {
-		a.fail(c, jobs.ErrNoJob)
-		return
-	}
 	j, err := a.Jobs.Cancel(c.Request.Context(), callerOf(c).OrgID, c.Param("id"))
 	if err != nil {
 		a.fail(c, err)
@@ -165,10 +166,6 @@ func (a *api) cancelJob(c *gin.Context) {
 
 // listJobs answers GET /v1/jobs: the organization's latest 100 jobs.
 func (a *api) listJobs(c *gin.Context) {
-	if a.Jobs == nil {
-		c.JSON(http.StatusOK, gin.H{"object": "list", "data": []jobOut{}})
-		return
-	}
 	js, err := a.Jobs.List(c.Request.Context(), callerOf(c).OrgID, 100)
 	if err != nil {
 		a.fail(c, err)

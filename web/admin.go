@@ -74,8 +74,8 @@ func (p *Pages) showAdmin(c *gin.Context, status int, formErr, flash string, new
 		p.fail(c, err)
 		return
 	}
-	limits := p.limits()
-	view := templates.AdminTiersView{Limiter: templates.LimiterState{Mode: limits.Mode, Nodes: limits.Nodes, Degraded: limits.Mode == "degraded"},
+	limiter := p.limiterStatus()
+	view := templates.AdminTiersView{Limiter: templates.LimiterState{Mode: limiter.Mode, Nodes: limiter.Nodes, Degraded: limiter.Mode == "degraded"},
 		NewTier: newTier}
 	for _, t := range tiers {
 		view.Tiers = append(view.Tiers, templates.TierRow{Name: t.Name, Capacity: t.Capacity, RefillPerSec: formatRate(t.RefillPerSec),

@@ -59,7 +59,7 @@ func TestAdminTiersShowsTheLimiterState(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.mode, func(t *testing.T) {
-			s.deps.Limits = func() quota.LimiterStatus { return tt.status }
+			s.deps.LimiterStatus = func() quota.LimiterStatus { return tt.status }
 			s.rebuild()
 			w := s.signedIn(s.admin).get("/admin/tiers")
 			w.t = t

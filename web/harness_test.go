@@ -18,11 +18,14 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/sluicehq/sluice/accounts"
+	"github.com/sluicehq/sluice/batches"
 	"github.com/sluicehq/sluice/billing"
 	"github.com/sluicehq/sluice/cluster"
 	"github.com/sluicehq/sluice/handlers"
 	"github.com/sluicehq/sluice/internal/clocktest"
+	"github.com/sluicehq/sluice/internal/testdb"
 	"github.com/sluicehq/sluice/internal/testsync"
+	"github.com/sluicehq/sluice/jobs"
 	"github.com/sluicehq/sluice/metering"
 	"github.com/sluicehq/sluice/models"
 	"github.com/sluicehq/sluice/providers"
@@ -69,7 +72,7 @@ type site struct {
 	pool      *upstream.Pool
 	billing   *billing.Service
 	logs      *testsync.Buffer
-	deps      web.Deps // kept so a test can swap one part and rebuild
+	deps      handlers.Deps // kept so a test can swap one part and rebuild
 	admin     models.User
 }
 
@@ -112,21 +115,44 @@ func newSite(t *testing.T, db *models.DB) *site {
 			}}), Log: log, Now: clk.Now})
 	s := &site{t: t, db: db, store: store, clock: clk, accounts: acc, directory: dir, sessions: sessions, providers: prov, pool: pool,
 		billing: bill, logs: logs, admin: admin}
-	s.deps = web.Deps{Log: log, Store: store, Accounts: acc, Sessions: sessions, Providers: prov, Billing: bill,
-		PoolStatus: pool.Status, Now: clk.Now,
-		Limits: func() quota.LimiterStatus { return quota.LimiterStatus{Mode: "local", Nodes: 1} }}
+	s.deps = handlers.Deps{
+		Deps: web.Deps{Store: store, Accounts: acc, Sessions: sessions, Providers: prov, Billing: bill, PoolStatus: pool.Status, Models: pool.Models,
+			Now: clk.Now, LimiterStatus: func() quota.LimiterStatus { return quota.LimiterStatus{Mode: "local", Nodes: 1} }},
+		// The pages' services, and what /v1 shares with them. No test here
+		// sends an API request, so the pipeline is not built.
+		Directory: dir, Jobs: newQueue(t, db, dir, clk.Now), Callbacks: bill, MaxBodyBytes: 1 << 20,
+		Batches: batches.New(batches.Deps{Store: store, Log: log}, batches.Config{FileRetention: 30 * 24 * time.Hour, Now: clk.Now}),
+	}
 	s.rebuild()
 	return s
 }
 
-// rebuild makes the handler from s.deps, after a test changed one.
-func (s *site) rebuild() { s.h = s.router(web.New(s.deps)) }
+// newQueue is the job queue on db, with River's tables migrated. It is
+// never started: jobs stay queued.
+func newQueue(t *testing.T, db *models.DB, dir *accounts.Directory, now func() time.Time) *jobs.Queue {
+	t.Helper()
+	ctx := context.Background()
+	url := testdb.URL(db)
+	if _, err := jobs.Migrate(ctx, db, url); err != nil {
+		t.Fatal(err)
+	}
+	q, err := jobs.New(ctx, jobs.Deps{DB: db, DatabaseURL: url, Directory: dir, Log: slog.New(slog.DiscardHandler)},
+		jobs.Config{Workers: 1, MaxAttempts: 1, Retention: time.Hour, MaxWait: time.Second, RetryBase: time.Second, Now: now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = q.Stop(context.Background()) })
+	return q
+}
 
-// router is the real router (handlers.New) around the pages, with no API
-// behind it: the same paths and middleware a browser meets.
-func (s *site) router(p *web.Pages) http.Handler {
+// rebuild makes the handler from s.deps, after a test changed one.
+func (s *site) rebuild() { s.h = s.router(s.deps) }
+
+// router is the real router (handlers.New) over d: the same paths and
+// middleware a browser meets.
+func (s *site) router(d handlers.Deps) http.Handler {
 	log := slog.New(slog.NewTextHandler(s.logs, nil))
-	return handlers.New(log, handlers.Ops{}, handlers.API{}, handlers.Management{}, p)
+	return handlers.New(log, handlers.Ops{}, d)
 }
 
 // signup creates an organization on the free tier with its owner.

@@ -39,12 +39,8 @@ const (
 	dashboardBatches   = 10
 )
 
-// jobsView is the dashboard's jobs and batches section for orgID; nil when
-// this gateway has no queue.
+// jobsView is the dashboard's jobs and batches section for orgID.
 func (p *Pages) jobsView(ctx context.Context, orgID int64) (*templates.JobsView, error) {
-	if p.jobs == nil || p.batches == nil {
-		return nil, nil
-	}
 	js, err := p.jobs.List(ctx, orgID, dashboardJobSample)
 	if err != nil {
 		return nil, err
@@ -124,10 +120,6 @@ func fileURL(id int64) string { return "/files/" + batches.FileID(id) }
 // expired, is not found.
 func (p *Pages) DownloadFile(c *gin.Context) {
 	const missing = "No such file: it may have expired, or belong to another organization."
-	if p.batches == nil {
-		p.fail(c, apperr.New(apperr.NotFound, missing))
-		return
-	}
 	u, _ := userOf(c)
 	f, err := p.batches.FileContent(c.Request.Context(), u.OrgID, c.Param("id"))
 	if err != nil {
@@ -145,10 +137,6 @@ func (p *Pages) DownloadFile(c *gin.Context) {
 // JobResult downloads a succeeded job's chat completion as JSON.
 func (p *Pages) JobResult(c *gin.Context) {
 	const missing = "No such job result: the job may not have succeeded, may have expired, or belong to another organization."
-	if p.jobs == nil {
-		p.fail(c, apperr.New(apperr.NotFound, missing))
-		return
-	}
 	u, _ := userOf(c)
 	j, err := p.jobs.Get(c.Request.Context(), u.OrgID, c.Param("id"))
 	if err == nil && (j.Status != jobs.Succeeded || j.Output == nil || len(j.Output.Body) == 0) {
@@ -166,12 +154,9 @@ func (p *Pages) JobResult(c *gin.Context) {
 	c.Data(http.StatusOK, "application/json", j.Output.Body)
 }
 
-// adminQueue is the queue panel of the admin console; nil without a queue.
-// A queue that cannot be read says so rather than failing the page.
+// adminQueue is the queue panel of the admin console. A queue that cannot
+// be read says so rather than failing the page.
 func (p *Pages) adminQueue(ctx context.Context) *templates.AdminQueueView {
-	if p.jobs == nil {
-		return nil
-	}
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	s, err := p.jobs.Stats(ctx)

@@ -8,10 +8,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/handlers"
 	"github.com/sluicehq/sluice/internal/testdb"
 	"github.com/sluicehq/sluice/internal/testsync"
 	"github.com/sluicehq/sluice/models"
-	"github.com/sluicehq/sluice/web"
 )
 
 // TestPagesByRole visits every page as each kind of visitor: anonymous
@@ -196,7 +196,7 @@ func TestSignedInPagesShowWhoIsSignedIn(t *testing.T) {
 func TestStaticFilesAreServed(t *testing.T) {
 	t.Parallel()
 	s := &site{t: t, logs: &testsync.Buffer{}}
-	s.h = s.router(web.New(web.Deps{}))
+	s.h = s.router(handlers.Deps{})
 	w := s.anonymous().get("/static/sluice.css")
 	if w.Code != http.StatusOK {
 		t.Fatalf("GET /static/sluice.css = %d, want 200", w.Code)

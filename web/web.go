@@ -40,42 +40,41 @@ func Static() http.FileSystem {
 
 // Pages holds the browser handlers' dependencies.
 type Pages struct {
-	log        *slog.Logger
-	store      *models.Store
-	accounts   *accounts.Service
-	sessions   *accounts.Sessions
-	providers  *providers.Service
-	billing    *billing.Service
-	models     func() []string
-	poolStatus func() []upstream.KeyStatus
-	now        func() time.Time
-	origins    *http.CrossOriginProtection
-	limits     func() quota.LimiterStatus
-	jobs       JobReader
-	batches    BatchReader
+	log           *slog.Logger
+	store         *models.Store
+	accounts      *accounts.Service
+	sessions      *accounts.Sessions
+	providers     *providers.Service
+	billing       *billing.Service
+	models        func() []string
+	poolStatus    func() []upstream.KeyStatus
+	now           func() time.Time
+	origins       *http.CrossOriginProtection
+	limiterStatus func() quota.LimiterStatus
+	jobs          JobReader
+	batches       BatchReader
 }
 
-// Deps are what the pages need.
+// Deps are the services the pages use. Package handlers builds them once
+// and shares them with the management API and the /v1 routes.
 type Deps struct {
-	Log        *slog.Logger
-	Store      *models.Store
-	Accounts   *accounts.Service
-	Sessions   *accounts.Sessions
-	Providers  *providers.Service
-	Billing    *billing.Service
-	Models     func() []string             // the models provider keys serve
-	PoolStatus func() []upstream.KeyStatus // live state of provider keys
-	Now        func() time.Time
-	Limits     func() quota.LimiterStatus // where the rate limiter keeps its state
-	Jobs       JobReader                  // the job queue; nil leaves jobs off the pages
-	Batches    BatchReader                // the Batch API; nil leaves batches off the dashboard
+	Store         *models.Store
+	Accounts      *accounts.Service
+	Sessions      *accounts.Sessions
+	Providers     *providers.Service
+	Billing       *billing.Service
+	Models        func() []string             // the models provider keys serve
+	PoolStatus    func() []upstream.KeyStatus // live state of provider keys
+	LimiterStatus func() quota.LimiterStatus  // where the rate limiter keeps its state
+	Now           func() time.Time
 }
 
-// New returns the browser handlers.
-func New(d Deps) *Pages {
-	return &Pages{log: d.Log, store: d.Store, accounts: d.Accounts, sessions: d.Sessions, providers: d.Providers,
-		billing: d.Billing, models: d.Models, poolStatus: d.PoolStatus, now: d.Now, origins: http.NewCrossOriginProtection(), limits: d.Limits,
-		jobs: d.Jobs, batches: d.Batches}
+// New returns the browser handlers over d; the dashboard and the admin
+// console also read the job queue and the Batch API.
+func New(log *slog.Logger, d Deps, jobs JobReader, batches BatchReader) *Pages {
+	return &Pages{log: log, store: d.Store, accounts: d.Accounts, sessions: d.Sessions, providers: d.Providers,
+		billing: d.Billing, models: d.Models, poolStatus: d.PoolStatus, now: d.Now, origins: http.NewCrossOriginProtection(),
+		limiterStatus: d.LimiterStatus, jobs: jobs, batches: batches}
 }
 
 // render writes a component with status.

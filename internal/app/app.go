@@ -254,15 +254,12 @@ func Build(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 		}
 	}
 	sessions := accounts.NewSessions([]byte(secret), cfg.SessionTTL, nil)
-	handler := handlers.New(log,
-		ops,
-		handlers.API{Directory: dir, Pipeline: pipeline, Conversations: sh.conversations, Jobs: a.queue, Batches: a.batches, Callbacks: a.bill.billing, Models: a.pool.Models,
-			Usage: a.recorder, Signatures: signing.NewVerifier(sh.nonces, nil), MaxBodyBytes: cfg.MaxBodyBytes, InFlight: a.inFlight, Latency: a.latency, Now: time.Now},
-		handlers.Management{Store: store, Accounts: acc, Sessions: sessions, Providers: a.keys, Billing: a.bill.billing,
-			PoolStatus: a.pool.Status, Models: a.pool.Models, Limits: sh.status, MaxBodyBytes: cfg.MaxBodyBytes, Now: time.Now},
-		web.New(web.Deps{Log: log, Store: store, Accounts: acc, Sessions: sessions, Providers: a.keys, Billing: a.bill.billing,
-			PoolStatus: a.pool.Status, Models: a.pool.Models, Limits: sh.status, Jobs: a.queue, Batches: a.batches, Now: time.Now}),
-	)
+	handler := handlers.New(log, ops, handlers.Deps{
+		Deps: web.Deps{Store: store, Accounts: acc, Sessions: sessions, Providers: a.keys, Billing: a.bill.billing,
+			PoolStatus: a.pool.Status, Models: a.pool.Models, LimiterStatus: sh.status, Now: time.Now},
+		Directory: dir, Pipeline: pipeline, Conversations: sh.conversations, Jobs: a.queue, Batches: a.batches, Callbacks: a.bill.billing,
+		TokenUse: a.recorder, Signatures: signing.NewVerifier(sh.nonces, nil), MaxBodyBytes: cfg.MaxBodyBytes, InFlight: a.inFlight, Latency: a.latency,
+	})
 	a.srv = &http.Server{
 		Handler:           handler,
 		ReadHeaderTimeout: 10 * time.Second,

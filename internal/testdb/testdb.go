@@ -11,6 +11,8 @@ import (
 	"path/filepath"
 	"testing"
 
+	"gorm.io/driver/postgres"
+
 	"github.com/sluicehq/sluice/migrations"
 	"github.com/sluicehq/sluice/models"
 )
@@ -88,4 +90,13 @@ func migrate(t testing.TB, db *models.DB) {
 	if _, err := migrations.Apply(context.Background(), sqlDB, migrations.Dialect(db.Dialect)); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// URL is the connection URL of db when it is Postgres, and "" for SQLite:
+// what the job queue, which opens connections of its own, is given.
+func URL(db *models.DB) string {
+	if d, ok := db.Gorm.Dialector.(*postgres.Dialector); ok {
+		return d.DSN
+	}
+	return ""
 }
