@@ -175,7 +175,7 @@ func newEnv(t testing.TB, db *models.DB) *env {
 			// have their own test.
 			Scorer:          quota.NewValueScorer(quota.ValueRules{}, clk.Now),
 			PriorityWeights: cfg.PriorityWeights, DefaultMaxTokens: cfg.DefaultMaxTokens, UsageGrace: cfg.UsageGrace,
-			Local: model, CacheTTL: cfg.CacheTTL, Conversations: convs, HistoryBudget: cfg.ChatSessionBudget,
+			Local: model, CacheTTL: cfg.CacheTTL, Conversations: convs, HistoryBudget: cfg.ConversationTokens,
 			Prices: prices, Ledger: ledger, Alerts: alerts, Recorder: recorder,
 		},
 		deps: Deps{

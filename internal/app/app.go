@@ -223,7 +223,7 @@ func Build(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 		PriorityWeights: cfg.PriorityWeights, DefaultMaxTokens: cfg.DefaultMaxTokens, UsageGrace: cfg.UsageGrace,
 		Local: model, Providers: a.pool,
 		Cache: sh.cache, CacheTTL: cfg.CacheTTL,
-		Conversations: sh.conversations, HistoryBudget: cfg.ChatSessionBudget,
+		Conversations: sh.conversations, HistoryBudget: cfg.ConversationTokens,
 		Prices: a.bill.prices, Ledger: a.bill.ledger, Alerts: a.bill.alerts, Recorder: a.recorder,
 		Metrics: gateway, LogPrompts: cfg.LogPrompts,
 	})

@@ -139,7 +139,7 @@ func newShared(cfg config.Config, db *models.DB, store *models.Store, log *slog.
 		nonces: signing.NewFallbackNonces(signing.NewRedisNonces(client, key(redisNonces)), signing.NewMemoryNonces(nil),
 			cfg.RedisTimeout, nil),
 		cache:         respcache.NewRedis(client, key(redisCache)),
-		conversations: conversations.NewRedis(client, key(redisConversations), cfg.ChatSessionTTL),
+		conversations: conversations.NewRedis(client, key(redisConversations), cfg.ConversationTTL),
 		// Budgets per node while Redis is unreachable.
 		ledger:       metering.NewFallbackLedger(metering.NewRedisLedger(client, key(redisBudgets), seed), seed, cfg.ExpectedNodes, log),
 		redis:        client,
@@ -176,7 +176,7 @@ func alone(cfg config.Config, db *models.DB, store *models.Store, seed metering.
 		status:        func() quota.LimiterStatus { return quota.LimiterStatus{Mode: "local", Nodes: cfg.ExpectedNodes} },
 		nonces:        signing.NewMemoryNonces(nil),
 		cache:         cache,
-		conversations: conversations.NewMemory(cfg.ChatSessionTTL, nil),
+		conversations: conversations.NewMemory(cfg.ConversationTTL, nil),
 		ledger:        ledger,
 		close: func() {
 			leader.Resign()
