@@ -54,8 +54,8 @@ type Config struct {
 	UpstreamMaxBackoff time.Duration // SLUICE_UPSTREAM_MAX_BACKOFF: cap of a retry wait, Retry-After included
 	CacheTTL           time.Duration // SLUICE_CACHE_TTL: how long a cached answer is served
 	CacheMaxBytes      int64         // SLUICE_CACHE_MAX_BYTES: in-process cache size
-	ConversationTTL     time.Duration // SLUICE_CHAT_SESSION_TTL: idle time after which an X-Sluice-Session is forgotten
-	ConversationTokens  int           // SLUICE_CHAT_SESSION_TOKENS: history kept in front of a request, in tokens
+	ConversationTTL    time.Duration // SLUICE_CHAT_SESSION_TTL: idle time after which an X-Sluice-Session is forgotten
+	ConversationTokens int           // SLUICE_CHAT_SESSION_TOKENS: history kept in front of a request, in tokens
 	PprofAddr          string        // SLUICE_PPROF_ADDR: where to serve net/http/pprof (loopback only); empty = off
 
 	WebhookHosts string // SLUICE_WEBHOOK_HOSTS: hosts budget alerts and job callbacks may be posted to
@@ -133,8 +133,8 @@ func Load(args []string, getenv func(string) string) (Config, error) {
 		UpstreamMaxBackoff: r.duration("SLUICE_UPSTREAM_MAX_BACKOFF", 8*time.Second, time.Millisecond, 10*time.Minute),
 		CacheTTL:           r.duration("SLUICE_CACHE_TTL", 5*time.Minute, time.Second, 24*time.Hour),
 		CacheMaxBytes:      r.int64("SLUICE_CACHE_MAX_BYTES", 64<<20, 1<<20, 64<<30),
-		ConversationTTL:     r.duration("SLUICE_CHAT_SESSION_TTL", 30*time.Minute, time.Second, 30*24*time.Hour),
-		ConversationTokens:  int(r.int64("SLUICE_CHAT_SESSION_TOKENS", 4096, 64, 1_000_000)),
+		ConversationTTL:    r.duration("SLUICE_CHAT_SESSION_TTL", 30*time.Minute, time.Second, 30*24*time.Hour),
+		ConversationTokens: int(r.int64("SLUICE_CHAT_SESSION_TOKENS", 4096, 64, 1_000_000)),
 		PprofAddr:          r.str("SLUICE_PPROF_ADDR", ""),
 
 		WebhookHosts:        r.str("SLUICE_WEBHOOK_HOSTS", ""),
