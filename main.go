@@ -44,8 +44,7 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if os.Getenv("GOGC") == "" { // an operator's GOGC is theirs
-		gcfloor.Apply(gcHeapFloor)
-		go every(ctx, time.Second, func(context.Context) { gcfloor.Apply(gcHeapFloor) })
+		defer gcfloor.Follow(gcHeapFloor)()
 	}
 	if err := run(ctx, os.Args[1:], os.Getenv, os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "sluice:", err)
@@ -186,7 +185,7 @@ func runWith(ctx context.Context, args []string, getenv func(string) string, std
 	// The batches hear their lines' outcomes from the queue; the queue
 	// takes their lines when one is created.
 	batchService := batches.New(batches.Deps{Store: store, Pipeline: pipeline, Log: log},
-		batches.Config{FileRetention: cfg.BatchRetention, Now: time.Now})
+		batches.Config{FileRetention: cfg.BatchRetention, MaxLineBytes: int(cfg.MaxBodyBytes) + 4<<10, Now: time.Now})
 	queue, err := jobs.New(ctx, jobs.Deps{DB: db, DatabaseURL: cfg.DatabaseURL, Pipeline: pipeline, Directory: dir,
 		Notify: bill.billing.Notify, Batches: batchService, Log: log}, jobs.Config{Workers: cfg.JobWorkers, MaxAttempts: cfg.JobAttempts,
 		Retention: cfg.JobRetention, MaxWait: 2 * time.Second, RetryBase: cfg.JobRetryBase, Now: time.Now})
