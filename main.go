@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
-	"time"
 
 	"github.com/sluicehq/sluice/internal/app"
 	"github.com/sluicehq/sluice/internal/gcfloor"
@@ -18,8 +17,7 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if os.Getenv("GOGC") == "" { // an operator's GOGC is theirs
-		gcfloor.Apply(gcHeapFloor)
-		go every(ctx, time.Second, func() { gcfloor.Apply(gcHeapFloor) })
+		defer gcfloor.Follow(gcHeapFloor)()
 	}
 	if err := run(ctx, os.Args[1:], os.Getenv, os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "sluice:", err)
@@ -36,18 +34,4 @@ const gcHeapFloor = 64 << 20
 // environment, serving until ctx ends, then shut down in order.
 func run(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer) error {
 	return app.Run(ctx, args, getenv, stdout, app.Options{})
-}
-
-// every runs fn every interval until ctx ends.
-func every(ctx context.Context, interval time.Duration, fn func()) {
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			fn()
-		}
-	}
 }

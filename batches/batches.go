@@ -12,8 +12,12 @@
 package batches
 
 import (
+	"bytes"
 	"context"
+	"database/sql"
 	"encoding/json"
+	"fmt"
+	"io"
 	"log/slog"
 	"time"
 
@@ -36,8 +40,20 @@ type Config struct {
 	// FileRetention is how long a file is kept (unless its upload or batch
 	// asked for less), and a finished batch after its window.
 	FileRetention time.Duration
-	Now           func() time.Time
+	// MaxLineBytes is the longest line of an input file: a longer one
+	// fails alone (line_too_long), unread. 0: DefaultMaxLineBytes.
+	MaxLineBytes int
+	Now          func() time.Time
 }
+
+// DefaultMaxLineBytes is the longest line by default: the default request
+// body limit (1 MiB) and room for the line's custom_id, method and url.
+const DefaultMaxLineBytes = 1<<20 + 4<<10
+
+// MaxListedFailures is how many of an input file's lines that fail when
+// it is read have a line of their own in the error file; the rest are
+// counted in one more line after them.
+const MaxListedFailures = 1000
 
 // Deps are what the batches use.
 type Deps struct {
@@ -65,6 +81,9 @@ const pendingWakes = 64
 
 // New returns the batches on d.Store.
 func New(d Deps, cfg Config) *Service {
+	if cfg.MaxLineBytes <= 0 {
+		cfg.MaxLineBytes = DefaultMaxLineBytes
+	}
 	return &Service{store: d.Store, pipeline: d.Pipeline, log: d.Log, cfg: cfg, wakes: make(chan int64, pendingWakes)}
 }
 
@@ -72,7 +91,7 @@ func (s *Service) now() time.Time { return s.cfg.Now().UTC() }
 
 // Queue is where a batch's lines run: the job queue.
 type Queue interface {
-	EnqueueBatch(ctx context.Context, caller accounts.Caller, batchID int64, lines []jobs.Line) error
+	EnqueueBatch(ctx context.Context, caller accounts.Caller, batchID int64, lines jobs.LineSource) error
 	// WakeBatch makes the batch's lines that wait run now.
 	WakeBatch(ctx context.Context, batchID int64) error
 	// HasBatchLines says whether any of the batch's lines was queued.
@@ -93,7 +112,13 @@ type Create struct {
 // Create makes a batch of caller's input file and queues its requests on
 // q, each a job run with caller's token. Lines that cannot run (malformed,
 // a duplicate custom_id, a body the pipeline refuses) are failed at once
-// and go to the error file.
+// and go to the error file: the first MaxListedFailures of them, each with
+// its reason, and a count of the rest.
+//
+// The file is read as a stream, twice: once to check and count its lines
+// (refused at its first line past MaxLines), keeping each request's line
+// and custom_id; again, inside the queue's transaction, for the bodies of
+// the lines to queue. Neither the file nor the bodies are held whole.
 func (s *Service) Create(ctx context.Context, q Queue, caller accounts.Caller, in Create) (models.Batch, error) {
 	if err := in.check(); err != nil {
 		return models.Batch{}, err
@@ -102,7 +127,7 @@ func (s *Service) Create(ctx context.Context, q Queue, caller accounts.Caller, i
 	if !ok {
 		return models.Batch{}, apperr.Field(apperr.NotFound, "file_not_found", "input_file_id", "no such file: "+in.InputFileID)
 	}
-	f, err := s.store.BatchFileContent(ctx, caller.OrgID, fileID, s.now())
+	f, err := s.store.BatchFile(ctx, caller.OrgID, fileID, s.now())
 	if apperr.CodeOf(err) == apperr.NotFound {
 		return models.Batch{}, apperr.Field(apperr.NotFound, "file_not_found", "input_file_id", "no such file: "+in.InputFileID+" (or it expired)")
 	}
@@ -112,46 +137,32 @@ func (s *Service) Create(ctx context.Context, q Queue, caller accounts.Caller, i
 	if f.Purpose != models.PurposeBatch {
 		return models.Batch{}, apperr.Field(apperr.Invalid, "invalid_input_file", "input_file_id", in.InputFileID+" is a batch's output, not an input file (purpose batch)")
 	}
-	lines := readLines(f.Content, s.pipeline)
-	switch {
-	case len(lines) == 0:
-		return models.Batch{}, apperr.Field(apperr.Invalid, "empty_input_file", "input_file_id", in.InputFileID+" has no requests: one JSON object a line")
-	case len(lines) > MaxLines:
-		return models.Batch{}, apperr.Field(apperr.Invalid, "too_many_requests", "input_file_id",
-			"a batch takes at most 50000 requests; split the file")
+	read, err := s.read(s.store.FileReader(ctx, f), in.InputFileID)
+	if err != nil {
+		return models.Batch{}, err
 	}
 	now := s.now()
 	b := models.Batch{OrgID: caller.OrgID, TokenID: caller.TokenID, InputFileID: fileID, Endpoint: in.Endpoint,
 		CompletionWindow: in.CompletionWindow, Status: models.BatchInProgress, OutputTTLSecs: in.OutputExpiresAfter,
-		CreatedAt: now, InProgressAt: &now, ExpiresAt: now.Add(24 * time.Hour)}
+		Total: read.total, Failed: read.failed, CreatedAt: now, InProgressAt: &now, ExpiresAt: now.Add(24 * time.Hour)}
 	if len(in.Metadata) > 0 {
 		m, _ := json.Marshal(in.Metadata)
 		b.Metadata = string(m)
 	}
-	queued := runnable(lines)
 	// The lines are stored before their jobs exist, so no job can finish
 	// before its line can hear it.
-	err = s.store.CreateBatch(ctx, &b, func(batchID int64) []models.BatchResult {
-		rows := make([]models.BatchResult, len(lines))
-		for i, l := range lines {
-			rows[i] = models.BatchResult{Line: l.line, CustomID: l.customID, State: models.LinePending}
-			if l.failure != nil {
-				rows[i].State, rows[i].ErrorCode = models.LineFailed, l.failure.Code
-				rows[i].Result = failedLine(lineID("", batchID, l.line), l.customID, l.failure)
-			}
-		}
-		return rows
-	}, s.cfg.FileRetention, models.PendingLimit{Tier: caller.Tier.Name, Lines: caller.Tier.MaxPendingBatchLines})
+	err = s.store.CreateBatch(ctx, &b, read.rows, s.cfg.FileRetention,
+		models.PendingLimit{Tier: caller.Tier.Name, Lines: caller.Tier.MaxPendingBatchLines})
 	if err != nil {
 		if apperr.As(err).Reason == models.QueueFull {
 			s.pipeline.Rejected(caller, metering.RejectedQueue)
 		}
 		return models.Batch{}, err
 	}
-	if len(queued) == 0 {
+	if len(read.queued) == 0 {
 		return b, nil
 	}
-	if err := q.EnqueueBatch(ctx, caller, b.ID, queued); err != nil {
+	if err := q.EnqueueBatch(ctx, caller, b.ID, s.queued(f, read.queued)); err != nil {
 		errs, _ := json.Marshal([]jobs.Failure{{Code: "internal", Message: "the batch's requests could not be queued; create it again"}})
 		if ferr := s.store.FailBatch(context.WithoutCancel(ctx), caller.OrgID, b.ID, string(errs), now); ferr != nil {
 			s.log.Error("failing a batch that could not be queued failed", "batch_id", ID(b.ID), "err", ferr)
@@ -161,15 +172,124 @@ func (s *Service) Create(ctx context.Context, q Queue, caller accounts.Caller, i
 	return b, nil
 }
 
-// runnable are the lines to queue: those that did not fail on reading.
-func runnable(lines []inputLine) []jobs.Line {
-	var queued []jobs.Line
-	for _, l := range lines {
-		if l.failure == nil {
-			queued = append(queued, jobs.Line{CustomID: l.customID, Body: l.body})
+// reading is what Create keeps of an input file's first reading.
+type reading struct {
+	total, failed int       // requests, and those that failed
+	lines         int       // the file's lines, blank ones too
+	queued        []request // the requests to queue, in order
+	listed        []inputLine
+}
+
+// request is a line to queue, without its body.
+type request struct {
+	line     int
+	customID string
+}
+
+// read checks and counts the requests of an input file (id, for the
+// refusals), stopping at the first past MaxLines.
+func (s *Service) read(r io.Reader, id string) (reading, error) {
+	var out reading
+	sc := newScanner(r, s.pipeline, s.cfg.MaxLineBytes)
+	for {
+		l, err := sc.next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return reading{}, err
+		}
+		if out.total++; out.total > MaxLines {
+			return reading{}, apperr.Field(apperr.Invalid, "too_many_requests", "input_file_id",
+				"a batch takes at most 50000 requests; split the file")
+		}
+		switch {
+		case l.failure == nil:
+			out.queued = append(out.queued, request{line: l.line, customID: l.customID})
+		case out.failed < MaxListedFailures:
+			l.body = nil
+			out.listed = append(out.listed, l.numbered())
+			fallthrough
+		default:
+			out.failed++
 		}
 	}
-	return queued
+	if out.total == 0 {
+		return reading{}, apperr.Field(apperr.Invalid, "empty_input_file", "input_file_id", id+" has no requests: one JSON object a line")
+	}
+	out.lines = sc.lines.n
+	return out, nil
+}
+
+// rows passes a new batch's lines to yield in input order: pending for
+// the requests to queue, failed with their line of the error file for
+// those listed, and after them, when more failed, one line that counts
+// the rest.
+func (r reading) rows(batchID int64, yield func(models.BatchResult) error) error {
+	q, f := r.queued, r.listed
+	for len(q) > 0 || len(f) > 0 {
+		var row models.BatchResult
+		if len(f) == 0 || (len(q) > 0 && q[0].line < f[0].line) {
+			row = models.BatchResult{Line: q[0].line, CustomID: q[0].customID, State: models.LinePending}
+			q = q[1:]
+		} else {
+			l := f[0]
+			row = models.BatchResult{Line: l.line, CustomID: l.customID, State: models.LineFailed, ErrorCode: l.failure.Code,
+				Result: failedLine(lineID("", batchID, l.line), l.customID, l.failure)}
+			f = f[1:]
+		}
+		if err := yield(row); err != nil {
+			return err
+		}
+	}
+	if more := r.failed - len(r.listed); more > 0 {
+		line := r.lines + 1 // after every line of the file, so last in the error file
+		fail := &jobs.Failure{Code: "more_lines_failed", Message: fmt.Sprintf("… and %d more lines failed (only the first %d are listed)", more, MaxListedFailures)}
+		return yield(models.BatchResult{Line: line, State: models.LineFailed, ErrorCode: fail.Code,
+			Result: failedLine(lineID("", batchID, line), "", fail)})
+	}
+	return nil
+}
+
+// queued is the source of the bodies of a file's requests to queue: the
+// file read again (through the queue's transaction on SQLite), each of
+// those lines' custom_id and body taken as the first reading checked them.
+func (s *Service) queued(f models.BatchFile, queued []request) jobs.LineSource {
+	return func(ctx context.Context, tx *sql.Tx, yield func(jobs.Line) error) error {
+		lines := newLineReader(s.storeOn(tx).FileReader(ctx, f), s.cfg.MaxLineBytes)
+		for _, want := range queued {
+			var raw []byte
+			for lines.n < want.line {
+				var err error
+				if raw, _, err = lines.next(); err != nil {
+					if err == io.EOF {
+						err = fmt.Errorf("batch file %d ended before its line %d", f.ID, want.line)
+					}
+					return err
+				}
+			}
+			if lines.n == 1 {
+				raw = bytes.TrimPrefix(raw, bom)
+			}
+			l, err := bodyOf(raw)
+			if err != nil || l.CustomID != want.customID {
+				return fmt.Errorf("batch file %d's line %d is not as it was read", f.ID, want.line)
+			}
+			if err := yield(l); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+}
+
+// storeOn is the store that reads through tx (SQLite's transaction), or
+// the service's own when there is none.
+func (s *Service) storeOn(tx *sql.Tx) *models.Store {
+	if tx == nil {
+		return s.store
+	}
+	return s.store.On(tx)
 }
 
 // check says what is wrong with a new batch's parameters.

@@ -189,7 +189,7 @@ func (f *fixture) queue(svc *batches.Service) *jobs.Queue {
 // upload stores content as caller's batch input file.
 func (f *fixture) upload(caller accounts.Caller, content string) string {
 	f.t.Helper()
-	file, err := f.svc.Upload(context.Background(), caller, batches.Upload{Purpose: "batch", Filename: "in.jsonl", Content: []byte(content)})
+	file, err := f.svc.Upload(context.Background(), caller, batches.Upload{Purpose: "batch", Filename: "in.jsonl", Content: strings.NewReader(content)})
 	if err != nil {
 		f.t.Fatal(err)
 	}
@@ -251,7 +251,7 @@ func (f *fixture) file(caller accounts.Caller, id *int64) []resultLine {
 	if id == nil {
 		return nil
 	}
-	file, err := f.svc.FileContent(context.Background(), caller.OrgID, batches.FileID(*id))
+	file, content, err := f.svc.FileContent(context.Background(), caller.OrgID, batches.FileID(*id))
 	if err != nil {
 		f.t.Fatal(err)
 	}
@@ -259,7 +259,7 @@ func (f *fixture) file(caller accounts.Caller, id *int64) []resultLine {
 		f.t.Fatalf("file %+v", file)
 	}
 	var out []resultLine
-	sc := bufio.NewScanner(bytes.NewReader(file.Content))
+	sc := bufio.NewScanner(content)
 	sc.Buffer(nil, 1<<20)
 	for sc.Scan() {
 		var l resultLine
@@ -429,7 +429,7 @@ func TestAnotherTenantsBatchesAndFilesAreNotFound(t *testing.T) {
 			"get batch":    second(f.svc.Get(ctx, f.other.OrgID, batches.ID(b.ID))),
 			"cancel batch": second(f.svc.Cancel(ctx, f.other.OrgID, batches.ID(b.ID))),
 			"get file":     second(f.svc.File(ctx, f.other.OrgID, fileID)),
-			"file content": second(f.svc.FileContent(ctx, f.other.OrgID, fileID)),
+			"file content": third(f.svc.FileContent(ctx, f.other.OrgID, fileID)),
 			"delete file":  f.svc.DeleteFile(ctx, f.other.OrgID, fileID),
 			"create from":  second(f.svc.Create(ctx, q, f.other, batches.Create{InputFileID: fileID, Endpoint: "/v1/chat/completions", CompletionWindow: "24h"})),
 			"junk id":      second(f.svc.Get(ctx, f.caller.OrgID, "batch_x")),
@@ -449,7 +449,7 @@ func TestAnotherTenantsBatchesAndFilesAreNotFound(t *testing.T) {
 		if _, err := f.svc.Get(ctx, f.caller.OrgID, batches.ID(b.ID)); err != nil {
 			t.Error(err)
 		}
-		if _, err := f.svc.FileContent(ctx, f.caller.OrgID, fileID); err != nil {
+		if _, _, err := f.svc.FileContent(ctx, f.caller.OrgID, fileID); err != nil {
 			t.Error(err)
 		}
 	})
@@ -465,7 +465,7 @@ func TestFileLimitsAndPages(t *testing.T) {
 			t.Fatalf("free tier: %d bytes", f.caller.Tier.BatchFileBytes)
 		}
 		up := func(c accounts.Caller, n int, purpose string) error {
-			_, err := f.svc.Upload(ctx, c, batches.Upload{Purpose: purpose, Filename: "../../in.jsonl", Content: bytes.Repeat([]byte("x"), n)})
+			_, err := f.svc.Upload(ctx, c, batches.Upload{Purpose: purpose, Filename: "../../in.jsonl", Content: bytes.NewReader(bytes.Repeat([]byte("x"), n))})
 			return err
 		}
 		if err := up(f.caller, 1<<20, "batch"); err != nil {
@@ -501,7 +501,7 @@ func TestFileLimitsAndPages(t *testing.T) {
 			t.Fatalf("premium, 2 MiB: %v", err)
 		}
 		fs, more, err := f.svc.Files(ctx, f.caller.OrgID, batches.FileList{})
-		if err != nil || len(fs) != 1 || more || fs[0].Filename != "in.jsonl" || fs[0].Bytes != 1<<20 || fs[0].Content != nil {
+		if err != nil || len(fs) != 1 || more || fs[0].Filename != "in.jsonl" || fs[0].Bytes != 1<<20 || !fs[0].Complete {
 			t.Fatalf("files: %+v %v %v", fs, more, err)
 		}
 		// An empty file makes no batch; nor does an output file.
@@ -657,7 +657,7 @@ func TestBatchesAndFilesExpire(t *testing.T) {
 		}
 		// Thirty days on, the files and the batch are gone.
 		f.clock.Advance(30*24*time.Hour + time.Minute)
-		if _, err := f.svc.FileContent(ctx, f.caller.OrgID, batches.FileID(*done.OutputFileID)); apperr.CodeOf(err) != apperr.NotFound {
+		if _, _, err := f.svc.FileContent(ctx, f.caller.OrgID, batches.FileID(*done.OutputFileID)); apperr.CodeOf(err) != apperr.NotFound {
 			t.Fatalf("an expired file: %v", err)
 		}
 		if err := f.svc.Sweep(ctx, held); err != nil {
@@ -678,11 +678,13 @@ type heldQueue struct {
 	lines []jobs.Line
 }
 
-func (h *heldQueue) EnqueueBatch(_ context.Context, _ accounts.Caller, _ int64, lines []jobs.Line) error {
+func (h *heldQueue) EnqueueBatch(ctx context.Context, _ accounts.Caller, _ int64, lines jobs.LineSource) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.lines = append(h.lines, lines...)
-	return nil
+	return lines(ctx, nil, func(l jobs.Line) error {
+		h.lines = append(h.lines, l)
+		return nil
+	})
 }
 
 func (*heldQueue) WakeBatch(context.Context, int64) error { return nil }
@@ -697,9 +699,11 @@ func (h *heldQueue) HasBatchLines(context.Context, int64) (bool, error) {
 // its lines: the lines never reach any queue.
 type lostQueue struct{}
 
-func (lostQueue) EnqueueBatch(context.Context, accounts.Caller, int64, []jobs.Line) error { return nil }
-func (lostQueue) WakeBatch(context.Context, int64) error                                  { return nil }
-func (lostQueue) HasBatchLines(context.Context, int64) (bool, error)                      { return false, nil }
+func (lostQueue) EnqueueBatch(context.Context, accounts.Caller, int64, jobs.LineSource) error {
+	return nil
+}
+func (lostQueue) WakeBatch(context.Context, int64) error             { return nil }
+func (lostQueue) HasBatchLines(context.Context, int64) (bool, error) { return false, nil }
 
 // A batch stored by a node lost before it queued the lines is found by the
 // sweep once it is old enough, and its pending lines are queued, once:
@@ -785,3 +789,5 @@ func TestCancelWakesTheLinesInTheBackground(t *testing.T) {
 }
 
 func second[T any](_ T, err error) error { return err }
+
+func third[T, U any](_ T, _ U, err error) error { return err }

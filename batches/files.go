@@ -2,6 +2,7 @@ package batches
 
 import (
 	"context"
+	"io"
 	"path"
 	"strconv"
 	"strings"
@@ -58,40 +59,99 @@ func sizeText(n int64) string {
 type Upload struct {
 	Purpose  string
 	Filename string
-	Content  []byte
+	Content  io.Reader
 	// ExpiresAfter is how long to keep the file (OpenAI's expires_after
 	// seconds, from its creation); 0 keeps it the default retention.
 	ExpiresAfter time.Duration
 }
 
 // Upload stores a file for caller's organization: a batch input within
-// the tier's size limit. Its lines are read when a batch is made of it.
+// the tier's size limit, streamed to storage as it is read. Its lines are
+// read when a batch is made of it.
 func (s *Service) Upload(ctx context.Context, caller accounts.Caller, u Upload) (models.BatchFile, error) {
-	switch {
-	case u.Purpose == "":
-		return models.BatchFile{}, apperr.Field(apperr.Invalid, "missing_purpose", "purpose", "purpose is required: send purpose=batch")
-	case u.Purpose != models.PurposeBatch:
-		return models.BatchFile{}, apperr.Field(apperr.Invalid, "invalid_purpose", "purpose",
-			"purpose must be batch: this gateway keeps files only as batch input")
-	case FileLimit(caller) == 0 || int64(len(u.Content)) > FileLimit(caller):
-		return models.BatchFile{}, TooLarge(caller)
-	case u.ExpiresAfter != 0 && (u.ExpiresAfter < time.Hour || u.ExpiresAfter > 30*24*time.Hour):
-		return models.BatchFile{}, apperr.Field(apperr.Invalid, "invalid_expires_after", "expires_after",
-			"expires_after seconds must be from 3600 (an hour) to 2592000 (30 days)")
-	}
-	now := s.now().UTC()
-	keep := s.cfg.FileRetention
-	if u.ExpiresAfter > 0 {
-		keep = u.ExpiresAfter
-	}
-	f := models.BatchFile{OrgID: caller.OrgID, Purpose: u.Purpose, Filename: cleanName(u.Filename), Content: u.Content,
-		CreatedAt: now, ExpiresAt: now.Add(keep)}
-	if err := s.store.CreateBatchFile(ctx, &f); err != nil {
+	if err := checkPurpose(u.Purpose); err != nil {
 		return models.BatchFile{}, err
 	}
-	f.Content = nil
-	return f, nil
+	up, err := s.BeginUpload(ctx, caller, u.Filename)
+	if err != nil {
+		return models.BatchFile{}, err
+	}
+	defer up.Abort()
+	if _, err := io.Copy(up, u.Content); err != nil {
+		return models.BatchFile{}, err
+	}
+	return up.Commit(u.Purpose, u.ExpiresAfter)
 }
+
+func checkPurpose(purpose string) error {
+	switch {
+	case purpose == "":
+		return apperr.Field(apperr.Invalid, "missing_purpose", "purpose", "purpose is required: send purpose=batch")
+	case purpose != models.PurposeBatch:
+		return apperr.Field(apperr.Invalid, "invalid_purpose", "purpose", "purpose must be batch: this gateway keeps files only as batch input")
+	}
+	return nil
+}
+
+// FileUpload is a file being uploaded: written to storage a chunk at a
+// time as it arrives (Write), refused as soon as it passes the tier's
+// limit, and seen by no one until Commit. Abort, a refused Write or a
+// failed Commit leaves nothing stored.
+type FileUpload struct {
+	caller  accounts.Caller
+	w       *models.FileWriter
+	limit   int64
+	created time.Time
+	keep    time.Duration
+}
+
+// BeginUpload starts caller's upload of a file named filename (cleaned);
+// a tier without batch files refuses it here.
+func (s *Service) BeginUpload(ctx context.Context, caller accounts.Caller, filename string) (*FileUpload, error) {
+	limit := FileLimit(caller)
+	if limit == 0 {
+		return nil, TooLarge(caller)
+	}
+	f := models.BatchFile{OrgID: caller.OrgID, Purpose: models.PurposeBatch, Filename: cleanName(filename), CreatedAt: s.now()}
+	w, err := s.store.CreateBatchFile(ctx, &f)
+	if err != nil {
+		return nil, err
+	}
+	return &FileUpload{caller: caller, w: w, limit: limit, created: f.CreatedAt, keep: s.cfg.FileRetention}, nil
+}
+
+// Write stores p; past the tier's limit it is refused (file_too_large)
+// and the upload aborted.
+func (u *FileUpload) Write(p []byte) (int, error) {
+	if u.w.Size()+int64(len(p)) > u.limit {
+		u.Abort()
+		return 0, TooLarge(u.caller)
+	}
+	return u.w.Write(p)
+}
+
+// Commit checks the upload's purpose and expires_after and makes the file
+// seen; on a refusal the upload is aborted.
+func (u *FileUpload) Commit(purpose string, expiresAfter time.Duration) (models.BatchFile, error) {
+	err := checkPurpose(purpose)
+	if err == nil && expiresAfter != 0 && (expiresAfter < time.Hour || expiresAfter > 30*24*time.Hour) {
+		err = apperr.Field(apperr.Invalid, "invalid_expires_after", "expires_after",
+			"expires_after seconds must be from 3600 (an hour) to 2592000 (30 days)")
+	}
+	if err != nil {
+		u.Abort()
+		return models.BatchFile{}, err
+	}
+	keep := u.keep
+	if expiresAfter > 0 {
+		keep = expiresAfter
+	}
+	return u.w.Commit(u.created.Add(keep))
+}
+
+// Abort deletes what was stored of the upload; after Commit it does
+// nothing.
+func (u *FileUpload) Abort() { u.w.Abort() }
 
 // cleanName keeps the last element of a client's file name, at most 255
 // bytes of valid UTF-8; "upload.jsonl" when there is none.
@@ -116,13 +176,14 @@ func (s *Service) File(ctx context.Context, orgID int64, id string) (models.Batc
 	return s.store.BatchFile(ctx, orgID, n, s.now())
 }
 
-// FileContent returns one of orgID's files with its content.
-func (s *Service) FileContent(ctx context.Context, orgID int64, id string) (models.BatchFile, error) {
+// FileContent returns one of orgID's files and a reader of its content,
+// which reads it a chunk at a time.
+func (s *Service) FileContent(ctx context.Context, orgID int64, id string) (models.BatchFile, io.Reader, error) {
 	n, ok := parseID(id, "file-")
 	if !ok {
-		return models.BatchFile{}, models.ErrNoBatchFile
+		return models.BatchFile{}, nil, models.ErrNoBatchFile
 	}
-	return s.store.BatchFileContent(ctx, orgID, n, s.now())
+	return s.store.OpenBatchFile(ctx, orgID, n, s.now())
 }
 
 // DeleteFile deletes one of orgID's files.

@@ -65,3 +65,59 @@ func FuzzReadLines(f *testing.F) {
 		}
 	})
 }
+
+// FuzzJSONString: jsonString reads a JSON value as json.Unmarshal into a
+// string would, with or without its shortcut.
+func FuzzJSONString(f *testing.F) {
+	for _, seed := range []string{`"POST"`, `"a\"b"`, `"\u0050OST"`, `1234`, `"é"`, "\"\xff\"", `""`, `"`, `null`, "\"a\tb\""} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		if !json.Valid(raw) || len(bytes.TrimSpace(raw)) != len(raw) {
+			return // checkLine's values are decoded fields: valid JSON, nothing around them
+		}
+		var want string
+		wantOK := json.Unmarshal(raw, &want) == nil
+		got, ok := jsonString(raw)
+		if ok != wantOK || got != want {
+			t.Fatalf("jsonString(%q) = %q, %v; json.Unmarshal: %q, %v", raw, got, ok, want, wantOK)
+		}
+	})
+}
+
+// FuzzEnvelope: a line's fields decode as json.Unmarshal decodes them into
+// a struct of four json.RawMessage, on any line that starts an object.
+func FuzzEnvelope(f *testing.F) {
+	for _, seed := range []string{
+		`{"custom_id":"a","method":"POST","url":"/v1/chat/completions","body":{"model":"m"}}`,
+		`{"CUSTOM_ID":"a","custom_id":"b"}`, `{"Custom_Id":1,"method":null}`, `{"body":[1,2]} x`, `{"a":`, `{"custom_id":"\u00e9\ud800"}`,
+		"{\"custom_id\":\"\xff\"}", `{"ſ":1,"bodY":{}}`, `{}`, `{"\u0075rl":"u"}`, "{\"k\xff\":1}",
+	} {
+		f.Add([]byte(seed))
+	}
+	var l envelope
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		if len(raw) == 0 || raw[0] != '{' {
+			return
+		}
+		var want struct {
+			CustomID json.RawMessage `json:"custom_id"`
+			Method   json.RawMessage `json:"method"`
+			URL      json.RawMessage `json:"url"`
+			Body     json.RawMessage `json:"body"`
+		}
+		wantErr := json.Unmarshal(raw, &want)
+		err := l.decode(raw)
+		if (err == nil) != (wantErr == nil) {
+			t.Fatalf("decode(%q): %v; json.Unmarshal: %v", raw, err, wantErr)
+		}
+		if err != nil {
+			return
+		}
+		for i, pair := range [][2][]byte{{l.CustomID, want.CustomID}, {l.Method, want.Method}, {l.URL, want.URL}, {l.Body, want.Body}} {
+			if !bytes.Equal(pair[0], pair[1]) {
+				t.Fatalf("decode(%q) field %d = %q, json.Unmarshal %q", raw, i, pair[0], pair[1])
+			}
+		}
+	})
+}

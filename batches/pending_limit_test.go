@@ -19,7 +19,7 @@ import (
 // failingQueue cannot queue anything.
 type failingQueue struct{ heldQueue }
 
-func (*failingQueue) EnqueueBatch(context.Context, accounts.Caller, int64, []jobs.Line) error {
+func (*failingQueue) EnqueueBatch(context.Context, accounts.Caller, int64, jobs.LineSource) error {
 	return errors.New("queue down")
 }
 

@@ -1,8 +1,10 @@
 package batches
 
 import (
+	"bytes"
 	"context"
-	"slices"
+	"database/sql"
+	"io"
 	"time"
 
 	"github.com/sluicehq/sluice/accounts"
@@ -75,7 +77,7 @@ func (s *Service) requeueStranded(ctx context.Context, q Queue, now time.Time) e
 		if queued {
 			continue
 		}
-		f, err := s.store.BatchFileContent(ctx, b.OrgID, b.InputFileID, now)
+		f, err := s.store.BatchFile(ctx, b.OrgID, b.InputFileID, now)
 		if err != nil {
 			s.log.Warn("a stranded batch's input file cannot be read; its lines fail when its window ends", "batch_id", ID(b.ID), "err", err)
 			continue
@@ -85,15 +87,38 @@ func (s *Service) requeueStranded(ctx context.Context, q Queue, now time.Time) e
 			return err
 		}
 		// Only the lines still pending: with a short job retention, lines
-		// done long ago have no job left either.
-		lines := slices.DeleteFunc(runnable(readLines(f.Content, s.pipeline)), func(l jobs.Line) bool { return !pending[l.CustomID] })
-		if len(lines) == 0 {
+		// done long ago have no job left either. The file is read again,
+		// as Create read it.
+		lines := 0
+		source := func(ctx context.Context, tx *sql.Tx, yield func(jobs.Line) error) error {
+			sc := newScanner(s.storeOn(tx).FileReader(ctx, f), s.pipeline, s.cfg.MaxLineBytes)
+			for {
+				l, err := sc.next()
+				if err == io.EOF {
+					return nil
+				}
+				if err != nil {
+					return err
+				}
+				if l.failure == nil && pending[l.customID] {
+					lines++
+					// The body is the scanner's until its next line: the
+					// queue keeps a chunk of lines before it inserts them.
+					if err := yield(jobs.Line{CustomID: l.customID, Body: bytes.Clone(l.body)}); err != nil {
+						return err
+					}
+				}
+			}
+		}
+		if len(pending) == 0 {
 			continue
 		}
-		if err := q.EnqueueBatch(ctx, accounts.Caller{OrgID: b.OrgID, TokenID: b.TokenID}, b.ID, lines); err != nil {
+		if err := q.EnqueueBatch(ctx, accounts.Caller{OrgID: b.OrgID, TokenID: b.TokenID}, b.ID, source); err != nil {
 			return err // another node queued them first (Postgres), or the queue failed: the next sweep looks again
 		}
-		s.log.Warn("a batch's lines were never queued (its node was lost); queued them now", "batch_id", ID(b.ID), "lines", len(lines))
+		if lines > 0 {
+			s.log.Warn("a batch's lines were never queued (its node was lost); queued them now", "batch_id", ID(b.ID), "lines", lines)
+		}
 	}
 	return nil
 }

@@ -43,24 +43,31 @@ func toFileOut(f models.BatchFile) fileOut {
 }
 
 // uploadFile answers POST /v1/files: multipart/form-data with purpose
-// (batch) and file, at most the tier's batch file size; the file is read
-// as it arrives and refused as soon as it passes the limit.
+// (batch) and file, at most the tier's batch file size; the file is stored
+// a chunk at a time as it arrives, refused as soon as it passes the limit,
+// and seen only once the whole body was read (and a signed one verified).
 func (a *api) uploadFile(c *gin.Context) {
 	caller := callerOf(c)
-	limit := batches.FileLimit(caller)
 	if mt, _, err := mime.ParseMediaType(c.GetHeader("Content-Type")); err != nil || mt != "multipart/form-data" {
 		a.fail(c, apperr.Field(apperr.Invalid, "invalid_content_type", "", "Content-Type must be multipart/form-data with the fields purpose and file"))
 		return
 	}
 	// The file, and room for the other fields and the multipart framing.
-	c.Request.Body = http.MaxBytesReader(c.Writer, c.Request.Body, limit+64<<10)
+	c.Request.Body = http.MaxBytesReader(c.Writer, c.Request.Body, uploadBody(caller))
 	mr, err := c.Request.MultipartReader()
 	if err != nil {
 		a.fail(c, apperr.Field(apperr.Invalid, "invalid_body", "", "the request body is not multipart/form-data"))
 		return
 	}
-	var u batches.Upload
-	var sawFile bool
+	var purpose string
+	var expiresAfter time.Duration
+	var up *batches.FileUpload
+	// Whatever was stored of a refused upload is deleted.
+	defer func() {
+		if up != nil {
+			up.Abort()
+		}
+	}()
 	for {
 		part, err := mr.NextPart()
 		if err == io.EOF {
@@ -72,13 +79,14 @@ func (a *api) uploadFile(c *gin.Context) {
 		}
 		switch part.FormName() {
 		case "file":
-			sawFile, u.Filename = true, part.FileName()
-			u.Content, err = io.ReadAll(io.LimitReader(part, limit+1))
-			if err == nil && int64(len(u.Content)) > limit {
-				err = batches.TooLarge(caller)
+			if up != nil { // a second file part: the last one is the file
+				up.Abort()
+			}
+			if up, err = a.Batches.BeginUpload(c.Request.Context(), caller, part.FileName()); err == nil {
+				_, err = io.Copy(up, part)
 			}
 		case "purpose":
-			u.Purpose, err = formValue(part)
+			purpose, err = formValue(part)
 		case "expires_after[seconds]":
 			var v string
 			if v, err = formValue(part); err == nil {
@@ -86,7 +94,7 @@ func (a *api) uploadFile(c *gin.Context) {
 				if perr != nil || secs <= 0 {
 					err = apperr.Field(apperr.Invalid, "invalid_expires_after", "expires_after", "expires_after[seconds] must be a whole number of seconds")
 				}
-				u.ExpiresAfter = time.Duration(secs) * time.Second
+				expiresAfter = time.Duration(secs) * time.Second
 			}
 		default: // expires_after[anchor] (created_at, the only one) and anything else
 			_, err = io.Copy(io.Discard, part)
@@ -97,16 +105,17 @@ func (a *api) uploadFile(c *gin.Context) {
 			return
 		}
 	}
-	if !sawFile {
+	if up == nil {
 		a.fail(c, apperr.Field(apperr.Invalid, "missing_file", "file", "file is required: the JSON Lines file of requests"))
 		return
 	}
-	// A signed upload's signature covers the whole body, read by now.
+	// A signed upload's signature covers the whole body, read by now, and
+	// is checked before the file is committed.
 	if err := a.signatureVerified(c); err != nil {
 		a.fail(c, uploadError(err, caller))
 		return
 	}
-	f, err := a.Batches.Upload(c.Request.Context(), caller, u)
+	f, err := up.Commit(purpose, expiresAfter)
 	if err != nil {
 		a.fail(c, err)
 		return
@@ -184,13 +193,31 @@ func (a *api) getFile(c *gin.Context) {
 
 // fileContent answers GET /v1/files/{id}/content with the file's bytes.
 func (a *api) fileContent(c *gin.Context) {
-	f, err := a.Batches.FileContent(c.Request.Context(), callerOf(c).OrgID, c.Param("id"))
+	f, content, err := a.Batches.FileContent(c.Request.Context(), callerOf(c).OrgID, c.Param("id"))
 	if err != nil {
 		a.fail(c, err)
 		return
 	}
-	c.Header("Content-Disposition", mime.FormatMediaType("attachment", map[string]string{"filename": f.Filename}))
-	c.Data(http.StatusOK, "application/jsonl", f.Content)
+	// Streamed a chunk at a time, its length known from the start. A read
+	// that fails midway (the file deleted meanwhile) cuts the answer short
+	// of its Content-Length, which the client sees as a failed download.
+	c.DataFromReader(http.StatusOK, f.Bytes, "application/jsonl", readLogged{content, a, c},
+		map[string]string{"Content-Disposition": mime.FormatMediaType("attachment", map[string]string{"filename": f.Filename})})
+}
+
+// readLogged is a download's content that logs why a read failed.
+type readLogged struct {
+	r io.Reader
+	a *api
+	c *gin.Context
+}
+
+func (r readLogged) Read(p []byte) (int, error) {
+	n, err := r.r.Read(p)
+	if err != nil && err != io.EOF {
+		r.a.log.Warn("a file download was cut short", "request_id", requestID(r.c), "err", err)
+	}
+	return n, err
 }
 
 // deleteFile answers DELETE /v1/files/{id}.

@@ -136,8 +136,9 @@ type client interface {
 // works them.
 type Queue struct {
 	client client
-	// insertAll inserts jobs in one transaction, a chunk at a time.
-	insertAll func(ctx context.Context, params []river.InsertManyParams) error
+	// insertAll inserts the jobs fill adds in one transaction, a chunk at
+	// a time; fill reads through tx (SQLite's, nil on Postgres).
+	insertAll func(ctx context.Context, fill func(tx *sql.Tx, add func(river.InsertManyParams) error) error) error
 	// insertHeld inserts a job that takes one of its organization's places
 	// for queued jobs, in one transaction: false, and no job, when the
 	// organization has limit queued already.
@@ -230,12 +231,13 @@ func New(ctx context.Context, d Deps, cfg Config) (*Queue, error) {
 			return nil, fmt.Errorf("jobs: %w", err)
 		}
 		q.client, q.close = c, pool.Close
-		q.insertAll = func(ctx context.Context, params []river.InsertManyParams) error {
+		q.insertAll = func(ctx context.Context, fill func(*sql.Tx, func(river.InsertManyParams) error) error) error {
 			return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-				return inChunks(params, func(chunk []river.InsertManyParams) error {
-					_, err := c.InsertManyFastTx(ctx, tx, chunk)
-					return err
-				})
+				return inChunks(func(add func(river.InsertManyParams) error) error { return fill(nil, add) },
+					func(chunk []river.InsertManyParams) error {
+						_, err := c.InsertManyFastTx(ctx, tx, chunk)
+						return err
+					})
 			})
 		}
 		q.insertHeld = func(ctx context.Context, orgID, limit int64, args river.JobArgs, opts *river.InsertOpts) (res *rivertype.JobInsertResult, ok bool, err error) {
@@ -255,16 +257,17 @@ func New(ctx context.Context, d Deps, cfg Config) (*Queue, error) {
 			return nil, fmt.Errorf("jobs: %w", err)
 		}
 		q.client = c
-		q.insertAll = func(ctx context.Context, params []river.InsertManyParams) error {
+		q.insertAll = func(ctx context.Context, fill func(*sql.Tx, func(river.InsertManyParams) error) error) error {
 			tx, err := sqlDB.BeginTx(ctx, nil)
 			if err != nil {
 				return err
 			}
 			defer tx.Rollback()
-			err = inChunks(params, func(chunk []river.InsertManyParams) error {
-				_, err := c.InsertManyFastTx(ctx, tx, chunk)
-				return err
-			})
+			err = inChunks(func(add func(river.InsertManyParams) error) error { return fill(tx, add) },
+				func(chunk []river.InsertManyParams) error {
+					_, err := c.InsertManyFastTx(ctx, tx, chunk)
+					return err
+				})
 			if err != nil {
 				return err
 			}
@@ -333,17 +336,36 @@ func (e sqlExec) Exec(ctx context.Context, query string, args ...any) (int64, er
 	return res.RowsAffected()
 }
 
-// inChunks calls fn on params a thousand at a time: one statement each,
-// however long the batch.
-func inChunks(params []river.InsertManyParams, fn func([]river.InsertManyParams) error) error {
-	for len(params) > 0 {
-		n := min(len(params), 1000)
-		if err := fn(params[:n]); err != nil {
-			return err
+// inChunks calls fn on the params fill adds, a thousand at a time or
+// fewer when their bodies pass chunkBytes: one statement each, however
+// long the batch, and no more than a chunk of it held.
+func inChunks(fill func(add func(river.InsertManyParams) error) error, fn func([]river.InsertManyParams) error) error {
+	const chunkLines, chunkBytes = 1000, 1 << 20
+	var chunk []river.InsertManyParams
+	size := 0
+	flush := func() error {
+		if len(chunk) == 0 {
+			return nil
 		}
-		params = params[n:]
+		err := fn(chunk)
+		clear(chunk)
+		chunk, size = chunk[:0], 0
+		return err
 	}
-	return nil
+	err := fill(func(p river.InsertManyParams) error {
+		chunk = append(chunk, p)
+		if a, ok := p.Args.(lineArgs); ok {
+			size += len(a.Body)
+		}
+		if len(chunk) == chunkLines || size >= chunkBytes {
+			return flush()
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	return flush()
 }
 
 // Migrate applies River's own migrations, which keep its tables (jobs,
@@ -503,21 +525,44 @@ type Line struct {
 // a job queued on its own goes before the lines of a large batch.
 const batchPriority = 3
 
+// LineSource passes a batch's lines, in order, to yield. It runs inside the
+// queue's transaction: on SQLite that transaction holds the database's one
+// connection, and tx (nil on Postgres) is what to read it through.
+type LineSource func(ctx context.Context, tx *sql.Tx, yield func(Line) error) error
+
+// Lines is a source of lines already read.
+func Lines(lines []Line) LineSource {
+	return func(_ context.Context, _ *sql.Tx, yield func(Line) error) error {
+		for _, l := range lines {
+			if err := yield(l); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+}
+
 // EnqueueBatch queues the lines of caller's batch batchID, each a job of
-// its own, all or none. A line's outcome goes to the queue's BatchLines.
-func (q *Queue) EnqueueBatch(ctx context.Context, caller accounts.Caller, batchID int64, lines []Line) error {
+// its own, all or none, as lines reads them: a chunk of them is held at a
+// time. A line's outcome goes to the queue's BatchLines.
+func (q *Queue) EnqueueBatch(ctx context.Context, caller accounts.Caller, batchID int64, lines LineSource) error {
 	// Unique by their arguments (the batch, the line, its body): should two
 	// nodes queue a stranded batch at once, no line is queued twice (on
 	// Postgres the second insert fails whole; River's SQLite driver skips
 	// the duplicates).
 	opts := &river.InsertOpts{Priority: batchPriority, Metadata: []byte(fmt.Sprintf(`{"org_id":%d,"batch_id":%d}`, caller.OrgID, batchID)),
 		UniqueOpts: river.UniqueOpts{ByArgs: true}}
-	params := make([]river.InsertManyParams, len(lines))
-	for i, l := range lines {
-		params[i] = river.InsertManyParams{Args: lineArgs{Args{OrgID: caller.OrgID, TokenID: caller.TokenID, Body: l.Body,
-			BatchID: batchID, CustomID: l.CustomID}}, InsertOpts: opts}
-	}
-	if err := q.insertAll(ctx, params); err != nil {
+	err := q.insertAll(ctx, func(tx *sql.Tx, add func(river.InsertManyParams) error) error {
+		return lines(ctx, tx, func(l Line) error {
+			return add(river.InsertManyParams{Args: lineArgs{Args{OrgID: caller.OrgID, TokenID: caller.TokenID, Body: l.Body,
+				BatchID: batchID, CustomID: l.CustomID}}, InsertOpts: opts})
+		})
+	})
+	if err != nil {
+		var known *apperr.Error
+		if errors.As(err, &known) {
+			return err
+		}
 		return apperr.Wrap(err, "queueing a batch's lines")
 	}
 	return nil

@@ -455,7 +455,7 @@ func TestALineIsNotRunAgainWhenItsOutcomeIsLate(t *testing.T) {
 		ctx := context.Background()
 		batch := &flakyLines{stopAfter: stopAfter{n: 1, done: map[string]Output{}}, failures: 3}
 		q := f.queue(Config{Workers: 1}, batch)
-		if err := q.EnqueueBatch(ctx, f.caller, 7, []Line{{CustomID: "only", Body: json.RawMessage(jobBody)}}); err != nil {
+		if err := q.EnqueueBatch(ctx, f.caller, 7, Lines([]Line{{CustomID: "only", Body: json.RawMessage(jobBody)}})); err != nil {
 			t.Fatal(err)
 		}
 		if err := q.WakeBatch(ctx, 7); err != nil {
@@ -501,13 +501,13 @@ func TestBatchLinesAndTheJobList(t *testing.T) {
 		for _, id := range []string{"a", "b", "c", "d"} {
 			lines = append(lines, Line{CustomID: id, Body: json.RawMessage(jobBody)})
 		}
-		if err := q.EnqueueBatch(ctx, f.caller, 7, lines); err != nil {
+		if err := q.EnqueueBatch(ctx, f.caller, 7, Lines(lines)); err != nil {
 			t.Fatal(err)
 		}
 		// Queueing the same lines again (two nodes rescuing one stranded
 		// batch) queues none of them twice: Postgres refuses the insert
 		// whole, River's SQLite driver skips the duplicates.
-		err = q.EnqueueBatch(ctx, f.caller, 7, lines[1:3])
+		err = q.EnqueueBatch(ctx, f.caller, 7, Lines(lines[1:3]))
 		var lineJobs int64
 		db.Gorm.Raw("SELECT COUNT(*) FROM river_job WHERE kind = 'batch_line'").Scan(&lineJobs)
 		if lineJobs != 4 {

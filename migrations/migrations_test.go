@@ -1,8 +1,10 @@
 package migrations_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -365,6 +367,99 @@ func TestQueueLimitsMigration(t *testing.T) {
 			}
 			if err := g.Exec("UPDATE tiers SET max_queued_jobs = -1 WHERE name = 'team'").Error; err == nil {
 				t.Error("a negative max_queued_jobs was stored")
+			}
+		})
+	}
+}
+
+// TestFileChunksMigration applies 0014 (file chunks) to a database
+// migrated up to the version before it, with files stored whole: each
+// file's content moves into chunks of 256 KiB, byte for byte (a file of
+// several chunks and a bit, one of a few bytes, an empty one), the files
+// are complete, and the content column is gone.
+func TestFileChunksMigration(t *testing.T) {
+	for _, dialect := range []string{"sqlite", "postgres"} {
+		t.Run(dialect, func(t *testing.T) {
+			ctx := context.Background()
+			var db *models.DB
+			var err error
+			if dialect == "sqlite" {
+				db, err = models.Open(ctx, "", filepath.Join(t.TempDir(), "sluice.db"))
+			} else {
+				db, err = models.Open(ctx, testdb.PostgresURL(t), "")
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { db.Close() })
+			sqlDB, _ := db.SQL()
+			d := migrations.Dialect(db.Dialect)
+			all, err := migrations.List(d)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := migrations.Current(ctx, sqlDB); err != nil {
+				t.Fatal(err)
+			}
+			var target migrations.Migration
+			for _, m := range all {
+				if strings.HasSuffix(m.Name, "_file_chunks.sql") {
+					target = m
+					break
+				}
+				if _, err := sqlDB.ExecContext(ctx, m.SQL); err != nil {
+					t.Fatalf("%s: %v", m.Name, err)
+				}
+				if err := db.Gorm.Exec("INSERT INTO schema_migrations (version, name) VALUES (?, ?)", m.Version, m.Name).Error; err != nil {
+					t.Fatal(err)
+				}
+			}
+			if target.Version == 0 {
+				t.Fatalf("no *_file_chunks.sql in %s", d)
+			}
+			s := models.NewStore(db)
+			o, _, err := s.CreateOrganizationWithOwner(ctx, "Files", "free", "files@example.com", "h", models.RoleOwner)
+			if err != nil {
+				t.Fatal(err)
+			}
+			big := make([]byte, 3*256<<10+1000)
+			for i := range big {
+				big[i] = byte(i % 253)
+			}
+			now := time.Now().UTC()
+			contents := [][]byte{big, []byte("{}\n"), {}}
+			ids := make([]int64, len(contents))
+			for i, c := range contents {
+				if err := db.Gorm.Raw(`INSERT INTO batch_files (org_id, purpose, filename, bytes, content, created_at, expires_at)
+					VALUES (?, 'batch', ?, ?, ?, ?, ?) RETURNING id`, o.ID, fmt.Sprintf("f%d.jsonl", i), len(c), c, now, now.Add(time.Hour)).Scan(&ids[i]).Error; err != nil {
+					t.Fatal(err)
+				}
+			}
+			applied, err := migrations.Apply(ctx, sqlDB, d)
+			if err != nil || len(applied) == 0 || applied[0] != target.Version {
+				t.Fatalf("apply from the version before %s: %v %v", target.Name, applied, err)
+			}
+			for i, want := range contents {
+				f, r, err := s.OpenBatchFile(ctx, o.ID, ids[i], now)
+				if err != nil {
+					t.Fatalf("file %d: %v", i, err)
+				}
+				got, err := io.ReadAll(r)
+				if err != nil || !bytes.Equal(got, want) || f.Bytes != int64(len(want)) || !f.Complete {
+					t.Errorf("file %d: %d bytes back of %d (%v), %+v", i, len(got), len(want), err, f)
+				}
+			}
+			var chunks []struct {
+				FileID int64
+				Seq    int
+				Size   int
+			}
+			db.Gorm.Raw("SELECT file_id, seq, LENGTH(data) AS size FROM batch_file_chunks ORDER BY file_id, seq").Scan(&chunks)
+			if len(chunks) != 5 || chunks[0].Size != 256<<10 || chunks[3].Size != 1000 || chunks[4].FileID != ids[1] || chunks[4].Size != 3 {
+				t.Errorf("chunks: %+v", chunks)
+			}
+			if err := db.Gorm.Exec("SELECT content FROM batch_files").Error; err == nil {
+				t.Error("batch_files still has its content column")
 			}
 		})
 	}

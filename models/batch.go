@@ -1,7 +1,6 @@
 package models
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"time"
@@ -82,45 +81,51 @@ const ExpiredLine = "batch_expired"
 // ErrNoBatch is the answer for a batch that is not the caller's or has expired.
 var ErrNoBatch = apperr.WithReason(apperr.NotFound, "batch_not_found", "no such batch (or it expired)")
 
-// CreateBatch stores b (in progress) with its lines, which lines makes
-// once b has its id: pending for those that will run as jobs, already
-// finished for those that cannot (a malformed line). A batch whose every
-// line is already finished is finalized at once. fileTTL is how long its
-// files are kept by default. Its pending lines take places of the
-// organization's pending batch lines in the same transaction; past
-// limit, the batch is refused and nothing is stored.
-func (s *Store) CreateBatch(ctx context.Context, b *Batch, lines func(batchID int64) []BatchResult, fileTTL time.Duration, limit PendingLimit) error {
+// CreateBatch stores b (in progress, with its Total and Failed counts:
+// every line of the input, and those failed already) and its lines, which
+// lines passes to yield once b has its id, in order: pending for those that
+// will run as jobs, already finished for those that cannot (a malformed
+// line). They are inserted a few hundred at a time, so no more are held. A
+// batch whose every line is already finished is finalized at once.
+// fileTTL is how long its files are kept by default. Its pending lines take
+// places of the organization's pending batch lines in the same transaction;
+// past limit, the batch is refused and nothing is stored.
+func (s *Store) CreateBatch(ctx context.Context, b *Batch, lines func(batchID int64, yield func(BatchResult) error) error, fileTTL time.Duration, limit PendingLimit) error {
 	done := false
 	err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-		b.Total, b.Completed, b.Failed = 0, 0, 0
+		b.Completed = 0
 		if err := tx.Create(b).Error; err != nil {
 			return err
 		}
-		rows := lines(b.ID)
-		ok, failed := 0, 0
-		for i := range rows {
-			rows[i].BatchID = b.ID
-			if rows[i].Result == nil {
-				rows[i].Result = []byte{}
+		rows := make([]BatchResult, 0, 500)
+		insert := func() error {
+			if len(rows) == 0 {
+				return nil
 			}
-			switch rows[i].State {
-			case LineOK:
-				ok++
-			case LineFailed:
-				failed++
+			err := tx.Create(&rows).Error
+			rows = rows[:0]
+			return err
+		}
+		if err := takeBatchLines(tx, b.OrgID, int64(b.Total-b.Failed), limit.Lines, limit.Tier); err != nil {
+			return err
+		}
+		err := lines(b.ID, func(r BatchResult) error {
+			r.BatchID = b.ID
+			if r.Result == nil {
+				r.Result = []byte{}
 			}
+			if rows = append(rows, r); len(rows) == cap(rows) {
+				return insert()
+			}
+			return nil
+		})
+		if err == nil {
+			err = insert()
 		}
-		if err := tx.CreateInBatches(rows, 500).Error; err != nil {
+		if err != nil {
 			return err
 		}
-		if err := takeBatchLines(tx, b.OrgID, int64(len(rows)-ok-failed), limit.Lines, limit.Tier); err != nil {
-			return err
-		}
-		b.Total, b.Completed, b.Failed = len(rows), ok, failed
-		if err := tx.Model(b).Select("total", "completed", "failed").Updates(b).Error; err != nil {
-			return err
-		}
-		if done = ok+failed == len(rows); done {
+		if done = b.Completed+b.Failed == b.Total; done {
 			return finalizeBatch(tx, b.ID, b.CreatedAt, fileTTL)
 		}
 		return nil
@@ -310,50 +315,49 @@ func finalizeBatch(tx *gorm.DB, id int64, now time.Time, fileTTL time.Duration) 
 	if !BatchOpen(b.Status) {
 		return nil
 	}
-	rows, err := tx.Model(&BatchResult{}).Select("state, error_code, result").Where("batch_id = ?", id).Order("line").Rows()
-	if err != nil {
-		return err
-	}
-	var out, errs bytes.Buffer
-	expired := false
-	for rows.Next() {
-		var r BatchResult
-		if err := rows.Scan(&r.State, &r.ErrorCode, &r.Result); err != nil {
-			rows.Close()
-			return err
-		}
-		dst := &errs
-		if r.State == LineOK {
-			dst = &out
-		}
-		dst.Write(r.Result)
-		dst.WriteByte('\n')
-		expired = expired || r.ErrorCode == ExpiredLine
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return err
-	}
 	now = now.UTC()
 	ttl := fileTTL
 	if b.OutputTTLSecs > 0 {
 		ttl = time.Duration(b.OutputTTLSecs) * time.Second
 	}
-	cols := map[string]any{"finalizing_at": now}
-	for _, f := range []struct {
-		content []byte
-		name    string
-		column  string
-	}{{out.Bytes(), "output", "output_file_id"}, {errs.Bytes(), "errors", "error_file_id"}} {
-		if len(f.content) == 0 {
-			continue
-		}
-		file := BatchFile{OrgID: b.OrgID, Purpose: PurposeBatchOutput, Filename: fmt.Sprintf("batch_%d_%s.jsonl", id, f.name),
-			Bytes: int64(len(f.content)), Content: f.content, CreatedAt: now, ExpiresAt: now.Add(ttl)}
-		if err := tx.Create(&file).Error; err != nil {
+	// The files are written as the lines are read, a page of lines at a
+	// time: neither file is held whole.
+	out := &outputFile{tx: tx, file: BatchFile{OrgID: b.OrgID, Purpose: PurposeBatchOutput, Filename: fmt.Sprintf("batch_%d_output.jsonl", id), CreatedAt: now}}
+	errs := &outputFile{tx: tx, file: BatchFile{OrgID: b.OrgID, Purpose: PurposeBatchOutput, Filename: fmt.Sprintf("batch_%d_errors.jsonl", id), CreatedAt: now}}
+	expired := false
+	const page = 100
+	for after := 0; ; {
+		var rows []BatchResult
+		if err := tx.Select("line, state, error_code, result").Where("batch_id = ? AND line > ?", id, after).Order("line").Limit(page).Find(&rows).Error; err != nil {
 			return err
 		}
-		cols[f.column] = file.ID
+		for _, r := range rows {
+			dst := errs
+			if r.State == LineOK {
+				dst = out
+			}
+			if err := dst.line(r.Result); err != nil {
+				return err
+			}
+			expired = expired || r.ErrorCode == ExpiredLine
+		}
+		if len(rows) < page {
+			break
+		}
+		after = rows[len(rows)-1].Line
+	}
+	cols := map[string]any{"finalizing_at": now}
+	for _, f := range []struct {
+		file   *outputFile
+		column string
+	}{{out, "output_file_id"}, {errs, "error_file_id"}} {
+		if f.file.w == nil {
+			continue
+		}
+		if _, err := f.file.w.Commit(now.Add(ttl)); err != nil {
+			return err
+		}
+		cols[f.column] = f.file.file.ID
 	}
 	switch {
 	case b.Status == BatchCancelling:
@@ -371,6 +375,29 @@ func finalizeBatch(tx *gorm.DB, id int64, now time.Time, fileTTL time.Duration) 
 		return fmt.Errorf("batch %d changed while it was finalized", id)
 	}
 	return tx.Exec(`DELETE FROM batch_results WHERE batch_id = ?`, id).Error
+}
+
+// outputFile is a batch's output or error file as finalizeBatch writes
+// it: made with its first line, none for a batch without any.
+type outputFile struct {
+	tx   *gorm.DB
+	file BatchFile
+	w    *FileWriter
+}
+
+func (f *outputFile) line(l []byte) error {
+	if f.w == nil {
+		w, err := createFile(f.tx.Statement.Context, f.tx, &f.file)
+		if err != nil {
+			return err
+		}
+		f.w = w
+	}
+	if _, err := f.w.Write(l); err != nil {
+		return err
+	}
+	_, err := f.w.Write([]byte{'\n'})
+	return err
 }
 
 // OverdueBatches lists batches still open whose window ended before

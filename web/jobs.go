@@ -3,6 +3,7 @@ package web
 import (
 	"context"
 	"fmt"
+	"io"
 	"mime"
 	"net/http"
 	"strconv"
@@ -29,7 +30,7 @@ type JobReader interface {
 // organization's batches and the files to download.
 type BatchReader interface {
 	List(ctx context.Context, orgID int64, after string, limit int) ([]models.Batch, bool, error)
-	FileContent(ctx context.Context, orgID int64, id string) (models.BatchFile, error)
+	FileContent(ctx context.Context, orgID int64, id string) (models.BatchFile, io.Reader, error)
 }
 
 // How much of the queued work the dashboard shows.
@@ -121,7 +122,7 @@ func fileURL(id int64) string { return "/files/" + batches.FileID(id) }
 func (p *Pages) DownloadFile(c *gin.Context) {
 	const missing = "No such file: it may have expired, or belong to another organization."
 	u, _ := userOf(c)
-	f, err := p.batches.FileContent(c.Request.Context(), u.OrgID, c.Param("id"))
+	f, content, err := p.batches.FileContent(c.Request.Context(), u.OrgID, c.Param("id"))
 	if err != nil {
 		if apperr.CodeOf(err) == apperr.NotFound {
 			err = apperr.New(apperr.NotFound, missing)
@@ -129,9 +130,9 @@ func (p *Pages) DownloadFile(c *gin.Context) {
 		p.fail(c, err)
 		return
 	}
-	c.Header("Content-Disposition", mime.FormatMediaType("attachment", map[string]string{"filename": f.Filename}))
-	c.Header("Cache-Control", "no-store")
-	c.Data(http.StatusOK, "application/jsonl", f.Content)
+	// Streamed a chunk at a time; its length is known from the start.
+	c.DataFromReader(http.StatusOK, f.Bytes, "application/jsonl", content, map[string]string{
+		"Content-Disposition": mime.FormatMediaType("attachment", map[string]string{"filename": f.Filename}), "Cache-Control": "no-store"})
 }
 
 // JobResult downloads a succeeded job's chat completion as JSON.

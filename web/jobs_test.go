@@ -58,18 +58,24 @@ func (s *site) batch(orgID int64, customIDs ...string) models.Batch {
 	s.t.Helper()
 	ctx := context.Background()
 	now := s.clock.Now()
-	in := models.BatchFile{OrgID: orgID, Purpose: "batch", Filename: "couplets.jsonl", Content: []byte("{}\n"), CreatedAt: now, ExpiresAt: now.Add(time.Hour)}
-	if err := s.store.CreateBatchFile(ctx, &in); err != nil {
+	in := models.BatchFile{OrgID: orgID, Purpose: "batch", Filename: "couplets.jsonl", CreatedAt: now}
+	w, err := s.store.CreateBatchFile(ctx, &in)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	w.Write([]byte("{}\n"))
+	if _, err := w.Commit(now.Add(time.Hour)); err != nil {
 		s.t.Fatal(err)
 	}
 	b := models.Batch{OrgID: orgID, InputFileID: in.ID, Endpoint: "/v1/chat/completions", CompletionWindow: "24h", Status: "in_progress",
-		CreatedAt: now, InProgressAt: &now, ExpiresAt: now.Add(24 * time.Hour)}
-	err := s.store.CreateBatch(ctx, &b, func(int64) []models.BatchResult {
-		var rows []models.BatchResult
+		Total: len(customIDs), CreatedAt: now, InProgressAt: &now, ExpiresAt: now.Add(24 * time.Hour)}
+	err = s.store.CreateBatch(ctx, &b, func(_ int64, yield func(models.BatchResult) error) error {
 		for i, id := range customIDs {
-			rows = append(rows, models.BatchResult{Line: i + 1, CustomID: id, State: "pending"})
+			if err := yield(models.BatchResult{Line: i + 1, CustomID: id, State: "pending"}); err != nil {
+				return err
+			}
 		}
-		return rows
+		return nil
 	}, 30*24*time.Hour, models.PendingLimit{Tier: "free", Lines: 1000})
 	if err != nil {
 		s.t.Fatal(err)
