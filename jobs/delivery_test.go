@@ -130,7 +130,7 @@ func TestSlowCallbacksHoldNoOneUp(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			done = until(t, q, b.OrgID, jb.ID, 15*time.Second, "org B's job succeeded", func(j Job) bool { return j.Status == Succeeded })
+			until(t, q, b.OrgID, jb.ID, 15*time.Second, "org B's job succeeded", func(j Job) bool { return j.Status == Succeeded })
 			took = time.Since(start)
 			done = until(t, q, b.OrgID, jb.ID, 15*time.Second, "org B's callback delivered", callbackIs(CallbackDelivered))
 			return took, time.Since(start), aJobs, done
