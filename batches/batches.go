@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strconv"
 	"time"
 
 	"github.com/sluicehq/sluice/accounts"
@@ -201,7 +202,7 @@ func (s *Service) read(r io.Reader, id string) (reading, error) {
 		}
 		if out.total++; out.total > MaxLines {
 			return reading{}, apperr.Field(apperr.Invalid, "too_many_requests", "input_file_id",
-				"a batch takes at most 50000 requests; split the file")
+				"a batch takes at most "+strconv.Itoa(MaxLines)+" requests; split the file")
 		}
 		switch {
 		case l.failure == nil:

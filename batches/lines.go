@@ -183,7 +183,7 @@ func bodyOf(raw []byte) (jobs.Line, error) {
 var (
 	errInvalidJSON     = &jobs.Failure{Code: "invalid_json", Message: "not a JSON object of custom_id, method, url and body"}
 	errMissingCustomID = &jobs.Failure{Code: "missing_custom_id", Message: "custom_id must be a non-empty string that names the request in the output"}
-	errLongCustomID    = &jobs.Failure{Code: "invalid_custom_id", Message: "custom_id is longer than 512 bytes"}
+	errLongCustomID    = &jobs.Failure{Code: "invalid_custom_id", Message: "custom_id is longer than " + strconv.Itoa(maxCustomID) + " bytes"}
 	errMethod          = &jobs.Failure{Code: "invalid_method", Message: `method must be "POST"`}
 	errURL             = &jobs.Failure{Code: "invalid_url", Message: `url must be "` + Endpoint + `", the batch's endpoint`}
 	errBody            = &jobs.Failure{Code: "invalid_body", Message: "body must be a chat completion request (a JSON object)"}
