@@ -128,7 +128,8 @@ func TestClusterRedisStall(t *testing.T) {
 			delete(env, "SLUICE_LIMITER_TIMEOUT")
 			nodes := startNodes(t, nodesN, env)
 			admin, token := loadToken(t, nodes[0])
-			time.Sleep(time.Second) // the tier edit reaches every node
+			limitEverywhere(t, nodes, token, 100, 2*time.Second)
+			bucketFull(t, nodes[:1], token, burst)
 
 			// Watch each node's limiter mode.
 			type seen struct {
@@ -168,6 +169,8 @@ func TestClusterRedisStall(t *testing.T) {
 
 			done := make(chan offered)
 			go func() { done <- offerCounting(t, nodes, token, load, 6*time.Second) }()
+			// The scenario's timeline, not waits for anything: a second
+			// of load on shared limits, then a stall of 2 s.
 			time.Sleep(time.Second)
 			srv.Stop(t)
 			time.Sleep(2 * time.Second)

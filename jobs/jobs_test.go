@@ -20,6 +20,7 @@ import (
 	"github.com/sluicehq/sluice/cluster"
 	"github.com/sluicehq/sluice/completion"
 	"github.com/sluicehq/sluice/internal/testdb"
+	"github.com/sluicehq/sluice/internal/testsync"
 	"github.com/sluicehq/sluice/metering"
 	"github.com/sluicehq/sluice/migrations"
 	"github.com/sluicehq/sluice/models"
@@ -462,21 +463,16 @@ func TestALineIsNotRunAgainWhenItsOutcomeIsLate(t *testing.T) {
 			t.Fatal(err)
 		}
 		f.start(q)
-		deadline := time.Now().Add(10 * time.Second)
-		for {
+		var out Output
+		testsync.WaitFor(t, 10*time.Second, "the line's outcome reaching its batch", func() bool {
 			batch.mu.Lock()
-			out, done := batch.done["only"]
-			batch.mu.Unlock()
-			if done {
-				if out.Error != nil || out.Status != 200 {
-					t.Fatalf("outcome %+v", out)
-				}
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatal("the line's outcome never reached its batch")
-			}
-			time.Sleep(20 * time.Millisecond)
+			defer batch.mu.Unlock()
+			var done bool
+			out, done = batch.done["only"]
+			return done
+		})
+		if out.Error != nil || out.Status != 200 {
+			t.Fatalf("outcome %+v", out)
 		}
 		if n := f.calls.Load(); n != 1 {
 			t.Fatalf("the provider was asked %d times for one line, want 1", n)
@@ -543,19 +539,11 @@ func TestBatchLinesAndTheJobList(t *testing.T) {
 		}
 		f.start(q)
 		f.wait(q, j.ID, 10*time.Second)
-		deadline := time.Now().Add(10 * time.Second)
-		for {
+		testsync.WaitFor(t, 10*time.Second, "the four lines done", func() bool {
 			batch.mu.Lock()
-			n := len(batch.done)
-			batch.mu.Unlock()
-			if n == 4 {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%d lines done", n)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+			defer batch.mu.Unlock()
+			return len(batch.done) == 4
+		})
 		ran, stopped := 0, 0
 		for id, out := range batch.done {
 			switch {
@@ -610,9 +598,20 @@ func TestAFrozenTokensJobWaitsForTheThaw(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			time.Sleep(c.frozen / 3)
-			if got, _ := q.Get(ctx, f.caller.OrgID, j.ID); got.Status != Queued && got.Status != Running || f.calls.Load() != before {
-				t.Fatalf("%s: while frozen the job is %s with %d provider calls; want it waiting, unsent", c.name, got.Status, f.calls.Load()-before)
+			// Once a worker has taken the job (its attempt is dated), and
+			// while the token is still frozen, the job waits, unsent.
+			var got Job
+			testsync.WaitFor(t, 10*time.Second, c.name+": a worker taking the job", func() bool {
+				got, err = q.Get(ctx, f.caller.OrgID, j.ID)
+				return err == nil && got.StartedAt != nil
+			})
+			calls := f.calls.Load()
+			if time.Now().Before(until) {
+				if got.Status != Queued && got.Status != Running || calls != before {
+					t.Fatalf("%s: while frozen the job is %s with %d provider calls; want it waiting, unsent", c.name, got.Status, calls-before)
+				}
+			} else {
+				t.Logf("%s: the job was taken only after the thaw; nothing to see while frozen", c.name)
 			}
 			done := f.wait(q, j.ID, 15*time.Second)
 			if done.Status != Succeeded || f.calls.Load() != before+1 || done.FinishedAt.Before(until) {

@@ -142,7 +142,9 @@ func TestStreamSlowReaderIsNotAStall(t *testing.T) {
 	}
 	defer resp.Stream.Close()
 	readUntil(t, resp.Stream, "Hello")
-	time.Sleep(120 * time.Millisecond) // the client is slow; the provider is not
+	// The scenario, not a wait: the client is slow (longer than the 50 ms
+	// StallTimeout between reads); the provider is not.
+	time.Sleep(120 * time.Millisecond)
 	if rest, err := io.ReadAll(resp.Stream); err != nil || !strings.Contains(string(rest), "[DONE]") {
 		t.Fatalf("rest %q err %v", rest, err)
 	}
@@ -253,6 +255,8 @@ func TestStreamHeadersTimeout(t *testing.T) {
 
 func TestStreamOutlivesAttemptTimeout(t *testing.T) {
 	srv := provider(t, func(w http.ResponseWriter, r *http.Request) {
+		// The scenario, not a wait: a provider whose chunks come 80 ms
+		// apart, so the stream outlasts the 50 ms AttemptTimeout.
 		sse(w, chunk1)
 		time.Sleep(80 * time.Millisecond)
 		more(w, chunk2)
