@@ -83,9 +83,11 @@ func TestBrowserJobsAndBatches(t *testing.T) {
 		}
 		return true
 	})
-	// A slow tier, so the second batch (on a new token: a full bucket) is
-	// still running when we look.
-	if r := c.call("PUT", "/api/admin/tiers/free", admin.Token, `{"capacity":6,"refill_per_sec":0.02,"refill_floor":0.02,"autotune":false}`, nil); r.StatusCode != 200 {
+	// A slow tier, so the second batch is still running when we look: the
+	// organization's bucket holds 10 and refills one in 50 s; its upload
+	// and creation spend 2, and queued work may use the half above 5, so a
+	// line or two run and the rest wait.
+	if r := c.call("PUT", "/api/admin/tiers/free", admin.Token, `{"capacity":10,"refill_per_sec":0.02,"refill_floor":0.02,"autotune":false}`, nil); r.StatusCode != 200 {
 		t.Fatalf("tier: %d", r.StatusCode)
 	}
 	var slow struct{ Token string }

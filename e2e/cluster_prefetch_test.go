@@ -2,10 +2,12 @@ package e2e
 
 import (
 	"fmt"
+	"github.com/sluicehq/sluice/internal/testsync"
 	"os"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -84,7 +86,14 @@ func TestPrefetchAccuracyAcrossNodes(t *testing.T) {
 				nodes, stops := startStoppable(t, 3, env)
 				drain := time.Duration(burst / (offered - rate) * float64(time.Second))
 				idle, leave := drain/4, drain/2
+				// dispatched is the latest send time the load has reached: the
+				// second node may stop only once nothing is left to send it,
+				// however far behind its schedule a busy machine puts the load.
+				var dispatched atomic.Int64
 				pick := func(i int, at time.Duration) string {
+					if int64(at) > dispatched.Load() {
+						dispatched.Store(int64(at))
+					}
 					switch {
 					case load == "even" || at < idle:
 						return nodes[i%3].base
@@ -97,8 +106,10 @@ func TestPrefetchAccuracyAcrossNodes(t *testing.T) {
 				var stopping sync.WaitGroup
 				if load == "moving" {
 					stopping.Go(func() {
-						// Once its last requests have been answered.
-						time.Sleep(leave + 200*time.Millisecond)
+						// Once its last requests have been sent, and a moment
+						// for their answers (Shutdown drains those in flight).
+						testsync.WaitFor(t, time.Minute, "the load passing the second node's leave",
+							func() bool { return time.Duration(dispatched.Load()) >= leave+100*time.Millisecond })
 						if err := stops[1](); err != nil {
 							t.Errorf("stopping the second node: %v", err)
 						}
