@@ -11,6 +11,7 @@ import (
 	"net/netip"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -166,7 +167,7 @@ func newEnv(t testing.TB, db *models.DB) *env {
 		Webhooks: webhooks, Log: discardLog(), Now: clk.Now})
 	alerts := metering.NewBudgetAlerts(store, discardLog(), clk.Now)
 	convs := conversations.NewMemory(30*time.Minute, clk.Now)
-	queue := newQueue(t, db, dir, clk.Now)
+	queue := &lazyQueue{open: func() *jobs.Queue { return newQueue(t, db, dir, clk.Now) }}
 	e := &env{t: t, store: store, clock: clk, acc: acc, dir: dir, limiter: limiter, model: model, jwt: jwt, log: discardLog(),
 		pipe: completion.Deps{
 			Log: discardLog(), Now: clk.Now,
@@ -188,6 +189,43 @@ func newEnv(t testing.TB, db *models.DB) *env {
 	}
 	e.rebuild()
 	return e
+}
+
+// lazyQueue is the real job queue, opened when a test first uses it:
+// migrating River's tables is most of an env's cost under the race
+// detector, and most tests never queue anything.
+type lazyQueue struct {
+	once  sync.Once
+	open  func() *jobs.Queue
+	queue *jobs.Queue
+}
+
+func (l *lazyQueue) q() *jobs.Queue {
+	l.once.Do(func() { l.queue = l.open() })
+	return l.queue
+}
+
+func (l *lazyQueue) List(ctx context.Context, orgID int64, limit int) ([]jobs.Job, error) {
+	return l.q().List(ctx, orgID, limit)
+}
+func (l *lazyQueue) Get(ctx context.Context, orgID int64, id string) (jobs.Job, error) {
+	return l.q().Get(ctx, orgID, id)
+}
+func (l *lazyQueue) Stats(ctx context.Context) (jobs.Stats, error) { return l.q().Stats(ctx) }
+func (l *lazyQueue) EnqueueBatch(ctx context.Context, caller accounts.Caller, batchID int64, lines jobs.LineSource) error {
+	return l.q().EnqueueBatch(ctx, caller, batchID, lines)
+}
+func (l *lazyQueue) WakeBatch(ctx context.Context, batchID int64) error {
+	return l.q().WakeBatch(ctx, batchID)
+}
+func (l *lazyQueue) HasBatchLines(ctx context.Context, batchID int64) (bool, error) {
+	return l.q().HasBatchLines(ctx, batchID)
+}
+func (l *lazyQueue) Enqueue(ctx context.Context, p *completion.Pipeline, caller accounts.Caller, body []byte, priority, callbackURL string) (jobs.Job, error) {
+	return l.q().Enqueue(ctx, p, caller, body, priority, callbackURL)
+}
+func (l *lazyQueue) Cancel(ctx context.Context, orgID int64, id string) (jobs.Job, error) {
+	return l.q().Cancel(ctx, orgID, id)
 }
 
 // newQueue is the job queue on db, with River's tables migrated. It is
