@@ -11,7 +11,6 @@ import (
 	"net/netip"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -24,9 +23,8 @@ import (
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/conversations"
 	"github.com/sluicehq/sluice/internal/clocktest"
-	"github.com/sluicehq/sluice/internal/testdb"
+	"github.com/sluicehq/sluice/internal/testjobs"
 	"github.com/sluicehq/sluice/internal/testsync"
-	"github.com/sluicehq/sluice/jobs"
 	"github.com/sluicehq/sluice/metering"
 	"github.com/sluicehq/sluice/models"
 	"github.com/sluicehq/sluice/quota"
@@ -167,7 +165,7 @@ func newEnv(t testing.TB, db *models.DB) *env {
 		Webhooks: webhooks, Log: discardLog(), Now: clk.Now})
 	alerts := metering.NewBudgetAlerts(store, discardLog(), clk.Now)
 	convs := conversations.NewMemory(30*time.Minute, clk.Now)
-	queue := &lazyQueue{open: func() *jobs.Queue { return newQueue(t, db, dir, clk.Now) }}
+	queue := testjobs.Queue(t, db, dir, clk.Now)
 	e := &env{t: t, store: store, clock: clk, acc: acc, dir: dir, limiter: limiter, model: model, jwt: jwt, log: discardLog(),
 		pipe: completion.Deps{
 			Log: discardLog(), Now: clk.Now,
@@ -189,62 +187,6 @@ func newEnv(t testing.TB, db *models.DB) *env {
 	}
 	e.rebuild()
 	return e
-}
-
-// lazyQueue is the real job queue, opened when a test first uses it:
-// migrating River's tables is most of an env's cost under the race
-// detector, and most tests never queue anything.
-type lazyQueue struct {
-	once  sync.Once
-	open  func() *jobs.Queue
-	queue *jobs.Queue
-}
-
-func (l *lazyQueue) q() *jobs.Queue {
-	l.once.Do(func() { l.queue = l.open() })
-	return l.queue
-}
-
-func (l *lazyQueue) List(ctx context.Context, orgID int64, limit int) ([]jobs.Job, error) {
-	return l.q().List(ctx, orgID, limit)
-}
-func (l *lazyQueue) Get(ctx context.Context, orgID int64, id string) (jobs.Job, error) {
-	return l.q().Get(ctx, orgID, id)
-}
-func (l *lazyQueue) Stats(ctx context.Context) (jobs.Stats, error) { return l.q().Stats(ctx) }
-func (l *lazyQueue) EnqueueBatch(ctx context.Context, caller accounts.Caller, batchID int64, lines jobs.LineSource) error {
-	return l.q().EnqueueBatch(ctx, caller, batchID, lines)
-}
-func (l *lazyQueue) WakeBatch(ctx context.Context, batchID int64) error {
-	return l.q().WakeBatch(ctx, batchID)
-}
-func (l *lazyQueue) HasBatchLines(ctx context.Context, batchID int64) (bool, error) {
-	return l.q().HasBatchLines(ctx, batchID)
-}
-func (l *lazyQueue) Enqueue(ctx context.Context, p *completion.Pipeline, caller accounts.Caller, body []byte, priority, callbackURL string) (jobs.Job, error) {
-	return l.q().Enqueue(ctx, p, caller, body, priority, callbackURL)
-}
-func (l *lazyQueue) Cancel(ctx context.Context, orgID int64, id string) (jobs.Job, error) {
-	return l.q().Cancel(ctx, orgID, id)
-}
-
-// newQueue is the job queue on db, with River's tables migrated. It is
-// never started: jobs stay queued, and its workers' pipeline (none) is
-// never asked.
-func newQueue(t testing.TB, db *models.DB, dir *accounts.Directory, now func() time.Time) *jobs.Queue {
-	t.Helper()
-	ctx := context.Background()
-	url := testdb.URL(db)
-	if _, err := jobs.Migrate(ctx, db, url); err != nil {
-		t.Fatal(err)
-	}
-	q, err := jobs.New(ctx, jobs.Deps{DB: db, DatabaseURL: url, Directory: dir, Log: discardLog()},
-		jobs.Config{Workers: 1, MaxAttempts: 1, Retention: time.Hour, MaxWait: time.Second, RetryBase: time.Second, Now: now})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = q.Stop(context.Background()) })
-	return q
 }
 
 func noKeys() []upstream.KeyStatus { return nil }

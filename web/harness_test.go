@@ -23,9 +23,8 @@ import (
 	"github.com/sluicehq/sluice/cluster"
 	"github.com/sluicehq/sluice/handlers"
 	"github.com/sluicehq/sluice/internal/clocktest"
-	"github.com/sluicehq/sluice/internal/testdb"
+	"github.com/sluicehq/sluice/internal/testjobs"
 	"github.com/sluicehq/sluice/internal/testsync"
-	"github.com/sluicehq/sluice/jobs"
 	"github.com/sluicehq/sluice/metering"
 	"github.com/sluicehq/sluice/models"
 	"github.com/sluicehq/sluice/providers"
@@ -120,29 +119,11 @@ func newSite(t *testing.T, db *models.DB) *site {
 			Now: clk.Now, LimiterStatus: func() quota.LimiterStatus { return quota.LimiterStatus{Mode: "local", Nodes: 1} }},
 		// The pages' services, and what /v1 shares with them. No test here
 		// sends an API request, so the pipeline is not built.
-		Directory: dir, Jobs: newQueue(t, db, dir, clk.Now), Callbacks: bill, MaxBodyBytes: 1 << 20,
+		Directory: dir, Jobs: testjobs.Queue(t, db, dir, clk.Now), Callbacks: bill, MaxBodyBytes: 1 << 20,
 		Batches: batches.New(batches.Deps{Store: store, Log: log}, batches.Config{FileRetention: 30 * 24 * time.Hour, Now: clk.Now}),
 	}
 	s.rebuild()
 	return s
-}
-
-// newQueue is the job queue on db, with River's tables migrated. It is
-// never started: jobs stay queued.
-func newQueue(t *testing.T, db *models.DB, dir *accounts.Directory, now func() time.Time) *jobs.Queue {
-	t.Helper()
-	ctx := context.Background()
-	url := testdb.URL(db)
-	if _, err := jobs.Migrate(ctx, db, url); err != nil {
-		t.Fatal(err)
-	}
-	q, err := jobs.New(ctx, jobs.Deps{DB: db, DatabaseURL: url, Directory: dir, Log: slog.New(slog.DiscardHandler)},
-		jobs.Config{Workers: 1, MaxAttempts: 1, Retention: time.Hour, MaxWait: time.Second, RetryBase: time.Second, Now: now})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = q.Stop(context.Background()) })
-	return q
 }
 
 // rebuild makes the handler from s.deps, after a test changed one.
