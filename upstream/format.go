@@ -58,6 +58,7 @@ type wireFormat interface {
 // formats are the wire formats by kind.
 var formats = map[string]wireFormat{
 	KindOpenAI: openAIFormat{},
+	KindGemini: geminiFormat{now: time.Now},
 	KindAzure:  azureFormat{},
 }
 
