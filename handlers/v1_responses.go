@@ -98,7 +98,7 @@ func (a *api) readResponsesRequest(c *gin.Context, caller accounts.Caller) (*res
 	if err != nil {
 		return nil, req, nil, inResponsesTerms(in, len(history), err)
 	}
-	req.ID = requestID(c)
+	req.ID, req.Dialect = requestID(c), "responses"
 	req.Priority = c.GetHeader("X-Sluice-Priority")
 	req.CacheMode = c.GetHeader(respcache.HeaderName)
 	return in, req, history, nil
@@ -267,6 +267,7 @@ func (s *responsesSink) finish(billed chat.Usage) {
 		return
 	}
 	u := responses.NewUsage(int64(billed.PromptTokens), int64(billed.CompletionTokens), int64(billed.CachedTokens))
+	u.OutputTokensDetails.ReasoningTokens = int64(billed.ReasoningTokens)
 	_ = s.send(s.stream.Finish(u))
 }
 

@@ -203,6 +203,9 @@ func TestResponsesAreBilledAsChatCompletions(t *testing.T) {
 			if got.PromptTokens != want.PromptTokens || got.CompletionTokens != want.CompletionTokens || got.Cost != want.Cost || got.Model != want.Model || got.Status != 200 {
 				t.Fatalf("stream %s billed %+v, the chat completion %+v", stream, got, want)
 			}
+			if got.Dialect != "responses" || want.Dialect != "chat" {
+				t.Fatalf("dialects recorded: %q for the response, %q for the chat completion", got.Dialect, want.Dialect)
+			}
 		}
 	})
 }
