@@ -565,3 +565,49 @@ func TestAResponseNotStoredIsStillAnswered(t *testing.T) {
 		t.Fatalf("logged %d failed stores, want 2:\n%s", n, logs.String())
 	}
 }
+
+// storedAtWrite is a response writer that notes, when the answer's body
+// (or a stream's last event) is written, whether its response is stored.
+type storedAtWrite struct {
+	*httptest.ResponseRecorder
+	check  func(body []byte) bool // the write to look at
+	stored func() bool
+	seen   []bool
+}
+
+func (w *storedAtWrite) Write(p []byte) (int, error) {
+	if w.check(p) {
+		w.seen = append(w.seen, w.stored())
+	}
+	return w.ResponseRecorder.Write(p)
+}
+
+// TestAResponseIsStoredBeforeItsAnswer: a client that continues a
+// response the moment its answer (or its stream's last event) arrives
+// finds it stored.
+func TestAResponseIsStoredBeforeItsAnswer(t *testing.T) {
+	e := newEnv(t, testdb.SQLite(t))
+	key, _ := e.apiToken(e.signup("a@example.com", "A"))
+	u, _ := e.store.UserByEmail(context.Background(), "a@example.com")
+	for _, c := range []struct {
+		stream string
+		last   func([]byte) bool
+	}{
+		{"false", func(p []byte) bool { return strings.Contains(string(p), `"object":"response"`) }},
+		{"true", func(p []byte) bool { return strings.Contains(string(p), "event: response.completed") }},
+	} {
+		req := httptest.NewRequest("POST", "/v1/responses", strings.NewReader(`{"model":"sluice-local","input":"hi","stream":`+c.stream+`}`))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Authorization", "Bearer "+key)
+		w := &storedAtWrite{ResponseRecorder: httptest.NewRecorder(), check: c.last}
+		w.stored = func() bool {
+			id := "resp_" + strings.TrimPrefix(w.Header().Get("X-Request-Id"), "req_")
+			_, err := e.store.StoredResponse(context.Background(), u.OrgID, id, e.clock.Now())
+			return err == nil
+		}
+		e.h.ServeHTTP(w, req)
+		if w.Code != 200 || len(w.seen) != 1 || !w.seen[0] {
+			t.Fatalf("stream %s: %d, stored when the answer was written: %v\n%s", c.stream, w.Code, w.seen, w.Body.String())
+		}
+	}
+}
