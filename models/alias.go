@@ -3,6 +3,7 @@ package models
 import (
 	"context"
 	"fmt"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -25,7 +26,6 @@ const (
 	MaxAliasTargets   = 8
 	MaxAliasFallbacks = 8
 	MaxAliasWeight    = 1000
-	maxAliasName      = 100
 )
 
 // ModelAlias is a public model name an admin defined: each request to it
@@ -88,6 +88,11 @@ type ModelAliasInput struct {
 	Fallbacks []string
 }
 
+// aliasName is what an alias may be called: a model name as clients send
+// it, without the slash routers put after a provider's name, so it is one
+// segment of the admin API's and pages' paths.
+var aliasName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:@+-]{0,99}$`)
+
 // validModelName accepts a model's name as providers spell them: visible
 // ASCII without the characters that would need escaping in a JSON body
 // (quotes, backslashes) or that separate the admin form's lists (commas,
@@ -110,9 +115,9 @@ func validModelName(s string, max int) bool {
 // other aliases.
 func (in ModelAliasInput) Validate() error {
 	switch {
-	case !validModelName(in.Name, maxAliasName):
+	case !aliasName.MatchString(in.Name):
 		return apperr.Field(apperr.Unprocessable, "invalid_alias", "name",
-			"name must be 1 to 100 characters without spaces, quotes, backslashes, commas or '=' (e.g. fast)")
+			"name must be 1 to 100 letters, digits or . _ - : @ +, starting with a letter or digit (e.g. fast)")
 	case in.Name == LocalModel:
 		return apperr.Field(apperr.Conflict, "alias_conflict", "name", LocalModel+" is the built-in model; an alias needs a name of its own")
 	case len(in.Targets) == 0:

@@ -50,8 +50,10 @@ func TestModelAliasValidation(t *testing.T) {
 			code apperr.Code
 			msg  string
 		}{
-			{"empty name", models.ModelAliasInput{Targets: one}, apperr.Unprocessable, "name must be 1 to 100 characters"},
-			{"name with a space", models.ModelAliasInput{Name: "my fast", Targets: one}, apperr.Unprocessable, "without spaces"},
+			{"empty name", models.ModelAliasInput{Targets: one}, apperr.Unprocessable,
+				"name must be 1 to 100 letters, digits or . _ - : @ +, starting with a letter or digit (e.g. fast)"},
+			{"name with a space", models.ModelAliasInput{Name: "my fast", Targets: one}, apperr.Unprocessable, "name must be 1 to 100 letters"},
+			{"name with a slash", models.ModelAliasInput{Name: "team/fast", Targets: one}, apperr.Unprocessable, "name must be 1 to 100 letters"},
 			{"the local model's name", models.ModelAliasInput{Name: "sluice-local", Targets: one}, apperr.Conflict,
 				"sluice-local is the built-in model; an alias needs a name of its own"},
 			{"a model a key serves", models.ModelAliasInput{Name: "gpt-4o", Targets: one}, apperr.Conflict,
@@ -79,7 +81,8 @@ func TestModelAliasValidation(t *testing.T) {
 				apperr.Unprocessable, "targets[0] 'smart' is an alias; an alias routes to models only, so a request is resolved in one lookup, can never loop"},
 			{"a fallback that is an alias", models.ModelAliasInput{Name: "fast", Targets: one, Fallbacks: []string{"smart"}},
 				apperr.Unprocessable, "fallbacks[0] 'smart' is an alias"},
-			{"a name with a quote", models.ModelAliasInput{Name: `fa"st`, Targets: one}, apperr.Unprocessable, "without spaces, quotes"},
+			{"a target with a quote", models.ModelAliasInput{Name: "fast", Targets: []models.AliasTarget{{Model: `gpt"4`, Weight: 1}}},
+				apperr.Unprocessable, "targets[0] must name a model: 1 to 200 characters without spaces, quotes"},
 		}
 		for _, tt := range tests {
 			t.Run(tt.name, func(t *testing.T) {
