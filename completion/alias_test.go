@@ -110,4 +110,3 @@ func TestAliasAttemptsGetTheirOwnBody(t *testing.T) {
 		t.Fatalf("usage %+v", evs)
 	}
 }
-

@@ -396,7 +396,9 @@ func TestAliasesAdminAPI(t *testing.T) {
 				}
 				continue
 			}
-			var e struct{ Error struct{ Code, Message string } }
+			var e struct {
+				Error struct{ Code, Message string }
+			}
 			if err := json.Unmarshal(w.Body.Bytes(), &e); err != nil || e.Error.Code != tt.code || !strings.Contains(e.Error.Message, tt.msg) {
 				t.Fatalf("%s: %s, want code %s and a message containing %q", tt.name, w.Body.String(), tt.code, tt.msg)
 			}
