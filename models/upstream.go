@@ -130,6 +130,19 @@ func (s *Store) CreateUpstreamKey(ctx context.Context, admin User, in UpstreamKe
 		Weight: in.Weight, RPM: in.RPM, TPM: in.TPM, Models: strings.Join(in.Models, ","), CreatedAt: time.Now().UTC(),
 	}
 	err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		// A model served under an alias's name would be shadowed by the
+		// alias (aliases are looked up first), so it is refused here.
+		if err := lockRouting(tx); err != nil {
+			return err
+		}
+		taken, err := aliasNamed(tx, in.Models)
+		if err != nil {
+			return err
+		}
+		if taken != "" {
+			return apperr.Field(apperr.Conflict, "alias_conflict", "models",
+				"'"+taken+"' is the name of a model alias; a key cannot serve a model of that name (delete the alias first)")
+		}
 		if err := tx.Create(&k).Error; err != nil {
 			return dbErr(err, "upstream key "+k.Name)
 		}
