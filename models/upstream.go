@@ -63,7 +63,9 @@ func (in UpstreamKeyInput) Validate() error {
 	switch {
 	case strings.TrimSpace(in.Name) == "" || len(in.Name) > 100:
 		return apperr.New(apperr.Unprocessable, "name must be 1 to 100 characters")
-	case err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.Fragment != "":
+	// Only an Azure deployment's URL has a query (its api-version): any
+	// other could carry a credential into logs.
+	case err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.Fragment != "" || u.RawQuery != "" && in.Provider != "azure":
 		return apperr.New(apperr.Unprocessable, "base_url must be an http(s) URL such as https://api.openai.com/v1")
 	case len(in.APIKey) < 8 || len(in.APIKey) > 512 || strings.ContainsAny(in.APIKey, " \t\r\n"):
 		return apperr.New(apperr.Unprocessable, "api_key must be 8 to 512 characters without spaces")
