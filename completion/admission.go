@@ -96,6 +96,11 @@ func (p *Pipeline) weigh(c *call) (int64, error) {
 	if !ok {
 		return 0, apperr.Field(apperr.Invalid, "invalid_priority", "X-Sluice-Priority", "X-Sluice-Priority must be low, normal or high")
 	}
+	if c.req.isEmbeddings() {
+		// A word, or the same text embedded again, is an ordinary
+		// embeddings request, not a low-value prompt: the priority alone.
+		return base, nil
+	}
 	// The whole conversation is judged, not the last turn: "ok" in a long
 	// chat is not a tiny request, while the same conversation sent again is
 	// a repeat. Never more than the bucket holds, so a small tier still
@@ -132,6 +137,12 @@ func promptText(msgs []chat.Message) string {
 // cannot be bounded is refused when a limit relies on the estimate.
 func (p *Pipeline) bound(c *call) error {
 	req, tier := c.req, c.caller.Tier
+	if req.isEmbeddings() {
+		// Nothing is generated: the inputs are the whole cost, and the
+		// body goes as the client wrote it.
+		c.completion, c.estimate, c.body = 0, c.prompt, req.Body
+		return nil
+	}
 	relies := tier.TokensPerMinute > 0
 	if !relies {
 		_, _, limited := c.caller.SpendLimit()
@@ -300,9 +311,12 @@ func (p *Pipeline) reserveBudget(ctx context.Context, c *call) error {
 	if !ok {
 		p.rejected(c.caller, c.req.Model, metering.RejectedBudget)
 		left := max(limit-b.Spent-b.Reserved, 0)
+		tokens := strconv.FormatInt(c.prompt, 10) + " prompt tokens and " + strconv.FormatInt(c.completion, 10) + " completion tokens" + boundNote(c)
+		if c.req.isEmbeddings() {
+			tokens = strconv.FormatInt(c.prompt, 10) + " input tokens"
+		}
 		return &apperr.Error{Code: apperr.NoCredit, Reason: "insufficient_quota",
-			Message: "this request may cost up to $" + worst.String() + " (" + strconv.FormatInt(c.prompt, 10) + " prompt tokens and " +
-				strconv.FormatInt(c.completion, 10) + " completion tokens" + boundNote(c) + "), more than is left of " + what +
+			Message: "this request may cost up to $" + worst.String() + " (" + tokens + "), more than is left of " + what +
 				" ($" + left.String() + " of $" + limit.String() + " this month); it resets at " +
 				metering.PeriodEnd(period).Format(time.RFC3339)}
 	}

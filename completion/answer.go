@@ -38,7 +38,10 @@ func (p *Pipeline) answer(ctx context.Context, c *call) (Served, error) {
 		p.d.Metrics.Cache(false)
 		c.sink.Header().Set("X-Cache", "MISS")
 	}
-	if c.req.Model == local.ModelID {
+	switch {
+	case c.req.Model == local.ModelID && c.req.isEmbeddings():
+		return p.answerEmbeddingsLocally(c), nil
+	case c.req.Model == local.ModelID:
 		return p.answerLocally(ctx, c, key), nil
 	}
 	return p.answerFromProvider(ctx, c, key)
@@ -79,7 +82,8 @@ func (p *Pipeline) answerFromProvider(ctx context.Context, c *call, cacheKey str
 		defer life.end()
 		doCtx = life.ctx
 	}
-	resp, err := p.d.Providers.Do(doCtx, upstream.Request{Model: c.req.Model, Body: c.body, Stream: c.req.Stream, Estimate: c.estimate, ID: c.req.ID})
+	resp, err := p.d.Providers.Do(doCtx, upstream.Request{Endpoint: c.req.Endpoint, Model: c.req.Model, Body: c.body, Stream: c.req.Stream,
+		Estimate: c.estimate, ID: c.req.ID})
 	if err != nil {
 		out, err := p.providersFailed(ctx, c, err)
 		out.ProviderTime = p.d.Now().Sub(asked)
@@ -124,6 +128,10 @@ func (p *Pipeline) providersFailed(ctx context.Context, c *call, err error) (Ser
 		// body): a bad gateway, not our bug.
 		p.d.Log.Warn("unusable provider answer", "request_id", c.req.ID, "model", c.req.Model, "err", err)
 		return Served{}, apperr.WithReason(apperr.BadUpstream, "upstream_error", "the provider's answer could not be used; retry later")
+	}
+	if c.req.isEmbeddings() {
+		p.d.Log.Warn("providers unavailable", "request_id", c.req.ID, "model", c.req.Model, "err", err)
+		return Served{}, errNoEmbeddingsFallback(c.req.Model)
 	}
 	if c.caller.Tier.UpstreamFallback == "error" {
 		p.d.Log.Warn("providers unavailable", "request_id", c.req.ID, "model", c.req.Model, "err", err)
@@ -299,11 +307,13 @@ func isUsageChunk(line []byte) bool {
 
 // cacheKey is the request's response-cache key, "" when it is not cached.
 // Streams are not cached: a cached answer is replayed as one JSON body.
+// Nor are embeddings: a vector answer is large and rarely asked for twice,
+// and a cached one would be read in whole to be billed.
 func (p *Pipeline) cacheKey(c *call) string {
 	req := c.req
 	// Most requests are neither at temperature 0 nor marked: skip the
 	// second parse of the body that Cacheable would do.
-	if p.d.Cache == nil || req.Stream || req.CacheMode == "" && (req.Temperature == nil || *req.Temperature != 0) ||
+	if p.d.Cache == nil || req.Stream || req.isEmbeddings() || req.CacheMode == "" && (req.Temperature == nil || *req.Temperature != 0) ||
 		!respcache.Cacheable(c.body, req.CacheMode) {
 		return ""
 	}
