@@ -9,6 +9,8 @@ import (
 	"net/url"
 	"strings"
 	"time"
+
+	"github.com/sluicehq/sluice/apperr"
 )
 
 // The kinds of provider a key may belong to: the wire format the pool
@@ -26,6 +28,20 @@ const (
 	Embeddings      = "embeddings"
 )
 
+// ErrNoEmbeddings is how a format whose provider has no embeddings API
+// refuses an embeddings request (from newRequest, see refuseEmbeddings):
+// the client's 400, before any attempt, and no mark against the key.
+var ErrNoEmbeddings = apperr.Field(apperr.Invalid, "unsupported_endpoint", "model", "the model's provider does not offer embeddings")
+
+// refuseEmbeddings is the first step of newRequest in a format that
+// speaks chat completions only.
+func refuseEmbeddings(req Request) error {
+	if req.endpoint() == Embeddings {
+		return ErrNoEmbeddings
+	}
+	return nil
+}
+
 // A wireFormat is how the pool speaks to one kind of provider. The pool's
 // requests and answers are OpenAI's (chat completions, embeddings), which
 // is what the pipeline reads and writes; a wireFormat translates them to
@@ -38,7 +54,8 @@ type wireFormat interface {
 	// newRequest builds the HTTP request of req for key k at base: URL,
 	// authentication and version headers, the body translated. An
 	// *apperr.Error (a feature the provider cannot do, named) reaches the
-	// client as is; no attempt is made.
+	// client as is; no attempt is made. A format whose provider cannot
+	// embed refuses req.Endpoint Embeddings so (refuseEmbeddings).
 	newRequest(ctx context.Context, k *Key, base *url.URL, req Request) (*http.Request, error)
 	// limits rewrites the provider's rate-limit headers, in place, as
 	// OpenAI's x-ratelimit-{limit,remaining,reset}-{requests,tokens} (a

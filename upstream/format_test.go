@@ -2,9 +2,13 @@ package upstream
 
 import (
 	"context"
+	"errors"
 	"net/http"
+	"net/url"
 	"strings"
 	"testing"
+
+	"github.com/sluicehq/sluice/apperr"
 )
 
 // An Azure key is called at its deployment, with its api-version and the
@@ -75,5 +79,39 @@ func TestBaseURLsAreCheckedPerProvider(t *testing.T) {
 	p, _ := testPool(t, PoolOptions{}, k)
 	if s := status(t, p, 1); s.State != Disabled || !strings.Contains(s.Reason, "deployment") {
 		t.Fatalf("state %s (%s)", s.State, s.Reason)
+	}
+}
+
+// chatOnlyFormat is a provider with no embeddings API, as some formats are.
+type chatOnlyFormat struct{ openAIFormat }
+
+func (f chatOnlyFormat) newRequest(ctx context.Context, k *Key, base *url.URL, req Request) (*http.Request, error) {
+	if err := refuseEmbeddings(req); err != nil {
+		return nil, err
+	}
+	return f.openAIFormat.newRequest(ctx, k, base, req)
+}
+
+// A format that cannot embed refuses an embeddings request before any
+// attempt, in words the client can act on, and the key stays healthy for
+// chat.
+func TestAProviderWithoutEmbeddingsRefusesThem(t *testing.T) {
+	calls := 0
+	srv := provider(t, func(w http.ResponseWriter, r *http.Request) {
+		calls++
+		writeOK(w)
+	})
+	p, _ := testPool(t, PoolOptions{}, key(1, srv.URL+"/v1", "s"))
+	p.keys.Load().entries[0].format = chatOnlyFormat{}
+	req := chatRequest("gpt-4o")
+	req.Endpoint = Embeddings
+	_, err := p.Do(context.Background(), req)
+	var refusal *apperr.Error
+	if !errors.As(err, &refusal) || refusal.Code != apperr.Invalid || refusal.Param != "model" ||
+		refusal.Message != "the model's provider does not offer embeddings" || calls != 0 {
+		t.Fatalf("%v (%d calls)", err, calls)
+	}
+	if _, err := p.Do(context.Background(), chatRequest("gpt-4o")); err != nil || calls != 1 || status(t, p, 1).State != Healthy {
+		t.Fatalf("chat after the refusal: %v, %d calls, %s", err, calls, status(t, p, 1).State)
 	}
 }
