@@ -98,6 +98,7 @@ func New(log *slog.Logger, ops Ops, d Deps) http.Handler {
 	a := &api{Deps: d, log: log, streamed: streamedBodies{"POST /v1/files": uploadBody}}
 	v1 := r.Group("/v1", a.authenticateToken, measureLoad(a.InFlight, a.Latency))
 	v1.POST("/chat/completions", a.chatCompletions)
+	v1.POST("/embeddings", a.embeddings)
 	v1.GET("/models", a.admit, a.listModels)
 	v1.GET("/sessions/:id", a.admit, a.getConversation)
 	v1.DELETE("/sessions/:id", a.admit, a.deleteConversation)

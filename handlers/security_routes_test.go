@@ -76,6 +76,7 @@ func routeTable() []routeRow {
 		{method: "GET", route: "/readyz", want: anyone(200)},
 
 		{method: "POST", route: "/v1/chat/completions", body: chat, want: signedIn(200)},
+		{method: "POST", route: "/v1/embeddings", body: `{"model":"sluice-local","input":"{role}"}`, want: signedIn(200)},
 		{method: "GET", route: "/v1/models", want: signedIn(200)},
 		// Conversations belong to a token: A's member, with another of A's tokens, does not see the owner's.
 		{method: "GET", route: "/v1/sessions/:id", path: "/v1/sessions/{conversation}", want: namesA(404, 200), ownedByA: true},
