@@ -235,7 +235,7 @@ func (p *Pipeline) admitBuckets(ctx context.Context, c *call, weight int64) erro
 		quota.Charge{Key: caller.RequestsKey, Params: requestParams(caller), Weight: weight},
 		quota.Charge{Key: caller.TPMKey, Params: tokenParams(caller), Weight: c.estimate})
 	if err != nil {
-		return limiterError(caller, err, weight, c.estimate)
+		return limiterError(caller, err, weight, c.estimate, c.req.isEmbeddings())
 	}
 	setLimitHeaders(c.sink, requestsHeaders, dr)
 	setLimitHeaders(c.sink, tokensHeaders, dt)
@@ -267,7 +267,7 @@ func (p *Pipeline) admitQueued(ctx context.Context, c *call, weight int64) error
 		dt.Allowed = true
 	}
 	if err != nil {
-		return limiterError(caller, err, weight, c.estimate)
+		return limiterError(caller, err, weight, c.estimate, c.req.isEmbeddings())
 	}
 	if dr.Allowed && dt.Allowed {
 		return nil
@@ -354,7 +354,7 @@ func (p *Pipeline) settleBudget(ctx context.Context, c *call, cost money.Amount)
 func (p *Pipeline) admitRequests(ctx context.Context, caller accounts.Caller, requestID, model string, sink Sink, weight int64) error {
 	d, err := p.d.Limiter.Allow(ctx, caller.RequestsKey, requestParams(caller), weight)
 	if err != nil {
-		return limiterError(caller, err, weight, 0)
+		return limiterError(caller, err, weight, 0, false)
 	}
 	setLimitHeaders(sink, requestsHeaders, d)
 	if !d.Allowed {
@@ -389,11 +389,16 @@ func (p *Pipeline) settle(ctx context.Context, c *call, out Served) {
 // limiterError explains a request that can never fit, and treats anything
 // else as internal (the degrading limiter has already fallen back to local
 // limits, so an error here is a bug, not an outage).
-func limiterError(caller accounts.Caller, err error, weight, estimate int64) error {
+func limiterError(caller accounts.Caller, err error, weight, estimate int64, embeddings bool) error {
 	if !errors.Is(err, quota.ErrWeightExceedsCapacity) {
 		return apperr.Wrap(err, "rate limiter")
 	}
 	tier := caller.Tier
+	if estimate > tier.TokensPerMinute && tier.TokensPerMinute > 0 && embeddings {
+		return apperr.Field(apperr.Invalid, "request_exceeds_limit", "input",
+			"this request's input is "+strconv.FormatInt(estimate, 10)+" tokens, more than the "+tier.Name+" tier's "+
+				strconv.FormatInt(tier.TokensPerMinute, 10)+" tokens per minute; send fewer or shorter inputs at a time")
+	}
 	if estimate > tier.TokensPerMinute && tier.TokensPerMinute > 0 {
 		return apperr.Field(apperr.Invalid, "request_exceeds_limit", "max_tokens",
 			"this request may use "+strconv.FormatInt(estimate, 10)+" tokens (its prompt and max_tokens), more than the "+

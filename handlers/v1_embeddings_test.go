@@ -112,6 +112,14 @@ func TestEmbeddingsSpendTheTokensBucketByTheirInput(t *testing.T) {
 	if r := embedWith(e, key, `{"model":"sluice-local","input":"a few words"}`); r.Code != 200 {
 		t.Fatalf("a small one still fits: %d %s", r.Code, r.Body)
 	}
+	// An input larger than the whole minute's tokens can never fit: a 400
+	// naming the input, not max_tokens.
+	huge := "[" + strings.Repeat("7,", 1399) + "7]"
+	r = embedWith(e, key, `{"model":"sluice-local","input":`+huge+`}`)
+	if r.Code != 400 || !strings.Contains(r.Body, `"param":"input"`) ||
+		!strings.Contains(r.Body, "this request's input is 1400 tokens, more than the free tier's 1000 tokens per minute") {
+		t.Fatalf("oversized: %d %s", r.Code, r.Body)
+	}
 }
 
 // A provider's answer passes through as it came (base64 and all) and is
