@@ -107,6 +107,7 @@ func New(log *slog.Logger, ops Ops, d Deps) http.Handler {
 	v1.POST("/responses", a.createResponse)
 	v1.GET("/responses/:id", a.admit, a.getResponse)
 	v1.DELETE("/responses/:id", a.admit, a.deleteResponse)
+	v1.POST("/embeddings", a.embeddings)
 	v1.GET("/models", a.admit, a.listModels)
 	v1.GET("/sessions/:id", a.admit, a.getConversation)
 	v1.DELETE("/sessions/:id", a.admit, a.deleteConversation)
