@@ -29,6 +29,10 @@ func (brokenLimiter) AllowBoth(context.Context, quota.Charge, quota.Charge) (quo
 	return quota.Decision{}, quota.Decision{}, errLimiterBug
 }
 
+func (brokenLimiter) AllowAll(context.Context, []quota.Charge) ([]quota.Decision, error) {
+	return nil, errLimiterBug
+}
+
 // Server-side failures say what failed, in their own code, unless they are
 // internal (a bug): then the message is generic and the cause stays in the
 // log. Each is logged exactly once, with the request id.

@@ -247,6 +247,43 @@ func (d *Degrading) AllowBoth(ctx context.Context, a, b Charge) (Decision, Decis
 	return da, db, err
 }
 
+// AllowAll decides with the shared limiter, or with the local shares of
+// every bucket.
+func (d *Degrading) AllowAll(ctx context.Context, cs []Charge) ([]Decision, error) {
+	if _, err := chargeShapes(cs); err != nil {
+		return nil, err
+	}
+	var ds []Decision
+	if done, err := d.tryShared(ctx, func(ctx context.Context) (err error) {
+		ds, err = d.shared.AllowAll(ctx, cs)
+		return err
+	}); done {
+		if err == nil {
+			for i, c := range cs {
+				d.mirror(c.Key, ds[i])
+			}
+		}
+		return ds, err
+	}
+	d.fallbacks.Add(1)
+	local := make([]Charge, len(cs))
+	outage := false
+	for i, c := range cs {
+		if d.beforeLocal(c.Key, c.Params) {
+			outage = true
+		}
+		local[i] = c
+		local[i].Params, local[i].Weight = d.localShare(c.Params, c.Weight)
+	}
+	ds, err := d.local.AllowAll(ctx, local)
+	if err == nil && !outage && ds[0].Allowed { // all or none were charged
+		for _, c := range cs {
+			d.owed.add(c.Key, c.Params, c.Weight)
+		}
+	}
+	return ds, err
+}
+
 // Adjust settles the bucket where decisions are currently made.
 func (d *Degrading) Adjust(ctx context.Context, key string, p Params, delta int64) error {
 	if _, err := shapeForAdjust(p); err != nil || delta == 0 {

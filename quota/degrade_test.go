@@ -63,6 +63,13 @@ func (s *switchLimiter) AllowBoth(ctx context.Context, a, b Charge) (Decision, D
 	return s.up.AllowBoth(ctx, a, b)
 }
 
+func (s *switchLimiter) AllowAll(ctx context.Context, cs []Charge) ([]Decision, error) {
+	if err := s.fail(ctx); err != nil {
+		return nil, err
+	}
+	return s.up.AllowAll(ctx, cs)
+}
+
 func (s *switchLimiter) Adjust(ctx context.Context, key string, p Params, delta int64) error {
 	if err := s.fail(ctx); err != nil {
 		return err

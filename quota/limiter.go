@@ -45,6 +45,13 @@ type Limiter interface {
 	// tokens-per-minute bucket) together: both are charged or neither is,
 	// so a request rejected by one bucket costs nothing in the other.
 	AllowBoth(ctx context.Context, a, b Charge) (Decision, Decision, error)
+	// AllowAll charges every bucket of cs together, all or none, as
+	// AllowBoth does two (a request's organization buckets and its
+	// token's own). The keys must differ. The decisions are in cs's order;
+	// when the charge is refused none says Allowed, and RetryAfter is set
+	// on each bucket that could not have taken its charge. It is one round
+	// trip to a shared backend, and never prefetched.
+	AllowAll(ctx context.Context, cs []Charge) ([]Decision, error)
 	// Adjust settles a bucket after the fact without an admission decision:
 	// delta > 0 takes more tokens (a debt, bounded at one bucket's worth
 	// below empty), delta < 0 gives tokens back (never beyond full).
@@ -192,3 +199,49 @@ func pairShapes(a, b Charge) (shape, shape, error) {
 
 // shapeForAdjust validates p for Adjust, where any delta is allowed.
 func shapeForAdjust(p Params) (shape, error) { return newShape(p, 1) }
+
+// ErrSameKey is returned by AllowAll for a key charged twice in one call.
+var ErrSameKey = errors.New("quota: one bucket charged twice in one call")
+
+// chargeShapes validates every charge of an AllowAll before anything is
+// charged, so a bad charge never leaves others spent.
+func chargeShapes(cs []Charge) ([]shape, error) {
+	ss := make([]shape, len(cs))
+	for i, c := range cs {
+		for _, prev := range cs[:i] {
+			if prev.Key == c.Key {
+				return nil, fmt.Errorf("%w: %q", ErrSameKey, c.Key)
+			}
+		}
+		s, err := newShape(c.Params, c.Weight)
+		if err != nil {
+			return nil, err
+		}
+		ss[i] = s
+	}
+	return ss, nil
+}
+
+// decideAll is AllowAll's decision from the buckets' TATs before the call,
+// as Memory.AllowAll makes it step by step: each bucket is charged in
+// turn; at the first that refuses, those before it are reported uncharged
+// and those after it as they stand. It reports whether all were charged.
+// Both backends use it, so their answers agree.
+func decideAll(now int64, tats []int64, ss []shape, cs []Charge) ([]Decision, bool) {
+	ds := make([]Decision, len(cs))
+	for i := range cs {
+		ds[i], _ = gcra(tats[i], now, ss[i], cs[i].Weight)
+		if ds[i].Allowed {
+			continue
+		}
+		for j := range i {
+			ds[j] = uncharged(ds[j], ss[j], cs[j].Weight)
+		}
+		for j := i + 1; j < len(cs); j++ {
+			d, _ := gcra(tats[j], now, ss[j], cs[j].Weight)
+			ds[j] = uncharged(d, ss[j], cs[j].Weight)
+		}
+		return ds, false
+	}
+	return ds, true
+}

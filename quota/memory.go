@@ -159,6 +159,35 @@ func (m *Memory) AllowBoth(ctx context.Context, a, b Charge) (Decision, Decision
 	return da, db, nil
 }
 
+// AllowAll charges each bucket of cs in turn; at the first that refuses,
+// the charges before it are given back, so the call is all-or-nothing in
+// what it leaves behind (between the steps another request may briefly see
+// a charge that is given back, which can only make it stricter). The
+// decisions are decideAll's, which the Redis backend answers too.
+func (m *Memory) AllowAll(ctx context.Context, cs []Charge) ([]Decision, error) {
+	ss, err := chargeShapes(cs)
+	if err != nil {
+		return nil, err
+	}
+	now := m.nanos()
+	ds := make([]Decision, len(cs))
+	for i, c := range cs {
+		ds[i] = m.spendKey(c.Key, now, ss[i], c.Weight)
+		if ds[i].Allowed {
+			continue
+		}
+		for j := range i {
+			m.adjustKey(cs[j].Key, now, ss[j], -cs[j].Weight)
+			ds[j] = uncharged(ds[j], ss[j], cs[j].Weight)
+		}
+		for j := i + 1; j < len(cs); j++ {
+			ds[j] = m.peek(cs[j].Key, now, ss[j], cs[j].Weight)
+		}
+		break
+	}
+	return ds, nil
+}
+
 // Adjust settles key's bucket by delta tokens.
 func (m *Memory) Adjust(ctx context.Context, key string, p Params, delta int64) error {
 	s, err := shapeForAdjust(p)

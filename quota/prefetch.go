@@ -149,6 +149,15 @@ func (f *Prefetch) AllowBoth(ctx context.Context, a, b Charge) (Decision, Decisi
 	return f.allow(ctx, a, b)
 }
 
+// AllowAll passes through: a token's own bucket is charged with its
+// organization's on every request, so the organization's lots, which are
+// entered under one pairing of keys, are not taken apart for it. (What
+// the node holds of a bucket was charged before; charging the shared
+// bucket directly admits nothing uncharged.)
+func (f *Prefetch) AllowAll(ctx context.Context, cs []Charge) ([]Decision, error) {
+	return f.next.AllowAll(ctx, cs)
+}
+
 // Adjust passes through; a debt (delta > 0) also drops what the node holds
 // of the bucket and what it had yet to give back of it, so that after a
 // drain it stops at once. Of a pair charged together, only a debt on the

@@ -161,6 +161,38 @@ func (r *Redis) AllowBoth(ctx context.Context, a, b Charge) (Decision, Decision,
 	return da, db, nil
 }
 
+// AllowAll charges every bucket of cs in one script run, all or none, as
+// AllowBoth does two; the decisions are decideAll's, which Memory.AllowAll
+// reports in the same state. The keys must share a hash tag on Redis
+// Cluster (see Keys above).
+func (r *Redis) AllowAll(ctx context.Context, cs []Charge) ([]Decision, error) {
+	ss, err := chargeShapes(cs)
+	if err != nil {
+		return nil, err
+	}
+	args := make([]any, 0, 5+4*len(cs))
+	args = r.appendNow(ctx, args)
+	keys := make([]string, len(cs))
+	for i, c := range cs {
+		args = appendCharge(args, ss[i], c.Weight)
+		keys[i] = r.key(c.Key)
+	}
+	sent := time.Now()
+	reply, err := allowScript.Run(ctx, r.client, keys, args...).StringSlice()
+	if err != nil {
+		return nil, fmt.Errorf("quota: redis allow all: %w", err)
+	}
+	vals, err := r.parseAllow(reply, 2+len(cs), sent)
+	if err != nil {
+		return nil, err
+	}
+	ds, ok := decideAll(vals[0], vals[1:1+len(cs)], ss, cs)
+	if ok != (vals[1+len(cs)] == 1) {
+		return nil, fmt.Errorf("quota: redis allow all: script and gcra disagree (now %d, tats %v)", vals[0], vals[1:1+len(cs)])
+	}
+	return ds, nil
+}
+
 // decideBoth is AllowBoth's decision from the state before the call: a is
 // charged first and b second (seeing a's charge when they are the same
 // bucket); if either rejects, both are reported uncharged, as Memory does. It
@@ -363,7 +395,7 @@ local function store(key, ns, nn, os, on)
 end
 `
 
-// allowScript runs GCRA on one or two buckets. KEYS: the buckets. ARGV: now
+// allowScript runs GCRA on one or more buckets. KEYS: the buckets. ARGV: now
 // (two empty strings for the server's TIME), the expiry margin and the
 // deadline (two empty strings for none), then per key the cost
 // (weight*interval) and tau. It charges every key or none, and replies with
@@ -392,9 +424,9 @@ end
 if ok == 1 then
   for i = 1, #KEYS do store(KEYS[i], ns, nn, xs[i], xn[i]) end
 end
-local reply = {fmt(ns, nn), raw[1]}
-if #KEYS == 2 then reply[3] = raw[2] end
-reply[#reply + 1] = tostring(ok)
+local reply = {fmt(ns, nn)}
+for i = 1, #KEYS do reply[i + 1] = raw[i] end
+reply[#KEYS + 2] = tostring(ok)
 return reply
 `)
 

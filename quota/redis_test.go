@@ -438,6 +438,19 @@ func TestRedisMatchesMemory(t *testing.T) {
 			if errM != nil || errR != nil || dm != dr {
 				t.Fatalf("call %d Allow(%q, %+v, %d):\n memory %+v %v\n redis  %+v %v", i, k, p, w, dm, errM, dr, errR)
 			}
+		case op < 7:
+			// Three distinct buckets, as a request with a token rate of its
+			// own charges on a tier with tokens per minute.
+			var cs []Charge
+			for _, at := range rng.Perm(len(keys))[:3] {
+				_, p, w := pick()
+				cs = append(cs, Charge{keys[at], p, w})
+			}
+			dm, errM := m.AllowAll(ctx, cs)
+			dr, errR := r.AllowAll(ctx, cs)
+			if errM != nil || errR != nil || fmt.Sprint(dm) != fmt.Sprint(dr) {
+				t.Fatalf("call %d AllowAll(%+v):\n memory %+v %v\n redis  %+v %v", i, cs, dm, errM, dr, errR)
+			}
 		case op < 8:
 			ka, pa, wa := pick()
 			kb, pb, wb := pick()
@@ -814,8 +827,11 @@ func TestRedisOneRoundTrip(t *testing.T) {
 		if err := r.Adjust(ctx, "tok:1|tpm", p, -2); err != nil {
 			t.Fatal(err)
 		}
-		if got, want := counter.counts(), map[string]int{"evalsha": 3}; rlTotal(got) != 3 || got["evalsha"] != 3 {
-			t.Fatalf("round %d: Allow, AllowBoth and Adjust sent %v, want %v", i, got, want)
+		if _, err := r.AllowAll(ctx, []Charge{{"tok:1", p, 1}, {"tok:1|tpm", p, 7}, {"tok:1|tok:9", p, 1}}); err != nil {
+			t.Fatal(err)
+		}
+		if got, want := counter.counts(), map[string]int{"evalsha": 4}; rlTotal(got) != 4 || got["evalsha"] != 4 {
+			t.Fatalf("round %d: Allow, AllowBoth, AllowAll and Adjust sent %v, want %v", i, got, want)
 		}
 	}
 }
