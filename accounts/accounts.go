@@ -6,6 +6,7 @@ package accounts
 import (
 	"context"
 	"crypto/rand"
+	"log/slog"
 	"net/mail"
 	"strings"
 	"time"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/sluicehq/sluice/apperr"
 	"github.com/sluicehq/sluice/cluster"
+	"github.com/sluicehq/sluice/metering"
 	"github.com/sluicehq/sluice/models"
 )
 
@@ -25,6 +27,8 @@ type Service struct {
 	bus        cluster.Bus
 	throttle   *LoginThrottle
 	signups    *SignupThrottle // nil: signups are not throttled
+	ledger     metering.Ledger // budgets; nil: no token's balance is brought up to date
+	ledgerLog  *slog.Logger
 	bcryptCost int
 	dummyHash  []byte // compared against for unknown emails, so timing does not reveal them
 }
@@ -36,6 +40,12 @@ type ServiceOption func(*Service)
 // with a nil throttle) they are not bounded.
 func WithSignupThrottle(t *SignupThrottle) ServiceOption {
 	return func(s *Service) { s.signups = t }
+}
+
+// WithLedger has a token given a monthly budget brought up to date in
+// ledger (see UpdateToken); a failure to is logged to log.
+func WithLedger(ledger metering.Ledger, log *slog.Logger) ServiceOption {
+	return func(s *Service) { s.ledger, s.ledgerLog = ledger, log }
 }
 
 // NewService returns the account service. bcryptCost is 12 in production.

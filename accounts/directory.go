@@ -4,6 +4,8 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"net/netip"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -29,9 +31,9 @@ type Caller struct {
 	// every token of it spends from the same two. They are built once per
 	// cache fill so the hot path does not format them per request. The
 	// part before '|' is the same, so the Redis limiter keeps both in one
-	// hash slot; a token's own, lower limit will be "org:<id>|tok:<id>"
-	// and "org:<id>|tok:<id>|tpm", in that slot too, so that all of them
-	// can be charged in one script.
+	// hash slot; a token's own rate (TokenRequestsKey) is
+	// "org:<id>|tok:<id>", in that slot too, so that all of them are
+	// charged in one script.
 	RequestsKey string
 	TPMKey      string
 	// TokenKey names the token itself ("tok:<id>") where state is the
@@ -49,6 +51,42 @@ type Caller struct {
 	// SigningSecret is the key of the HMAC the token's requests must carry;
 	// nil when it takes unsigned requests. Shared, read-only.
 	SigningSecret []byte
+
+	// The token's own controls (models.TokenControls), read at cache fill.
+	// Models are the model and alias names it may use, nil for every one;
+	// shared, read-only.
+	Models []string
+	// TokenBudget is the token's own monthly budget, nil for none.
+	TokenBudget *money.Amount
+	// TokenRequestsKey names the token's own request bucket,
+	// "org:<id>|tok:<id>" (in its organization's Redis slot, so both are
+	// charged in one script); "" when it has none.
+	TokenRequestsKey string
+	// TokenRequestsPerMinute is its rate, 0 for none.
+	TokenRequestsPerMinute int64
+	// AllowedIPs are the networks its requests may come from, nil for
+	// anywhere; shared, read-only.
+	AllowedIPs []netip.Prefix
+}
+
+// MayUseModel says whether the token may ask for model (a model or an
+// alias, by the name the client sends).
+func (c Caller) MayUseModel(model string) bool {
+	return c.Models == nil || slices.Contains(c.Models, model)
+}
+
+// AllowsAddress says whether a request from addr may use the token.
+func (c Caller) AllowsAddress(addr netip.Addr) bool {
+	if c.AllowedIPs == nil {
+		return true
+	}
+	addr = addr.Unmap()
+	for _, p := range c.AllowedIPs {
+		if p.Contains(addr) {
+			return true
+		}
+	}
+	return false
 }
 
 // SpendLimit is what the organization may spend in a month before its
@@ -72,6 +110,13 @@ func (c Caller) SpendLimit() (limit money.Amount, what string, ok bool) {
 func (c Caller) TracksSpending() bool {
 	_, _, limited := c.SpendLimit()
 	return limited || c.Budget.Limit != nil
+}
+
+// LimitsSpending says whether anything limits what the request may cost:
+// the organization's spending limit or the token's own budget.
+func (c Caller) LimitsSpending() bool {
+	_, _, limited := c.SpendLimit()
+	return limited || c.TokenBudget != nil
 }
 
 // Directory resolves API tokens for the gateway. It caches what the
@@ -100,13 +145,15 @@ type Directory struct {
 }
 
 type tokenEntry struct {
-	known         bool
-	owner         models.TokenOwner
-	requestsKey   string
-	tpmKey        string
-	tokenKey      string
-	signingSecret []byte
-	fetchedAt     time.Time
+	known            bool
+	owner            models.TokenOwner
+	requestsKey      string
+	tpmKey           string
+	tokenKey         string
+	tokenRequestsKey string // "" when the token has no rate of its own
+	allowedIPs       []netip.Prefix
+	signingSecret    []byte
+	fetchedAt        time.Time
 }
 
 // DirectoryOption adjusts a Directory.
@@ -186,10 +233,15 @@ func (d *Directory) caller(e tokenEntry) (Caller, error) {
 	if tier == nil {
 		return Caller{}, apperr.Wrap(errUnknownTier, e.owner.TierName)
 	}
-	return Caller{TokenID: e.owner.ID, OrgID: e.owner.OrgID, UserID: e.owner.UserID, Tier: tier,
+	c := Caller{TokenID: e.owner.ID, OrgID: e.owner.OrgID, UserID: e.owner.UserID, Tier: tier,
 		RequestsKey: e.requestsKey, TPMKey: e.tpmKey, TokenKey: e.tokenKey,
 		Budget: models.Budget{Limit: e.owner.BudgetLimit, HardStop: e.owner.BudgetHardStop}, TokenPrefix: e.owner.Prefix,
-		SigningSecret: e.signingSecret, IncludedCredit: e.owner.IncludedCredit}, nil
+		SigningSecret: e.signingSecret, IncludedCredit: e.owner.IncludedCredit,
+		Models: e.owner.Models, TokenBudget: e.owner.MonthlyBudget, AllowedIPs: e.allowedIPs}
+	if rpm := e.owner.RequestsPerMinute; rpm != nil {
+		c.TokenRequestsKey, c.TokenRequestsPerMinute = e.tokenRequestsKey, *rpm
+	}
+	return c, nil
 }
 
 // entry is what the cache keeps of a token: its keys formatted and its
@@ -198,6 +250,18 @@ func (d *Directory) entry(owner models.TokenOwner, known bool) (tokenEntry, erro
 	org := "org:" + strconv.FormatInt(owner.OrgID, 10)
 	e := tokenEntry{known: known, owner: owner, requestsKey: org, tpmKey: org + "|tpm",
 		tokenKey: "tok:" + strconv.FormatInt(owner.ID, 10)}
+	if owner.RequestsPerMinute != nil {
+		e.tokenRequestsKey = org + "|" + e.tokenKey
+	}
+	if owner.AllowedIPs != nil {
+		nets, err := models.ParseAllowedIPs(owner.AllowedIPs)
+		if err != nil {
+			// Stored only after the same check: a row changed by hand. The
+			// token must not fail open to every address.
+			return e, apperr.Wrap(err, "the token's allowed_ips")
+		}
+		e.allowedIPs = nets
+	}
 	if owner.SigningSecret != nil {
 		if d.box == nil {
 			return e, errSigningOff

@@ -8,6 +8,7 @@ import (
 
 	"github.com/sluicehq/sluice/apperr"
 	"github.com/sluicehq/sluice/cluster"
+	"github.com/sluicehq/sluice/metering"
 	"github.com/sluicehq/sluice/models"
 	"github.com/sluicehq/sluice/quota"
 	"github.com/sluicehq/sluice/signing"
@@ -19,16 +20,84 @@ const MaxTokenDays = 3650
 // CreateToken issues an API token for u's organization; expiresInDays 0
 // means it never expires. The plain text is returned once.
 func (s *Service) CreateToken(ctx context.Context, u models.User, name string, expiresInDays int) (models.APIToken, string, error) {
-	name = strings.TrimSpace(name)
-	if expiresInDays < 0 || expiresInDays > MaxTokenDays {
+	return s.IssueToken(ctx, u, TokenSettings{Name: name, ExpiresInDays: expiresInDays})
+}
+
+// TokenSettings are what a new token is made with.
+type TokenSettings struct {
+	Name string
+	// ExpiresInDays (1 to MaxTokenDays) or ExpiresAt, not both, say when
+	// it expires; neither: never.
+	ExpiresInDays int
+	ExpiresAt     *time.Time
+	Controls      models.TokenControls
+}
+
+// IssueToken issues an API token for u's organization with its settings
+// and controls (checked: see models.TokenControls.Check). The plain text
+// is returned once.
+func (s *Service) IssueToken(ctx context.Context, u models.User, in TokenSettings) (models.APIToken, string, error) {
+	name := strings.TrimSpace(in.Name)
+	if in.ExpiresInDays < 0 || in.ExpiresInDays > MaxTokenDays {
 		return models.APIToken{}, "", apperr.New(apperr.Unprocessable, "expires_in_days must be from 0 (never) to %d", MaxTokenDays)
 	}
-	var expires *time.Time
-	if expiresInDays > 0 {
-		t := time.Now().UTC().AddDate(0, 0, expiresInDays)
+	expires := in.ExpiresAt
+	switch {
+	case expires != nil && in.ExpiresInDays > 0:
+		return models.APIToken{}, "", apperr.Field(apperr.Invalid, "invalid_expiry", "expires_at",
+			"send expires_in_days or expires_at, not both")
+	case expires != nil:
+		if err := s.checkExpiry(*expires); err != nil {
+			return models.APIToken{}, "", err
+		}
+	case in.ExpiresInDays > 0:
+		t := time.Now().UTC().AddDate(0, 0, in.ExpiresInDays)
 		expires = &t
 	}
-	return s.store.CreateAPIToken(ctx, u.OrgID, u.ID, name, expires)
+	return s.store.CreateAPITokenWith(ctx, u.OrgID, u.ID, name, expires, in.Controls)
+}
+
+// checkExpiry bounds an expiry set as a time: after now, and no later than
+// the longest lifetime a token may have.
+func (s *Service) checkExpiry(t time.Time) error {
+	now := s.dir.now()
+	if !t.After(now) {
+		return apperr.Field(apperr.Invalid, "invalid_expiry", "expires_at",
+			"expires_at must be in the future (it is "+now.UTC().Format(time.RFC3339)+" now); revoke a token to stop it at once")
+	}
+	if t.After(now.AddDate(0, 0, MaxTokenDays)) {
+		return apperr.Field(apperr.Invalid, "invalid_expiry", "expires_at",
+			fmt.Sprintf("expires_at may be at most %d days ahead", MaxTokenDays))
+	}
+	return nil
+}
+
+// UpdateToken changes one of u's organization's tokens (an owner's any,
+// a member's only their own) and makes every node's gateway see the change
+// with its next request, as a revocation does. Setting a monthly budget
+// brings the token's ledger balance up to what the store has billed it
+// (its spending went untracked while it had none).
+func (s *Service) UpdateToken(ctx context.Context, u models.User, id int64, p models.TokenPatch) (models.APIToken, error) {
+	if p.ExpiresAt.Set && p.ExpiresAt.To != nil {
+		if err := s.checkExpiry(*p.ExpiresAt.To); err != nil {
+			return models.APIToken{}, err
+		}
+		utc := p.ExpiresAt.To.UTC()
+		p.ExpiresAt.To = &utc
+	}
+	t, err := s.store.UpdateAPIToken(ctx, u, u.OrgID, id, p)
+	if err != nil {
+		return t, err
+	}
+	s.dir.ForgetToken(t.Hash)
+	s.publish(ctx, cluster.Event{Kind: cluster.TokenChanged, Hash: t.Hash})
+	if p.MonthlyBudget.Set && t.MonthlyBudget != nil && s.ledger != nil {
+		if err := s.ledger.Resync(ctx, metering.TokenAccount(t.OrgID, t.ID), s.dir.now()); err != nil {
+			s.ledgerLog.Warn("bringing a token's budget balance up to the store failed; the balance is kept as it was",
+				"token_id", t.ID, "err", err)
+		}
+	}
+	return t, nil
 }
 
 // RevokeToken revokes one of u's organization's tokens and makes the

@@ -199,7 +199,7 @@ func (s *Service) Budget(ctx context.Context, orgID int64) (BudgetState, error) 
 		Credit: plan.IncludedCredit(), TierCredit: o.Tier.IncludedCredit, Overage: o.Tier.Overage}
 	c := accounts.Caller{Tier: &o.Tier, IncludedCredit: st.Credit, Budget: models.Budget{Limit: o.BudgetLimit, HardStop: o.BudgetHardStop}}
 	if c.TracksSpending() {
-		b, err := s.ledger.Balance(ctx, orgID, period)
+		b, err := s.ledger.Balance(ctx, metering.OrgAccount(orgID), period)
 		if err != nil {
 			return st, err
 		}
@@ -299,7 +299,7 @@ func (s *Service) Notify(ctx context.Context, orgID int64, url string, body []by
 func (s *Service) orgChanged(ctx context.Context, orgID int64) {
 	s.dir.ForgetOrganization(orgID)
 	s.publish(ctx, cluster.Event{Kind: cluster.OrgChanged, ID: orgID})
-	if err := s.ledger.Resync(ctx, orgID, s.now()); err != nil {
+	if err := s.ledger.Resync(ctx, metering.OrgAccount(orgID), s.now()); err != nil {
 		s.log.Warn("bringing a budget balance up to the store failed; the balance is kept as it was", "org_id", orgID, "err", err)
 	}
 }

@@ -34,6 +34,36 @@ func tokenParams(t accounts.Caller) quota.Params {
 	return quota.Params{Capacity: t.Tier.TokensPerMinute, RefillPerSec: float64(t.Tier.TokensPerMinute) / 60}
 }
 
+// tokenRateParams is a token's own request bucket (requests_per_minute):
+// a minute of its rate as its burst, refilled at its rate, and never more
+// than its tier's burst or refill, so that a tier that was lowered after
+// the rate was set binds the token as it binds its organization.
+func tokenRateParams(t accounts.Caller) quota.Params {
+	rpm := t.TokenRequestsPerMinute
+	return quota.Params{Capacity: min(rpm, t.Tier.Capacity), RefillPerSec: min(float64(rpm)/60, t.Tier.EffectiveRefill())}
+}
+
+// tokenRated says whether the caller's token has a request bucket of its
+// own, charged with its organization's (quota.Limiter.AllowAll).
+func tokenRated(t accounts.Caller) bool { return t.TokenRequestsKey != "" }
+
+// binding is the one of the organization's request bucket and the
+// token's own that holds the request back, for the requests headers and
+// a refusal: on a refusal the longer wait, else the fewer requests left
+// (the lower limit on a tie). tok says it is the token's.
+func binding(org, own quota.Decision) (d quota.Decision, tok bool) {
+	if !org.Allowed || !own.Allowed {
+		if own.RetryAfter > org.RetryAfter {
+			return own, true
+		}
+		return org, false
+	}
+	if own.Remaining < org.Remaining || own.Remaining == org.Remaining && own.Limit <= org.Limit {
+		return own, true
+	}
+	return org, false
+}
+
 // checkFrozen refuses a frozen token, counting the rejection (a job
 // waiting for the thaw is not a rejection).
 func (p *Pipeline) checkFrozen(caller accounts.Caller, model string, queued bool) error {
@@ -113,7 +143,11 @@ func (p *Pipeline) weigh(c *call) (int64, error) {
 	}
 	shape := c.req.shape(history)
 	w := p.d.Scorer.Weight(c.caller.TokenKey, &shape, base)
-	return min(w, max(base, c.caller.Tier.Capacity)), nil
+	burst := c.caller.Tier.Capacity
+	if tokenRated(c.caller) {
+		burst = min(burst, tokenRateParams(c.caller).Capacity)
+	}
+	return min(w, max(base, burst)), nil
 }
 
 // promptText is every message's content, for the prompt log.
@@ -146,10 +180,8 @@ func (p *Pipeline) bound(c *call) error {
 		return nil
 	}
 	relies := tier.TokensPerMinute > 0
-	if !relies {
-		_, _, limited := c.caller.SpendLimit()
-		_, priced := p.worstPrice(c)
-		relies = limited && priced
+	if !relies && c.caller.LimitsSpending() {
+		_, relies = p.worstPrice(c)
 	}
 	var e bodyEdits
 	switch {
@@ -257,9 +289,15 @@ func reliedOn(c *call) string {
 	if c.caller.Tier.TokensPerMinute > 0 {
 		return "tokens-per-minute limit"
 	}
-	_, what, _ := c.caller.SpendLimit()
+	_, what, limited := c.caller.SpendLimit()
+	if !limited {
+		what = tokenBudgetName
+	}
 	return "spending limit (" + what + ")"
 }
+
+// tokenBudgetName is what a refusal calls a token's own budget.
+const tokenBudgetName = "this API key's monthly budget"
 
 // admit spends weight from the request bucket and reserves the estimate
 // from the tokens bucket, both or neither, then reserves the budget.
@@ -289,25 +327,45 @@ func (p *Pipeline) admitBuckets(ctx context.Context, c *call, weight int64) erro
 	if caller.Tier.TokensPerMinute <= 0 {
 		return p.admitRequests(ctx, caller, c.req.ID, c.req.Model, c.sink, weight)
 	}
-	dr, dt, err := p.d.Limiter.AllowBoth(ctx,
-		quota.Charge{Key: caller.RequestsKey, Params: requestParams(caller), Weight: weight},
-		quota.Charge{Key: caller.TPMKey, Params: tokenParams(caller), Weight: c.estimate})
-	if err != nil {
-		return limiterError(caller, err, weight, c.estimate, c.req.isEmbeddings())
+	reqs := quota.Charge{Key: caller.RequestsKey, Params: requestParams(caller), Weight: weight}
+	toks := quota.Charge{Key: caller.TPMKey, Params: tokenParams(caller), Weight: c.estimate}
+	var dr, dt quota.Decision
+	own := false // dr is the token's own bucket's decision
+	if tokenRated(caller) {
+		ds, err := p.d.Limiter.AllowAll(ctx, []quota.Charge{reqs, toks,
+			{Key: caller.TokenRequestsKey, Params: tokenRateParams(caller), Weight: weight}})
+		if err != nil {
+			return limiterError(caller, err, weight, c.estimate, c.req.isEmbeddings())
+		}
+		dt = ds[1]
+		dr, own = binding(ds[0], ds[2])
+	} else {
+		var err error
+		dr, dt, err = p.d.Limiter.AllowBoth(ctx, reqs, toks)
+		if err != nil {
+			return limiterError(caller, err, weight, c.estimate, c.req.isEmbeddings())
+		}
 	}
 	setLimitHeaders(c.sink, requestsHeaders, dr)
 	setLimitHeaders(c.sink, tokensHeaders, dt)
 	if dr.Allowed && dt.Allowed {
 		return nil
 	}
-	// Neither bucket was charged. The client must wait for both, so the
-	// longer wait is the one to report, named after its bucket; a shorter
+	// Nothing was charged. The client must wait for every bucket, so the
+	// longest wait is the one to report, named after its bucket; a shorter
 	// Retry-After would only earn another 429 (and count toward a freeze).
 	if dt.RetryAfter > dr.RetryAfter {
 		return p.reject(ctx, caller, c.req.ID, c.req.Model, dt, metering.RejectedTokens)
 	}
+	if own {
+		return p.reject(ctx, caller, c.req.ID, c.req.Model, dr, rejectedOwnRate)
+	}
 	return p.reject(ctx, caller, c.req.ID, c.req.Model, dr, metering.RejectedRequests)
 }
+
+// rejectedOwnRate is reject's name for a refusal by the token's own
+// bucket; it is counted as a refusal for requests.
+const rejectedOwnRate = "own_rate"
 
 // admitQueued charges a job's request both buckets, both or neither, within
 // the part live traffic leaves; when they have no room it answers how long
@@ -317,10 +375,25 @@ func (p *Pipeline) admitQueued(ctx context.Context, c *call, weight int64) error
 	req := quota.Charge{Key: caller.RequestsKey, Params: queuedParams(requestParams(caller), weight), Weight: weight}
 	var dr, dt quota.Decision
 	var err error
-	if caller.Tier.TokensPerMinute > 0 {
+	switch {
+	case tokenRated(caller):
+		// The token's own bucket keeps its live share too.
+		cs := []quota.Charge{req, {Key: caller.TokenRequestsKey, Params: queuedParams(tokenRateParams(caller), weight), Weight: weight}}
+		if caller.Tier.TokensPerMinute > 0 {
+			cs = append(cs, quota.Charge{Key: caller.TPMKey, Params: queuedParams(tokenParams(caller), c.estimate), Weight: c.estimate})
+		}
+		var ds []quota.Decision
+		if ds, err = p.d.Limiter.AllowAll(ctx, cs); err == nil {
+			dr, _ = binding(ds[0], ds[1])
+			dt.Allowed = true
+			if len(ds) == 3 {
+				dt = ds[2]
+			}
+		}
+	case caller.Tier.TokensPerMinute > 0:
 		tok := quota.Charge{Key: caller.TPMKey, Params: queuedParams(tokenParams(caller), c.estimate), Weight: c.estimate}
 		dr, dt, err = p.d.Limiter.AllowBoth(ctx, req, tok)
-	} else {
+	default:
 		dr, err = p.d.Limiter.Allow(ctx, req.Key, req.Params, weight)
 		dt.Allowed = true
 	}
@@ -345,12 +418,23 @@ func (p *Pipeline) admitQueued(ctx context.Context, c *call, weight int64) error
 const tokensRecheck = time.Second
 
 // reserveBudget holds the request's worst-case cost in the budget ledger
-// when the organization's spending is limited. Nothing is reserved for an
-// unpriced model, nor when nothing limits spending (a soft budget is only
-// tracked, at settlement).
+// when its spending is limited: by the organization's spending limit, by
+// its token's own budget, or both, reserved on both or on neither.
+// Nothing is reserved for an unpriced model, nor when nothing limits
+// spending (a soft budget is only tracked, at settlement).
 func (p *Pipeline) reserveBudget(ctx context.Context, c *call) error {
-	limit, what, limited := c.caller.SpendLimit()
-	if !limited {
+	var holds [2]metering.Hold
+	n := 0
+	orgLimit, orgWhat, orgLimited := c.caller.SpendLimit()
+	if orgLimited {
+		holds[n] = metering.Hold{Account: metering.OrgAccount(c.caller.OrgID), Limit: orgLimit}
+		n++
+	}
+	if b := c.caller.TokenBudget; b != nil {
+		holds[n] = metering.Hold{Account: metering.TokenAccount(c.caller.OrgID, c.caller.TokenID), Limit: *b}
+		n++
+	}
+	if n == 0 {
 		return nil
 	}
 	price, ok := p.worstPrice(c)
@@ -362,13 +446,18 @@ func (p *Pipeline) reserveBudget(ctx context.Context, c *call) error {
 		return nil
 	}
 	period := metering.Period(c.start)
-	b, ok, err := p.d.Ledger.Reserve(ctx, c.caller.OrgID, period, worst, limit)
+	bs, ok, err := p.d.Ledger.Reserve(ctx, period, worst, holds[:n]...)
 	if err != nil {
 		return apperr.Wrap(err, "budget ledger")
 	}
 	if !ok {
 		p.rejected(c.caller, c.req.Model, metering.RejectedBudget)
-		left := max(limit-b.Spent-b.Reserved, 0)
+		i := max(metering.Short(bs, holds[:n], worst), 0)
+		limit, what := holds[i].Limit, orgWhat
+		if holds[i].Account.TokenID != 0 {
+			what = tokenBudgetName
+		}
+		left := max(limit-bs[i].Spent-bs[i].Reserved, 0)
 		tokens := strconv.FormatInt(c.prompt, 10) + " prompt tokens and " + strconv.FormatInt(c.completion, 10) + " completion tokens" + boundNote(c)
 		if c.req.isEmbeddings() {
 			tokens = strconv.FormatInt(c.prompt, 10) + " input tokens"
@@ -378,7 +467,7 @@ func (p *Pipeline) reserveBudget(ctx context.Context, c *call) error {
 				" ($" + left.String() + " of $" + limit.String() + " this month); it resets at " +
 				metering.PeriodEnd(period).Format(time.RFC3339)}
 	}
-	c.reserved = worst
+	c.reserved, c.reservedOrg = worst, orgLimited
 	return nil
 }
 
@@ -400,25 +489,59 @@ func aliasNote(c *call) string {
 	return ", at the highest price among the models that may answer '" + c.req.Model + "'"
 }
 
-// settleBudget moves the reservation to the real cost and tells the alerts
-// how spending moved against a budget.
+// settleBudget moves the reservation to the real cost, on the
+// organization's balance when it follows its spending and on the token's
+// when it has a budget, in one ledger call, and tells the alerts how
+// spending moved against the organization's budget.
 func (p *Pipeline) settleBudget(ctx context.Context, c *call, cost money.Amount) {
-	if !c.caller.TracksSpending() || c.reserved == 0 && cost == 0 {
+	org, tok := c.caller.TracksSpending(), c.caller.TokenBudget != nil
+	if !org && !tok || c.reserved == 0 && cost == 0 {
 		return
 	}
+	var rs [2]metering.Release
+	n := 0
+	if org {
+		rs[n] = metering.Release{Account: metering.OrgAccount(c.caller.OrgID)}
+		if c.reservedOrg {
+			rs[n].Reserved = c.reserved
+		}
+		n++
+	}
+	if tok {
+		rs[n] = metering.Release{Account: metering.TokenAccount(c.caller.OrgID, c.caller.TokenID), Reserved: c.reserved}
+		n++
+	}
 	period := metering.Period(c.start)
-	b, err := p.d.Ledger.Settle(ctx, c.caller.OrgID, period, c.reserved, cost)
+	bs, err := p.d.Ledger.Settle(ctx, period, cost, rs[:n]...)
 	if err != nil {
 		p.d.Log.Warn("settling a budget reservation failed", "request_id", c.req.ID, "err", err)
 		return
 	}
-	if budget := c.caller.Budget.Limit; budget != nil {
-		p.d.Alerts.Spent(c.caller.OrgID, *budget, period, b.Spent-cost, b.Spent)
+	if budget := c.caller.Budget.Limit; org && budget != nil {
+		p.d.Alerts.Spent(c.caller.OrgID, *budget, period, bs[0].Spent-cost, bs[0].Spent)
 	}
 }
 
 // admitRequests spends weight from the request bucket alone.
 func (p *Pipeline) admitRequests(ctx context.Context, caller accounts.Caller, requestID, model string, sink Sink, weight int64) error {
+	if tokenRated(caller) {
+		// With the token's own bucket, in the same call: both or neither.
+		ds, err := p.d.Limiter.AllowAll(ctx, []quota.Charge{
+			{Key: caller.RequestsKey, Params: requestParams(caller), Weight: weight},
+			{Key: caller.TokenRequestsKey, Params: tokenRateParams(caller), Weight: weight}})
+		if err != nil {
+			return limiterError(caller, err, weight, 0, false)
+		}
+		d, own := binding(ds[0], ds[1])
+		setLimitHeaders(sink, requestsHeaders, d)
+		switch {
+		case d.Allowed:
+			return nil
+		case own:
+			return p.reject(ctx, caller, requestID, model, d, rejectedOwnRate)
+		}
+		return p.reject(ctx, caller, requestID, model, d, metering.RejectedRequests)
+	}
 	d, err := p.d.Limiter.Allow(ctx, caller.RequestsKey, requestParams(caller), weight)
 	if err != nil {
 		return limiterError(caller, err, weight, 0, false)
@@ -471,6 +594,11 @@ func limiterError(caller accounts.Caller, err error, weight, estimate int64, emb
 			"this request may use "+strconv.FormatInt(estimate, 10)+" tokens (its prompt and max_tokens), more than the "+
 				tier.Name+" tier's "+strconv.FormatInt(tier.TokensPerMinute, 10)+" tokens per minute; lower max_tokens or shorten the prompt")
 	}
+	if tokenRated(caller) && weight > tokenRateParams(caller).Capacity && weight <= tier.Capacity {
+		return apperr.Field(apperr.Invalid, "request_exceeds_limit", "X-Sluice-Priority",
+			"this request weighs "+strconv.FormatInt(weight, 10)+" requests, more than this API key's burst of "+
+				strconv.FormatInt(tokenRateParams(caller).Capacity, 10)+" (its requests_per_minute); send it at a lower priority")
+	}
 	return apperr.Field(apperr.Invalid, "request_exceeds_limit", "X-Sluice-Priority",
 		"this request weighs "+strconv.FormatInt(weight, 10)+" requests, more than the "+
 			tier.Name+" tier's burst of "+strconv.FormatInt(tier.Capacity, 10))
@@ -479,7 +607,11 @@ func limiterError(caller accounts.Caller, err error, weight, estimate int64, emb
 // reject is the 429 for the limit that tripped. It counts the rejection and
 // freezes the token when it crosses its tier's threshold.
 func (p *Pipeline) reject(ctx context.Context, caller accounts.Caller, requestID, model string, d quota.Decision, limit string) error {
-	p.rejected(caller, model, limit)
+	if limit == rejectedOwnRate {
+		p.rejected(caller, model, metering.RejectedRequests)
+	} else {
+		p.rejected(caller, model, limit)
+	}
 	count, freeze, err := p.d.Detector.Rejected(ctx, "rej:"+caller.TokenKey, caller.Tier.FreezeThreshold)
 	if err != nil {
 		p.d.Log.Warn("counting a rejection failed", "request_id", requestID, "err", err)
@@ -491,12 +623,15 @@ func (p *Pipeline) reject(ctx context.Context, caller accounts.Caller, requestID
 		}
 		p.d.Log.Error("freezing a token failed", "request_id", requestID, "token_id", caller.TokenID, "err", err)
 	}
-	code, what := "rate_limit_exceeded", "requests"
-	if limit == metering.RejectedTokens {
-		code, what = "tokens_rate_limit_exceeded", "tokens per minute"
+	code, what := "rate_limit_exceeded", "requests on the "+caller.Tier.Name+" tier"
+	switch limit {
+	case metering.RejectedTokens:
+		code, what = "tokens_rate_limit_exceeded", "tokens per minute on the "+caller.Tier.Name+" tier"
+	case rejectedOwnRate:
+		what = "requests on this API key (its requests_per_minute of " + strconv.FormatInt(caller.TokenRequestsPerMinute, 10) + ")"
 	}
 	return &apperr.Error{Code: apperr.RateLimited, Reason: code, RetryAfter: d.RetryAfter,
-		Message: "rate limit reached for " + what + " on the " + caller.Tier.Name + " tier (limit " +
+		Message: "rate limit reached for " + what + " (limit " +
 			strconv.FormatInt(d.Limit, 10) + ", remaining " + strconv.FormatInt(d.Remaining, 10) +
 			"); retry after " + formatReset(d.RetryAfter)}
 }

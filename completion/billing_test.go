@@ -182,7 +182,7 @@ func TestBudgetReservesTheWorstCaseAndSettles(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	b, _ := r.ledger.Balance(ctx, 3, r.clock.Now())
+	b, _ := r.ledger.Balance(ctx, metering.OrgAccount(3), r.clock.Now())
 	if b.Spent.String() != "0.000104" || b.Reserved != 0 {
 		t.Fatalf("balance %+v", b)
 	}
@@ -310,8 +310,8 @@ func TestANewMonthStartsAFreshBalance(t *testing.T) {
 	if _, _, err := r.complete(ctx, providerBody); err != nil {
 		t.Fatalf("December: %v", err)
 	}
-	dec, _ := r.ledger.Balance(ctx, 3, r.clock.Now())
-	nov, _ := r.ledger.Balance(ctx, 3, r.clock.Now().AddDate(0, 0, -1))
+	dec, _ := r.ledger.Balance(ctx, metering.OrgAccount(3), r.clock.Now())
+	nov, _ := r.ledger.Balance(ctx, metering.OrgAccount(3), r.clock.Now().AddDate(0, 0, -1))
 	if dec.Spent.String() != "0.000206" || nov.Spent.String() != "0.000206" {
 		t.Fatalf("nov %+v dec %+v", nov, dec)
 	}

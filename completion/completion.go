@@ -187,6 +187,9 @@ type call struct {
 	completion int64
 	estimate   int64        // tokens reserved: prompt + completion
 	reserved   money.Amount // the budget reservation, 0 when none was needed
+	// reservedOrg says the reservation is held on the organization's
+	// balance too, not only on the token's.
+	reservedOrg bool
 }
 
 // messages are the call's messages as text: history, then the request's.
@@ -205,6 +208,17 @@ func (p *Pipeline) Complete(ctx context.Context, caller accounts.Caller, req *Re
 	c := &call{caller: caller, req: req, sink: sink, start: p.d.Now(), model: req.Model}
 	if err := p.checkFrozen(caller, req.Model, req.Queued); err != nil {
 		return Served{}, err
+	}
+	if !caller.MayUseModel(req.Model) {
+		// Answered as a model that does not exist, costing what one costs
+		// (see the handlers' refused Parse): the token learns nothing of
+		// what else is served, nor of its own list.
+		if !req.Queued { // a job pays when it runs, and this one will not
+			if err := p.admitRequests(ctx, caller, req.ID, req.Model, sink, 1); err != nil {
+				return Served{}, err
+			}
+		}
+		return Served{}, ErrModelNotFound(req.Model)
 	}
 	err := p.withHistory(ctx, c)
 	var weight int64

@@ -116,7 +116,7 @@ func (p *Pipeline) ParseEmbeddings(body []byte) (Request, error) {
 	case s.model == "":
 		return Request{}, apperr.Field(apperr.Invalid, "missing_model", "model", "you must provide a model parameter")
 	case !isLocal && (p.d.Providers == nil || !p.d.Providers.Serves(s.model)):
-		return Request{}, apperr.Field(apperr.NotFound, "model_not_found", "model", "the model '"+s.model+"' does not exist or you do not have access to it; GET /v1/models lists yours")
+		return Request{}, ErrModelNotFound(s.model)
 	case !s.hasInput:
 		return Request{}, apperr.Field(apperr.Invalid, "missing_input", "input", "you must provide an input parameter")
 	case s.format != "" && s.format != "float" && s.format != "base64":

@@ -92,7 +92,7 @@ func newRig(t *testing.T) *rig {
 	t.Cleanup(cache.Close)
 	r := &rig{t: t, clock: clk, limiter: &spyLimiter{Memory: quota.NewMemory(clk.Now)}, freezes: quota.NewFreezeSet(clk.Now),
 		provider: &fakeProviders{}, recorder: &memRecorder{}, cache: cache, convs: conversations.NewMemory(time.Hour, clk.Now),
-		ledger: metering.NewMemoryLedger(func(context.Context, int64, time.Time) (money.Amount, error) { return 0, nil }),
+		ledger: metering.NewMemoryLedger(func(context.Context, metering.Account, time.Time) (money.Amount, error) { return 0, nil }),
 		alerts: &alertLog{}}
 	r.deps = completion.Deps{
 		Log: slog.New(slog.DiscardHandler), Now: clk.Now,

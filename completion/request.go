@@ -70,6 +70,14 @@ var (
 	errNotOneObject = apperr.Field(apperr.Invalid, "invalid_json", "", "request body must be one JSON object")
 )
 
+// ErrModelNotFound is the answer for a model that does not exist and for
+// one the caller's token may not use: the same, so neither is told from
+// the other.
+func ErrModelNotFound(model string) error {
+	return apperr.Field(apperr.NotFound, "model_not_found", "model",
+		"the model '"+model+"' does not exist or you do not have access to it; GET /v1/models lists yours")
+}
+
 // Parse reads and validates a chat completion body in one walk, mapping
 // every kind of bad input to an error that says what is wrong and which
 // field, and counts its prompt. The gateway's options (ID, Priority,
@@ -100,7 +108,7 @@ func (p *Pipeline) Parse(body []byte) (Request, error) {
 	case s.model == "":
 		return Request{}, apperr.Field(apperr.Invalid, "missing_model", "model", "you must provide a model parameter")
 	case !isLocal && route == nil && (p.d.Providers == nil || !p.d.Providers.Serves(s.model)):
-		return Request{}, apperr.Field(apperr.NotFound, "model_not_found", "model", "the model '"+s.model+"' does not exist or you do not have access to it; GET /v1/models lists yours")
+		return Request{}, ErrModelNotFound(s.model)
 	case s.messages == 0:
 		return Request{}, apperr.Field(apperr.Invalid, "invalid_messages", "messages", "messages must be a non-empty array")
 	case s.hasN && s.n != 1:

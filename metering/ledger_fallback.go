@@ -14,7 +14,8 @@ import (
 // ledger while it does not, so losing Redis never stops budgeted traffic
 // and never lifts a budget either: each node then allows 1/Share of what
 // was left when it lost the shared ledger (what the store had billed, as
-// seeded, less what the node has spent since). When the shared ledger
+// seeded, less what the node has spent since), of each of a request's
+// limits. When the shared ledger
 // answers again, the balances this node settled on its own are reset there,
 // to be seeded again from the store, which by then holds those requests.
 // A reservation made on one side and settled on the other after a switch
@@ -38,50 +39,55 @@ func NewFallbackLedger(shared Ledger, seed Seed, share int, log *slog.Logger) *F
 }
 
 // Reserve implements Ledger.
-func (l *FallbackLedger) Reserve(ctx context.Context, orgID int64, period time.Time, amount, limit money.Amount) (Balance, bool, error) {
-	b, ok, err := l.shared.Reserve(ctx, orgID, period, amount, limit)
+func (l *FallbackLedger) Reserve(ctx context.Context, period time.Time, amount money.Amount, holds ...Hold) ([]Balance, bool, error) {
+	bs, ok, err := l.shared.Reserve(ctx, period, amount, holds...)
 	if l.answered(ctx, err) {
-		return b, ok, err
+		return bs, ok, err
 	}
-	local, err := l.local.Balance(ctx, orgID, period)
-	if err != nil {
-		return Balance{}, false, err
+	shares := make([]Hold, len(holds))
+	for i, h := range holds {
+		local, err := l.local.Balance(ctx, h.Account, period)
+		if err != nil {
+			return nil, false, err
+		}
+		shares[i] = Hold{Account: h.Account, Limit: local.Spent + max(h.Limit-local.Spent, 0)/money.Amount(l.share)}
 	}
-	share := local.Spent + max(limit-local.Spent, 0)/money.Amount(l.share)
-	return l.local.Reserve(ctx, orgID, period, amount, share)
+	return l.local.Reserve(ctx, period, amount, shares...)
 }
 
 // Settle implements Ledger.
-func (l *FallbackLedger) Settle(ctx context.Context, orgID int64, period time.Time, reserved, actual money.Amount) (Balance, error) {
-	b, err := l.shared.Settle(ctx, orgID, period, reserved, actual)
+func (l *FallbackLedger) Settle(ctx context.Context, period time.Time, actual money.Amount, rs ...Release) ([]Balance, error) {
+	bs, err := l.shared.Settle(ctx, period, actual, rs...)
 	if l.answered(ctx, err) {
-		return b, err
+		return bs, err
 	}
 	l.mu.Lock()
-	l.touched[ledgerKey{orgID, Period(period).Unix()}] = Period(period)
+	for _, r := range rs {
+		l.touched[keyOf(r.Account, period)] = Period(period)
+	}
 	l.mu.Unlock()
-	return l.local.Settle(ctx, orgID, period, reserved, actual)
+	return l.local.Settle(ctx, period, actual, rs...)
 }
 
 // Balance implements Ledger.
-func (l *FallbackLedger) Balance(ctx context.Context, orgID int64, period time.Time) (Balance, error) {
-	b, err := l.shared.Balance(ctx, orgID, period)
+func (l *FallbackLedger) Balance(ctx context.Context, a Account, period time.Time) (Balance, error) {
+	b, err := l.shared.Balance(ctx, a, period)
 	if l.answered(ctx, err) {
 		return b, err
 	}
-	return l.local.Balance(ctx, orgID, period)
+	return l.local.Balance(ctx, a, period)
 }
 
 // Resync implements Ledger.
-func (l *FallbackLedger) Resync(ctx context.Context, orgID int64, period time.Time) error {
-	_ = l.local.Resync(ctx, orgID, period)
-	return l.shared.Resync(ctx, orgID, period)
+func (l *FallbackLedger) Resync(ctx context.Context, a Account, period time.Time) error {
+	_ = l.local.Resync(ctx, a, period)
+	return l.shared.Resync(ctx, a, period)
 }
 
 // Reset implements Ledger.
-func (l *FallbackLedger) Reset(ctx context.Context, orgID int64, period time.Time) error {
-	_ = l.local.Reset(ctx, orgID, period)
-	return l.shared.Reset(ctx, orgID, period)
+func (l *FallbackLedger) Reset(ctx context.Context, a Account, period time.Time) error {
+	_ = l.local.Reset(ctx, a, period)
+	return l.shared.Reset(ctx, a, period)
 }
 
 // Degraded reports whether the node is on its own ledger.
@@ -112,10 +118,11 @@ func (l *FallbackLedger) recovered(ctx context.Context) {
 	l.touched = make(map[ledgerKey]time.Time)
 	l.mu.Unlock()
 	for k, period := range touched {
-		if err := l.shared.Reset(ctx, k.org, period); err != nil {
-			l.log.Warn("resetting a budget balance after the ledger came back failed", "org_id", k.org, "err", err)
+		if err := l.shared.Reset(ctx, k.account, period); err != nil {
+			l.log.Warn("resetting a budget balance after the ledger came back failed", "org_id", k.account.OrgID,
+				"token_id", k.account.TokenID, "err", err)
 		}
-		_ = l.local.Reset(ctx, k.org, period)
+		_ = l.local.Reset(ctx, k.account, period)
 	}
 	l.log.Info("budget ledger back", "balances_reset", len(touched))
 }

@@ -12,9 +12,9 @@ import (
 	"github.com/sluicehq/sluice/money"
 )
 
-// RedisLedger is the Ledger of a cluster: one hash per organization and
-// period, changed only by Lua scripts, so a reservation is one atomic round
-// trip however many nodes reserve at once.
+// RedisLedger is the Ledger of a cluster: one hash per account and period,
+// changed only by Lua scripts, so a reservation is one atomic round trip
+// over all of a request's limits however many nodes reserve at once.
 type RedisLedger struct {
 	client redis.UniversalClient
 	prefix string
@@ -26,10 +26,15 @@ func NewRedisLedger(client redis.UniversalClient, prefix string, seed Seed) *Red
 	return &RedisLedger{client: client, prefix: prefix, seed: seed}
 }
 
-// key is one organization's period; the braces keep it in one Redis
-// Cluster slot.
-func (l *RedisLedger) key(orgID int64, period time.Time) string {
-	return l.prefix + "{" + strconv.FormatInt(orgID, 10) + "}:" + Period(period).Format("2006-01")
+// key is one account's period. The braces hold the organization, so its
+// balance and its tokens' are in one Redis Cluster slot and one script may
+// reserve on all of them.
+func (l *RedisLedger) key(a Account, period time.Time) string {
+	k := l.prefix + "{" + strconv.FormatInt(a.OrgID, 10) + "}:"
+	if a.TokenID != 0 {
+		k += "tok:" + strconv.FormatInt(a.TokenID, 10) + ":"
+	}
+	return k + Period(period).Format("2006-01")
 }
 
 // ledgerIdle is how long a balance nobody uses is kept. Past it, the next
@@ -64,84 +69,119 @@ local function seeded(key, seed, ttl)
 end
 `
 
-// reserveScript: KEYS[1] the balance. ARGV: amount, limit, seed ("" when
-// the caller has not read the store), idle TTL in seconds. Returns {1|0, spent,
-// reserved}, or {-1} when the balance needs seeding.
-var reserveScript = redis.NewScript(ledgerLua + `
-if not seeded(KEYS[1], ARGV[3], ARGV[4]) then return {-1} end
-local spent = redis.call('HGET', KEYS[1], 'spent')
-local reserved = redis.call('HGET', KEYS[1], 'reserved')
-local sh, sl = split(spent)
-local rh, rl = split(reserved)
-local ah, al = split(ARGV[1])
-local lh, ll = split(ARGV[2])
-local th, tl = add(sh, sl, rh, rl)
-th, tl = add(th, tl, ah, al)
-if th < lh or (th == lh and tl <= ll) then
-  redis.call('HINCRBY', KEYS[1], 'reserved', ARGV[1])
-  return {1, spent, redis.call('HGET', KEYS[1], 'reserved')}
+// needSeed is the reply of a script that found balances missing: -1 and
+// the (1-based) indexes of the keys whose seed it needs.
+const needSeed = `
+local missing = {-1}
+for i = 1, #KEYS do
+  if redis.call('EXISTS', KEYS[i]) == 0 and ARGV[2 + 2 * i] == '' then missing[#missing + 1] = i end
 end
-return {0, spent, reserved}
+if #missing > 1 then return missing end
+for i = 1, #KEYS do seeded(KEYS[i], ARGV[2 + 2 * i], ARGV[2]) end
+`
+
+// reserveScript: KEYS the balances. ARGV: amount, idle TTL in seconds,
+// then per key its limit and its seed ("" when the caller has not read the
+// store). It reserves on every key if each fits under its limit, else on
+// none, and returns {1|0, spent1, reserved1, spent2, ...}, or needSeed's
+// reply.
+var reserveScript = redis.NewScript(ledgerLua + needSeed + `
+local ah, al = split(ARGV[1])
+local out, ok = {1}, 1
+for i = 1, #KEYS do
+  local spent = redis.call('HGET', KEYS[i], 'spent')
+  local reserved = redis.call('HGET', KEYS[i], 'reserved')
+  local sh, sl = split(spent)
+  local rh, rl = split(reserved)
+  local lh, ll = split(ARGV[1 + 2 * i])
+  local th, tl = add(sh, sl, rh, rl)
+  th, tl = add(th, tl, ah, al)
+  if not (th < lh or (th == lh and tl <= ll)) then ok = 0 end
+  out[2 * i], out[2 * i + 1] = spent, reserved
+end
+out[1] = ok
+if ok == 1 then
+  for i = 1, #KEYS do
+    -- HINCRBY's reply is a double in Lua: the exact sum is read back.
+    redis.call('HINCRBY', KEYS[i], 'reserved', ARGV[1])
+    out[2 * i + 1] = redis.call('HGET', KEYS[i], 'reserved')
+  end
+end
+return out
 `)
 
-// settleScript: KEYS[1] the balance. ARGV: reserved, actual, seed, ttl.
-// Returns {spent, reserved}, or {-1} when the balance needs seeding.
-var settleScript = redis.NewScript(ledgerLua + `
-if not seeded(KEYS[1], ARGV[3], ARGV[4]) then return {-1} end
-if ARGV[1] ~= '0' then
-  local reserved = redis.call('HINCRBY', KEYS[1], 'reserved', '-' .. ARGV[1])
-  if reserved < 0 then redis.call('HSET', KEYS[1], 'reserved', '0') end
+// settleScript: KEYS the balances. ARGV: actual, idle TTL, then per key
+// what it reserved and its seed. Returns {spent1, reserved1, ...}, or
+// needSeed's reply.
+var settleScript = redis.NewScript(ledgerLua + needSeed + `
+local out = {}
+for i = 1, #KEYS do
+  local r = ARGV[1 + 2 * i]
+  if r ~= '0' then
+    local reserved = redis.call('HINCRBY', KEYS[i], 'reserved', '-' .. r)
+    if reserved < 0 then redis.call('HSET', KEYS[i], 'reserved', '0') end
+  end
+  redis.call('HINCRBY', KEYS[i], 'spent', ARGV[1])
+  out[2 * i - 1] = redis.call('HGET', KEYS[i], 'spent')
+  out[2 * i] = redis.call('HGET', KEYS[i], 'reserved')
 end
-redis.call('HINCRBY', KEYS[1], 'spent', ARGV[2])
-return {redis.call('HGET', KEYS[1], 'spent'), redis.call('HGET', KEYS[1], 'reserved')}
+return out
 `)
 
 // Reserve implements Ledger.
-func (l *RedisLedger) Reserve(ctx context.Context, orgID int64, period time.Time, amount, limit money.Amount) (Balance, bool, error) {
-	var b Balance
+func (l *RedisLedger) Reserve(ctx context.Context, period time.Time, amount money.Amount, holds ...Hold) ([]Balance, bool, error) {
+	accounts, per := make([]Account, len(holds)), make([]int64, len(holds))
+	for i, h := range holds {
+		accounts[i], per[i] = h.Account, int64(h.Limit)
+	}
+	var bs []Balance
 	var ok bool
-	err := l.run(ctx, orgID, period, reserveScript, func(reply []any) error {
-		if len(reply) != 3 {
+	err := l.run(ctx, period, reserveScript, accounts, int64(amount), per, func(reply []any) error {
+		if len(reply) != 1+2*len(holds) {
 			return fmt.Errorf("reserve: unexpected reply %v", reply)
 		}
 		ok = reply[0] == int64(1)
 		var err error
-		b, err = balanceOf(reply[1], reply[2])
+		bs, err = balancesOf(reply[1:])
 		return err
-	}, int64(amount), int64(limit))
-	return b, ok, err
+	})
+	return bs, ok, err
 }
 
 // Settle implements Ledger.
-func (l *RedisLedger) Settle(ctx context.Context, orgID int64, period time.Time, reserved, actual money.Amount) (Balance, error) {
-	var b Balance
-	err := l.run(ctx, orgID, period, settleScript, func(reply []any) error {
-		if len(reply) != 2 {
+func (l *RedisLedger) Settle(ctx context.Context, period time.Time, actual money.Amount, rs ...Release) ([]Balance, error) {
+	accounts, per := make([]Account, len(rs)), make([]int64, len(rs))
+	for i, r := range rs {
+		accounts[i], per[i] = r.Account, int64(max(r.Reserved, 0))
+	}
+	var bs []Balance
+	err := l.run(ctx, period, settleScript, accounts, int64(actual), per, func(reply []any) error {
+		if len(reply) != 2*len(rs) {
 			return fmt.Errorf("settle: unexpected reply %v", reply)
 		}
 		var err error
-		b, err = balanceOf(reply[0], reply[1])
+		bs, err = balancesOf(reply)
 		return err
-	}, int64(max(reserved, 0)), int64(actual))
-	return b, err
+	})
+	return bs, err
 }
 
 // Balance implements Ledger.
-func (l *RedisLedger) Balance(ctx context.Context, orgID int64, period time.Time) (Balance, error) {
-	vals, err := l.client.HMGet(ctx, l.key(orgID, period), "spent", "reserved").Result()
+func (l *RedisLedger) Balance(ctx context.Context, a Account, period time.Time) (Balance, error) {
+	vals, err := l.client.HMGet(ctx, l.key(a, period), "spent", "reserved").Result()
 	if err != nil {
 		return Balance{}, fmt.Errorf("ledger: %w", err)
 	}
 	if vals[0] == nil { // never used this period: what the store says
-		spent, err := l.seed(ctx, orgID, Period(period))
+		spent, err := l.seed(ctx, a, Period(period))
 		return Balance{Spent: spent}, err
 	}
 	return balanceOf(vals[0], vals[1])
 }
 
 // Reset implements Ledger.
-func (l *RedisLedger) Reset(ctx context.Context, orgID int64, period time.Time) error {
-	if err := l.client.Del(ctx, l.key(orgID, period)).Err(); err != nil {
+func (l *RedisLedger) Reset(ctx context.Context, a Account, period time.Time) error {
+	if err := l.client.Del(ctx, l.key(a, period)).Err(); err != nil {
 		return fmt.Errorf("ledger: %w", err)
 	}
 	return nil
@@ -162,39 +202,64 @@ return 0
 `)
 
 // Resync implements Ledger.
-func (l *RedisLedger) Resync(ctx context.Context, orgID int64, period time.Time) error {
-	billed, err := l.seed(ctx, orgID, Period(period))
+func (l *RedisLedger) Resync(ctx context.Context, a Account, period time.Time) error {
+	billed, err := l.seed(ctx, a, Period(period))
 	if err != nil {
 		return err
 	}
-	if err := resyncScript.Run(ctx, l.client, []string{l.key(orgID, period)}, int64(billed)).Err(); err != nil {
+	if err := resyncScript.Run(ctx, l.client, []string{l.key(a, period)}, int64(billed)).Err(); err != nil {
 		return fmt.Errorf("ledger: %w", err)
 	}
 	return nil
 }
 
-// run calls script, and once more with the store's seed if the balance did
-// not exist yet.
-func (l *RedisLedger) run(ctx context.Context, orgID int64, period time.Time, script *redis.Script, read func([]any) error, a, b int64) error {
-	key := l.key(orgID, period)
-	ttl := strconv.FormatInt(int64(ledgerIdle/time.Second), 10)
-	seed := ""
+// run calls script over the accounts' balances with ARGV total, the idle
+// TTL and, per account, its value of per and its seed; and once more with
+// the store's seeds of the balances the script found missing.
+func (l *RedisLedger) run(ctx context.Context, period time.Time, script *redis.Script, accounts []Account, total int64, per []int64, read func([]any) error) error {
+	keys := make([]string, len(accounts))
+	for i, a := range accounts {
+		keys[i] = l.key(a, period)
+	}
+	args := make([]any, 2+2*len(accounts))
+	args[0], args[1] = total, strconv.FormatInt(int64(ledgerIdle/time.Second), 10)
+	for i := range accounts {
+		args[2+2*i], args[3+2*i] = per[i], ""
+	}
 	for range 2 {
-		reply, err := script.Run(ctx, l.client, []string{key}, a, b, seed, ttl).Slice()
+		reply, err := script.Run(ctx, l.client, keys, args...).Slice()
 		if err != nil {
 			return fmt.Errorf("ledger: %w", err)
 		}
-		if len(reply) == 1 && reply[0] == int64(-1) {
-			spent, err := l.seed(ctx, orgID, Period(period))
+		if len(reply) == 0 || reply[0] != int64(-1) {
+			return read(reply)
+		}
+		for _, v := range reply[1:] {
+			i, ok := v.(int64)
+			if !ok || i < 1 || int(i) > len(accounts) {
+				return fmt.Errorf("ledger: unexpected reply %v", reply)
+			}
+			spent, err := l.seed(ctx, accounts[i-1], Period(period))
 			if err != nil {
 				return err
 			}
-			seed = strconv.FormatInt(int64(spent), 10)
-			continue
+			args[3+2*(i-1)] = strconv.FormatInt(int64(spent), 10)
 		}
-		return read(reply)
 	}
 	return errors.New("ledger: balance vanished while seeding")
+}
+
+// balancesOf reads pairs of spent and reserved.
+func balancesOf(reply []any) ([]Balance, error) {
+	bs := make([]Balance, len(reply)/2)
+	for i := range bs {
+		b, err := balanceOf(reply[2*i], reply[2*i+1])
+		if err != nil {
+			return nil, err
+		}
+		bs[i] = b
+	}
+	return bs, nil
 }
 
 func balanceOf(spent, reserved any) (Balance, error) {

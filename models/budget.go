@@ -2,6 +2,7 @@ package models
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"gorm.io/gorm"
@@ -10,9 +11,11 @@ import (
 )
 
 // Budget ledgers in the database, for clusters without Redis: each change is
-// one conditional statement on the organization's row, so concurrent
-// reservations serialise on the row lock and can never together pass the
-// limit.
+// one conditional statement on a balance's row, so concurrent reservations
+// serialise on the row lock and can never together pass the limit. An
+// organization's balances are rows of budget_ledgers, its tokens' rows of
+// token_budget_ledgers; a request limited by both reserves on both in one
+// transaction, both or neither.
 
 // LedgerBalance is a ledger row's spending.
 type LedgerBalance struct {
@@ -20,80 +23,162 @@ type LedgerBalance struct {
 	Reserved money.Amount
 }
 
-// LedgerReserve holds amount for orgID in period if it fits under limit,
-// seeding the row with seed (what the period has billed) when it is new.
-func (s *Store) LedgerReserve(ctx context.Context, orgID int64, period time.Time, amount, limit money.Amount, seed func() (money.Amount, error)) (LedgerBalance, bool, error) {
-	var b LedgerBalance
-	var ok bool
-	err := s.withLedgerRow(ctx, orgID, period, seed, func(tx *gorm.DB) error {
-		res := tx.Raw(`UPDATE budget_ledgers SET reserved = reserved + ? WHERE org_id = ? AND period = ?
-			AND spent + reserved + ? <= ? RETURNING spent, reserved`, amount, orgID, period, amount, limit).Scan(&b)
-		if res.Error != nil {
-			return res.Error
+// LedgerAccount names a balance: an organization's (TokenID 0) or one of
+// its API tokens'.
+type LedgerAccount struct {
+	OrgID   int64
+	TokenID int64
+}
+
+// LedgerHold is one limit a reservation must fit under.
+type LedgerHold struct {
+	Account LedgerAccount
+	Limit   money.Amount
+}
+
+// LedgerRelease is one balance a settlement moves: what was reserved on it.
+type LedgerRelease struct {
+	Account  LedgerAccount
+	Reserved money.Amount
+}
+
+// LedgerSeed is what an account has been billed in a period so far, where
+// a new row starts.
+type LedgerSeed func(LedgerAccount) (money.Amount, error)
+
+// ledgerRow is where an account's balances are kept: the table, its key
+// column and the key.
+func ledgerRow(a LedgerAccount) (table, column string, key int64) {
+	if a.TokenID != 0 {
+		return "token_budget_ledgers", "token_id", a.TokenID
+	}
+	return "budget_ledgers", "org_id", a.OrgID
+}
+
+// errLedgerShort rolls back a reservation one of whose limits refused it.
+var errLedgerShort = errors.New("a ledger limit refused the reservation")
+
+// LedgerReserve holds amount on every hold's balance in period if each
+// stays within its limit (spent + reserved + amount <= limit), all of them
+// or none, seeding new rows with seed. The balances are as the call left
+// them, in the holds' order: on a refusal, none holds amount.
+func (s *Store) LedgerReserve(ctx context.Context, period time.Time, amount money.Amount, holds []LedgerHold, seed LedgerSeed) ([]LedgerBalance, bool, error) {
+	period = MonthOf(period)
+	for _, h := range holds {
+		if err := s.seedLedgerRow(ctx, h.Account, period, seed); err != nil {
+			return nil, false, dbErr(err, "budget ledger")
 		}
-		if ok = res.RowsAffected == 1; !ok {
-			return tx.Raw(`SELECT spent, reserved FROM budget_ledgers WHERE org_id = ? AND period = ?`, orgID, period).Scan(&b).Error
+	}
+	bs := make([]LedgerBalance, len(holds))
+	short := -1
+	err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		for i, h := range holds {
+			table, column, key := ledgerRow(h.Account)
+			res := tx.Raw(`UPDATE `+table+` SET reserved = reserved + ? WHERE `+column+` = ? AND period = ?
+				AND spent + reserved + ? <= ? RETURNING spent, reserved`, amount, key, period, amount, h.Limit).Scan(&bs[i])
+			if res.Error != nil {
+				return res.Error
+			}
+			if res.RowsAffected == 1 {
+				continue
+			}
+			short = i
+			if err := tx.Raw(`SELECT spent, reserved FROM `+table+` WHERE `+column+` = ? AND period = ?`, key, period).Scan(&bs[i]).Error; err != nil {
+				return err
+			}
+			return errLedgerShort
 		}
 		return nil
 	})
-	return b, ok, dbErr(err, "budget ledger")
+	if errors.Is(err, errLedgerShort) {
+		for i := range short {
+			bs[i].Reserved -= amount // rolled back
+		}
+		return bs, false, nil
+	}
+	if err != nil {
+		return nil, false, dbErr(err, "budget ledger")
+	}
+	return bs, true, nil
 }
 
-// LedgerSettle releases reserved and adds actual to spent.
-func (s *Store) LedgerSettle(ctx context.Context, orgID int64, period time.Time, reserved, actual money.Amount, seed func() (money.Amount, error)) (LedgerBalance, error) {
-	var b LedgerBalance
-	err := s.withLedgerRow(ctx, orgID, period, seed, func(tx *gorm.DB) error {
-		return tx.Raw(`UPDATE budget_ledgers SET reserved = CASE WHEN reserved > ? THEN reserved - ? ELSE 0 END,
-			spent = spent + ? WHERE org_id = ? AND period = ? RETURNING spent, reserved`,
-			reserved, reserved, actual, orgID, period).Scan(&b).Error
-	})
-	return b, dbErr(err, "budget ledger")
-}
-
-// LedgerRead reads the period's row, seeding it if new.
-func (s *Store) LedgerRead(ctx context.Context, orgID int64, period time.Time, seed func() (money.Amount, error)) (LedgerBalance, error) {
-	var b LedgerBalance
-	err := s.withLedgerRow(ctx, orgID, period, seed, func(tx *gorm.DB) error {
-		return tx.Raw(`SELECT spent, reserved FROM budget_ledgers WHERE org_id = ? AND period = ?`, orgID, period).Scan(&b).Error
-	})
-	return b, dbErr(err, "budget ledger")
-}
-
-// LedgerReset deletes the period's row; the next use seeds it again.
-func (s *Store) LedgerReset(ctx context.Context, orgID int64, period time.Time) error {
-	err := s.db.WithContext(ctx).Exec(`DELETE FROM budget_ledgers WHERE org_id = ? AND period = ?`, orgID, MonthOf(period)).Error
-	return dbErr(err, "budget ledger")
-}
-
-// LedgerRaiseSpent raises the period's spending to at least spent, keeping
-// what is reserved; a period without a row is left to be seeded.
-func (s *Store) LedgerRaiseSpent(ctx context.Context, orgID int64, period time.Time, spent money.Amount) error {
-	err := s.db.WithContext(ctx).Exec(`UPDATE budget_ledgers SET spent = ? WHERE org_id = ? AND period = ? AND spent < ?`,
-		spent, orgID, MonthOf(period), spent).Error
-	return dbErr(err, "budget ledger")
-}
-
-// withLedgerRow makes sure the row exists (seeded once: a concurrent seed
-// loses to the first), then runs op.
-func (s *Store) withLedgerRow(ctx context.Context, orgID int64, period time.Time, seed func() (money.Amount, error), op func(*gorm.DB) error) error {
+// LedgerSettle releases what each balance reserved and adds actual to its
+// spending, in one transaction. The balances are in rs's order.
+func (s *Store) LedgerSettle(ctx context.Context, period time.Time, actual money.Amount, rs []LedgerRelease, seed LedgerSeed) ([]LedgerBalance, error) {
 	period = MonthOf(period)
+	for _, r := range rs {
+		if err := s.seedLedgerRow(ctx, r.Account, period, seed); err != nil {
+			return nil, dbErr(err, "budget ledger")
+		}
+	}
+	bs := make([]LedgerBalance, len(rs))
+	err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		for i, r := range rs {
+			table, column, key := ledgerRow(r.Account)
+			err := tx.Raw(`UPDATE `+table+` SET reserved = CASE WHEN reserved > ? THEN reserved - ? ELSE 0 END,
+				spent = spent + ? WHERE `+column+` = ? AND period = ? RETURNING spent, reserved`,
+				r.Reserved, r.Reserved, actual, key, period).Scan(&bs[i]).Error
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	return bs, dbErr(err, "budget ledger")
+}
+
+// LedgerRead reads an account's row for the period, seeding it if new.
+func (s *Store) LedgerRead(ctx context.Context, a LedgerAccount, period time.Time, seed LedgerSeed) (LedgerBalance, error) {
+	period = MonthOf(period)
+	var b LedgerBalance
+	if err := s.seedLedgerRow(ctx, a, period, seed); err != nil {
+		return b, dbErr(err, "budget ledger")
+	}
+	table, column, key := ledgerRow(a)
+	err := s.db.WithContext(ctx).Raw(`SELECT spent, reserved FROM `+table+` WHERE `+column+` = ? AND period = ?`, key, period).Scan(&b).Error
+	return b, dbErr(err, "budget ledger")
+}
+
+// LedgerReset deletes an account's row for the period; the next use seeds
+// it again.
+func (s *Store) LedgerReset(ctx context.Context, a LedgerAccount, period time.Time) error {
+	table, column, key := ledgerRow(a)
+	err := s.db.WithContext(ctx).Exec(`DELETE FROM `+table+` WHERE `+column+` = ? AND period = ?`, key, MonthOf(period)).Error
+	return dbErr(err, "budget ledger")
+}
+
+// LedgerRaiseSpent raises an account's spending in the period to at least
+// spent, keeping what is reserved; a period without a row is left to be
+// seeded.
+func (s *Store) LedgerRaiseSpent(ctx context.Context, a LedgerAccount, period time.Time, spent money.Amount) error {
+	table, column, key := ledgerRow(a)
+	err := s.db.WithContext(ctx).Exec(`UPDATE `+table+` SET spent = ? WHERE `+column+` = ? AND period = ? AND spent < ?`,
+		spent, key, MonthOf(period), spent).Error
+	return dbErr(err, "budget ledger")
+}
+
+// seedLedgerRow makes sure the account's row exists (seeded once: a
+// concurrent seed loses to the first).
+func (s *Store) seedLedgerRow(ctx context.Context, a LedgerAccount, period time.Time, seed LedgerSeed) error {
+	table, column, key := ledgerRow(a)
 	db := s.db.WithContext(ctx)
 	var n int64
-	if err := db.Raw(`SELECT COUNT(*) FROM budget_ledgers WHERE org_id = ? AND period = ?`, orgID, period).Scan(&n).Error; err != nil {
+	if err := db.Raw(`SELECT COUNT(*) FROM `+table+` WHERE `+column+` = ? AND period = ?`, key, period).Scan(&n).Error; err != nil {
 		return err
 	}
-	if n == 0 {
-		spent, err := seed()
-		if err != nil {
-			return err
-		}
-		err = db.Exec(`INSERT INTO budget_ledgers (org_id, period, spent, reserved) VALUES (?, ?, ?, 0)
-			ON CONFLICT (org_id, period) DO NOTHING`, orgID, period, spent).Error
-		if err != nil {
-			return err
-		}
+	if n > 0 {
+		return nil
 	}
-	return op(db)
+	spent, err := seed(a)
+	if err != nil {
+		return err
+	}
+	if a.TokenID != 0 {
+		return db.Exec(`INSERT INTO token_budget_ledgers (token_id, period, org_id, spent, reserved) VALUES (?, ?, ?, ?, 0)
+			ON CONFLICT (token_id, period) DO NOTHING`, a.TokenID, period, a.OrgID, spent).Error
+	}
+	return db.Exec(`INSERT INTO budget_ledgers (org_id, period, spent, reserved) VALUES (?, ?, ?, 0)
+		ON CONFLICT (org_id, period) DO NOTHING`, a.OrgID, period, spent).Error
 }
 
 // RecordBudgetAlert notes that orgID's spending crossed percent of its

@@ -29,6 +29,8 @@ type APIToken struct {
 	// SigningSecret is set when the token requires signed requests: the
 	// secret sealed with the master key (see Store.SetTokenSigning).
 	SigningSecret *string
+	// TokenControls are what its owner narrowed it to.
+	TokenControls `gorm:"embedded"`
 }
 
 // SigningRequired reports whether the token takes only signed requests.
@@ -67,8 +69,18 @@ const maxTokenName = 100
 // active tokens as its tier allows (MaxAPITokens) is refused with a
 // conflict; revoked and expired tokens do not count.
 func (s *Store) CreateAPIToken(ctx context.Context, orgID, userID int64, name string, expiresAt *time.Time) (APIToken, string, error) {
-	if name == "" || len(name) > maxTokenName {
-		return APIToken{}, "", apperr.New(apperr.Unprocessable, "name must be 1 to %d characters", maxTokenName)
+	return s.CreateAPITokenWith(ctx, orgID, userID, name, expiresAt, TokenControls{})
+}
+
+// CreateAPITokenWith is CreateAPIToken for a token with controls, checked
+// (TokenControls.Check, requests_per_minute against the tier) in the
+// transaction that inserts it.
+func (s *Store) CreateAPITokenWith(ctx context.Context, orgID, userID int64, name string, expiresAt *time.Time, c TokenControls) (APIToken, string, error) {
+	if err := checkTokenName(name); err != nil {
+		return APIToken{}, "", err
+	}
+	if err := c.Check(); err != nil {
+		return APIToken{}, "", err
 	}
 	secret, err := NewTokenSecret()
 	if err != nil {
@@ -78,16 +90,23 @@ func (s *Store) CreateAPIToken(ctx context.Context, orgID, userID int64, name st
 	t := APIToken{
 		OrgID: orgID, UserID: userID, Name: name,
 		Prefix: TokenDisplayPrefix(secret), Hash: HashToken(secret),
-		CreatedAt: now, ExpiresAt: expiresAt,
+		CreatedAt: now, ExpiresAt: expiresAt, TokenControls: c,
 	}
 	err = s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		if err := s.checkTokenLimit(tx, orgID, now); err != nil {
 			return err
 		}
+		if err := checkTokenRate(tx, orgID, c.RequestsPerMinute); err != nil {
+			return err
+		}
 		if err := tx.Create(&t).Error; err != nil {
 			return dbErr(err, "token")
 		}
-		return audit(tx, orgID, userID, "token.create", fmt.Sprint(t.ID), t.Name)
+		detail := t.Name
+		if d := c.Describe(); d != "" {
+			detail += ": " + d
+		}
+		return audit(tx, orgID, userID, "token.create", fmt.Sprint(t.ID), detail)
 	})
 	return t, secret, dbErr(err, "token")
 }

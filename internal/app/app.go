@@ -174,7 +174,7 @@ func Build(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 	// Signups per client address draw on the node's limiter: one bucket
 	// per address for the whole cluster through Redis, in memory without.
 	acc, err := accounts.NewService(store, dir, sh.bus, accounts.NewLoginThrottle(nil), cfg.BcryptCost,
-		accounts.WithSignupThrottle(accounts.NewSignupThrottle(sh.limiter, cfg.SignupRate)))
+		accounts.WithSignupThrottle(accounts.NewSignupThrottle(sh.limiter, cfg.SignupRate)), accounts.WithLedger(sh.ledger, log))
 	if err != nil {
 		return nil, err
 	}
