@@ -162,6 +162,19 @@ func revokeURL(id int64) templ.SafeURL {
 	return templ.URL(fmt.Sprintf("/tokens/%d/revoke", id))
 }
 
+// tokenURL is where a token's edit form posts.
+func tokenURL(id int64) templ.SafeURL {
+	return templ.URL(fmt.Sprintf("/tokens/%d", id))
+}
+
+// tokenFieldID names an edit form's field, unique on the page.
+func tokenFieldID(id int64, field string) string { return fmt.Sprintf("token-%d-%s", id, field) }
+
+// rateHint says what a token's rate may be.
+func rateHint(max int64) string {
+	return fmt.Sprintf("Up to %d, your tier's rate. Blank: only the organization's limit.", max)
+}
+
 // signingURL is where a token's signing form posts.
 func signingURL(id int64) templ.SafeURL {
 	return templ.URL(fmt.Sprintf("/tokens/%d/signing", id))
@@ -206,4 +219,14 @@ func upstreamStateClass(state string) string {
 	default:
 		return "badge-revoked"
 	}
+}
+
+// hasEditable says whether any of the tokens may be changed by the viewer.
+func hasEditable(ts []TokenRow) bool {
+	for _, t := range ts {
+		if t.Editable {
+			return true
+		}
+	}
+	return false
 }

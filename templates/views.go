@@ -64,6 +64,12 @@ type TokensView struct {
 	// was turned on: shown this once.
 	SigningSecret *NewTokenView
 	Form          TokenForm
+	// Edit refills one token's edit form, open, after a failed change;
+	// nil when none failed.
+	Edit *TokenEditForm
+	// MaxRate is the tier's rate in requests a minute: the most a token's
+	// own may be.
+	MaxRate int64
 }
 
 // TokenRow is one API token as its owner sees it.
@@ -76,6 +82,27 @@ type TokenRow struct {
 	Expires  string // "never" when it does not expire
 	Status   string // active | revoked | expired
 	Signed   bool   // takes only signed requests
+	// Limits are the token's controls in words, one per entry
+	// ("models gpt-4o, fast", "$12.50 a month"); none: no controls.
+	Limits []string
+	// Editable: the viewer may change it (an owner any token of the
+	// organization, a member the tokens they created) and it is not
+	// revoked.
+	Editable bool
+	// Form is the edit form as the token stands.
+	Form TokenEditForm
+}
+
+// TokenEditForm is a token's edit form: every field as text, "" for
+// none.
+type TokenEditForm struct {
+	ID                int64
+	Name              string
+	ExpiresAt         string // "2027-01-31T00:00" in UTC, the input's datetime-local form
+	Models            string // comma-separated
+	MonthlyBudget     string // dollars, "12.50"
+	RequestsPerMinute string
+	AllowedIPs        string // comma-separated
 }
 
 // NewTokenView carries a secret shown once: a just-created token, or a
@@ -87,8 +114,12 @@ type NewTokenView struct {
 
 // TokenForm refills the create form after a failed attempt.
 type TokenForm struct {
-	Name          string
-	ExpiresInDays string
+	Name              string
+	ExpiresInDays     string
+	Models            string
+	MonthlyBudget     string
+	RequestsPerMinute string
+	AllowedIPs        string
 }
 
 // FreezeRow is one freeze of a token.

@@ -88,7 +88,7 @@ func tokenRows(ts []models.APIToken, now time.Time) []templates.TokenRow {
 		rows[i] = templates.TokenRow{
 			ID: t.ID, Name: t.Name, Prefix: t.Prefix, Created: formatTime(t.CreatedAt),
 			LastUsed: formatOptionalTime(t.LastUsedAt, "never"), Expires: formatOptionalTime(t.ExpiresAt, "never"),
-			Status: t.Status(now), Signed: t.SigningRequired(),
+			Status: t.Status(now), Signed: t.SigningRequired(), Limits: tokenLimits(t.TokenControls), Form: tokenEditForm(t),
 		}
 	}
 	return rows
