@@ -11,8 +11,10 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/sluicehq/sluice/accounts"
 	"github.com/sluicehq/sluice/apperr"
 	"github.com/sluicehq/sluice/models"
+	"github.com/sluicehq/sluice/money"
 )
 
 // manage serves the management JSON API: the dashboard's operations for
@@ -167,24 +169,131 @@ type tokenOut struct {
 	RevokedAt  *time.Time `json:"revoked_at"`
 	// SigningRequired: the token takes only signed requests.
 	SigningRequired bool `json:"signing_required"`
+	// The token's controls; null for none.
+	Models            []string `json:"models"`
+	MonthlyBudget     *string  `json:"monthly_budget"`
+	RequestsPerMinute *int64   `json:"requests_per_minute"`
+	AllowedIPs        []string `json:"allowed_ips"`
 }
 
 func (m *manage) toTokenOut(t models.APIToken) tokenOut {
-	return tokenOut{ID: t.ID, Name: t.Name, Prefix: t.Prefix, Status: t.Status(m.Now()),
+	out := tokenOut{ID: t.ID, Name: t.Name, Prefix: t.Prefix, Status: t.Status(m.Now()),
 		CreatedAt: t.CreatedAt, LastUsedAt: t.LastUsedAt, ExpiresAt: t.ExpiresAt, RevokedAt: t.RevokedAt,
-		SigningRequired: t.SigningRequired()}
+		SigningRequired: t.SigningRequired(), Models: t.Models, RequestsPerMinute: t.RequestsPerMinute, AllowedIPs: t.AllowedIPs}
+	if b := t.MonthlyBudget; b != nil {
+		s := b.String()
+		out.MonthlyBudget = &s
+	}
+	return out
 }
 
+// tokenSettingsIn are the settings of POST and PATCH /api/tokens that may
+// be set or removed. Each is kept raw so that a field left out (keep it)
+// differs from null (remove the control).
+type tokenSettingsIn struct {
+	ExpiresAt         json.RawMessage `json:"expires_at"`
+	Models            json.RawMessage `json:"models"`
+	MonthlyBudget     json.RawMessage `json:"monthly_budget"`
+	RequestsPerMinute json.RawMessage `json:"requests_per_minute"`
+	AllowedIPs        json.RawMessage `json:"allowed_ips"`
+}
+
+// patch reads the settings given, each checked for its type with a
+// message naming it (the values themselves are checked by the store).
+func (in tokenSettingsIn) patch() (models.TokenPatch, error) {
+	var p models.TokenPatch
+	var err error
+	if p.ExpiresAt, err = rawChange(in.ExpiresAt, "expires_at", `an RFC 3339 time such as "2027-01-31T00:00:00Z"`, func(s string) (*time.Time, error) {
+		t, err := time.Parse(time.RFC3339, s)
+		return &t, err
+	}); err != nil {
+		return p, err
+	}
+	if p.MonthlyBudget, err = rawChange(in.MonthlyBudget, "monthly_budget", `a decimal string of dollars such as "12.50"`, func(s string) (*money.Amount, error) {
+		a, err := money.ParseAmount(s)
+		return &a, err
+	}); err != nil {
+		return p, err
+	}
+	if p.Models, err = rawList(in.Models, "models", "an array of model or alias names"); err != nil {
+		return p, err
+	}
+	if p.AllowedIPs, err = rawList(in.AllowedIPs, "allowed_ips", `an array of networks such as "203.0.113.0/24"`); err != nil {
+		return p, err
+	}
+	if raw := in.RequestsPerMinute; len(raw) > 0 {
+		p.RequestsPerMinute.Set = true
+		if string(raw) != "null" {
+			var n int64
+			if err := json.Unmarshal(raw, &n); err != nil {
+				return p, apperr.Field(apperr.Invalid, "invalid_requests_per_minute", "requests_per_minute",
+					"requests_per_minute must be a whole number of requests, or null for none")
+			}
+			p.RequestsPerMinute.To = &n
+		}
+	}
+	return p, nil
+}
+
+// rawChange reads a field that is a JSON string parsed by parse, or null.
+func rawChange[T any](raw json.RawMessage, field, shape string, parse func(string) (*T, error)) (models.Change[*T], error) {
+	var c models.Change[*T]
+	if len(raw) == 0 {
+		return c, nil
+	}
+	c.Set = true
+	if string(raw) == "null" {
+		return c, nil
+	}
+	var s string
+	err := json.Unmarshal(raw, &s)
+	if err == nil {
+		c.To, err = parse(s)
+	}
+	if err != nil {
+		return c, apperr.Field(apperr.Invalid, "invalid_"+field, field, field+" must be "+shape+", or null for none")
+	}
+	return c, nil
+}
+
+// rawList reads a field that is an array of strings, or null.
+func rawList(raw json.RawMessage, field, shape string) (models.Change[[]string], error) {
+	var c models.Change[[]string]
+	if len(raw) == 0 {
+		return c, nil
+	}
+	c.Set = true
+	if string(raw) == "null" {
+		return c, nil
+	}
+	if err := json.Unmarshal(raw, &c.To); err != nil || c.To == nil {
+		return c, apperr.Field(apperr.Invalid, "invalid_"+field, field, field+" must be "+shape+", or null for none")
+	}
+	return c, nil
+}
+
+// createToken answers POST /api/tokens {name, expires_in_days? | expires_at?,
+// models?, monthly_budget?, requests_per_minute?, allowed_ips?}: the token,
+// shown this once.
 func (m *manage) createToken(c *gin.Context) {
 	var in struct {
 		Name          string `json:"name"`
 		ExpiresInDays int    `json:"expires_in_days"`
+		tokenSettingsIn
 	}
 	if err := m.decode(c, &in); err != nil {
 		writeAPIError(c, m.log, err)
 		return
 	}
-	t, secret, err := m.Accounts.CreateToken(c.Request.Context(), currentUser(c), in.Name, in.ExpiresInDays)
+	p, err := in.patch()
+	if err != nil {
+		writeAPIError(c, m.log, err)
+		return
+	}
+	t, secret, err := m.Accounts.IssueToken(c.Request.Context(), currentUser(c), accounts.TokenSettings{
+		Name: in.Name, ExpiresInDays: in.ExpiresInDays, ExpiresAt: p.ExpiresAt.To,
+		Controls: models.TokenControls{Models: p.Models.To, MonthlyBudget: p.MonthlyBudget.To,
+			RequestsPerMinute: p.RequestsPerMinute.To, AllowedIPs: p.AllowedIPs.To}})
 	if err != nil {
 		writeAPIError(c, m.log, err)
 		return
@@ -194,6 +303,40 @@ func (m *manage) createToken(c *gin.Context) {
 		Token string `json:"token"`
 	}{m.toTokenOut(t), secret}
 	c.JSON(http.StatusCreated, out)
+}
+
+// updateToken answers PATCH /api/tokens/{id}: the settings given change,
+// the others keep their value; null removes a control (or the expiry).
+// An owner may change any token of the organization, a member only the
+// tokens they created. Every node applies the change to its next request.
+func (m *manage) updateToken(c *gin.Context) {
+	id, err := pathID(c, "id")
+	if err != nil {
+		writeAPIError(c, m.log, err)
+		return
+	}
+	var in struct {
+		Name *string `json:"name"`
+		tokenSettingsIn
+	}
+	if err := m.decode(c, &in); err != nil {
+		writeAPIError(c, m.log, err)
+		return
+	}
+	p, err := in.patch()
+	if err != nil {
+		writeAPIError(c, m.log, err)
+		return
+	}
+	if in.Name != nil {
+		p.Name = models.Change[string]{Set: true, To: *in.Name}
+	}
+	t, err := m.Accounts.UpdateToken(c.Request.Context(), currentUser(c), id, p)
+	if err != nil {
+		writeAPIError(c, m.log, err)
+		return
+	}
+	c.JSON(http.StatusOK, m.toTokenOut(t))
 }
 
 func (m *manage) listTokens(c *gin.Context) {

@@ -107,6 +107,9 @@ func routeTable() []routeRow {
 		{method: "POST", route: "/api/auth/logout", want: signedIn(204), fresh: true},
 		{method: "POST", route: "/api/tokens", body: `{"name":"{role}'s"}`, want: signedIn(201)},
 		{method: "GET", route: "/api/tokens", want: signedIn(200)},
+		// A token's controls: an owner changes any of the organization's, a member only the ones they created (this one is the owner's).
+		{method: "PATCH", route: "/api/tokens/:id", path: "/api/tokens/{tokenToEdit}", body: `{"requests_per_minute":10,"models":["sluice-local"]}`,
+			want: namesA(403, 200), ownedByA: true},
 		{method: "DELETE", route: "/api/tokens/:id", path: "/api/tokens/{tokenToRevoke}", want: namesA(200, 200), ownedByA: true},
 		{method: "PUT", route: "/api/tokens/:id/signing", path: "/api/tokens/{tokenToSign}/signing", body: `{"required":true}`, want: namesA(200, 200), ownedByA: true},
 		{method: "GET", route: "/api/usage", want: signedIn(200)},
@@ -159,6 +162,8 @@ func routeTable() []routeRow {
 		{method: "GET", route: "/dashboard", want: signedInPage(200)},
 		{method: "GET", route: "/tokens", want: signedInPage(200)},
 		{method: "POST", route: "/tokens", form: url.Values{"name": {"page token of {role}"}}, want: signedInPage(201)},
+		{method: "POST", route: "/tokens/:id", path: "/tokens/{pageTokenToEdit}", form: url.Values{"name": {"edited by {role}"}, "requests_per_minute": {"10"}},
+			want: pageNamesA(403, 303), ownedByA: true},
 		{method: "POST", route: "/tokens/:id/revoke", path: "/tokens/{pageTokenToRevoke}/revoke", form: url.Values{}, want: pageNamesA(303, 303), ownedByA: true},
 		{method: "POST", route: "/tokens/:id/signing", path: "/tokens/{tokenToSign}/signing", form: url.Values{"required": {"true"}}, want: pageNamesA(200, 200), ownedByA: true},
 		{method: "GET", route: "/invoices/:id/csv", path: "/invoices/{invoice}/csv", want: pageNamesA(200, 200), ownedByA: true},
@@ -232,6 +237,7 @@ func checkRouteTable(t *testing.T, db *models.DB, f *tenantFixture) {
 	free, _ := e.store.TierByName(ctx, "free")
 	settings := free.Settings()
 	settings.Capacity = 1000
+	settings.MaxAPITokens = 0 // A holds more tokens than the free tier's 10: one per route that names one
 	if _, err := e.acc.UpdateTier(ctx, admin, "free", settings); err != nil {
 		t.Fatal(err)
 	}
@@ -420,6 +426,10 @@ func newTenantFixture(t *testing.T, db *models.DB) *tenantFixture {
 	f.ids["pageTokenToRevoke"] = itoa(id)
 	_, id = newToken("to sign")
 	f.ids["tokenToSign"] = itoa(id)
+	_, id = newToken("to edit by API")
+	f.ids["tokenToEdit"] = itoa(id)
+	_, id = newToken("to edit by page")
+	f.ids["pageTokenToEdit"] = itoa(id)
 	w := e.do(request{method: "POST", path: "/v1/chat/completions", bearer: f.tokens["ownerA"], body: chatBody,
 		header: map[string]string{"X-Sluice-Session": "aardvark-conversation"}})
 	if w.Code != 200 {

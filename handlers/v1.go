@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"mime"
 	"net/http"
+	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
@@ -49,6 +50,9 @@ func callerOf(c *gin.Context) accounts.Caller { return c.MustGet(callerKey).(acc
 // its headers here and its signature by the handler (signatureVerified).
 func (a *api) authenticateToken(c *gin.Context) {
 	caller, err := a.Directory.Authenticate(c.Request.Context(), bearer(c.Request))
+	if err == nil && caller.AllowedIPs != nil {
+		err = checkClientAddress(c, caller)
+	}
 	if err == nil && caller.SigningSecret != nil {
 		err = a.verifySignature(c, caller)
 	}
@@ -63,6 +67,21 @@ func (a *api) authenticateToken(c *gin.Context) {
 		// signed request without asking for its signature.
 		a.log.Error("a signed request was answered without its signature checked", "request_id", requestID(c), "route", c.FullPath())
 	}
+}
+
+// checkClientAddress refuses a request from outside the token's allowed
+// networks. The address is the client's as the router resolves it: the
+// connection's, or X-Forwarded-For's when a proxy of
+// SLUICE_TRUSTED_PROXIES sent it, so a client cannot claim another
+// address by sending the header itself.
+func checkClientAddress(c *gin.Context, caller accounts.Caller) error {
+	ip := c.ClientIP()
+	addr, err := netip.ParseAddr(ip)
+	if err == nil && caller.AllowsAddress(addr) {
+		return nil
+	}
+	return apperr.WithReason(apperr.Forbidden, "ip_not_allowed",
+		"this API key may not be used from "+ip+": its allowed_ips do not include the address")
 }
 
 // Keys of a signed request's body in the gin context.
@@ -296,17 +315,26 @@ type modelOut struct {
 // the local model, the admin's aliases (Sluice's own names, so owned by
 // "sluice") and every model a provider key serves.
 func (a *api) listModels(c *gin.Context) {
-	models := []modelOut{{ID: local.ModelID, Object: "model", Created: 1767225600, OwnedBy: "sluice"}}
+	caller := callerOf(c)
+	models := []modelOut{}
+	add := func(id, owner string) {
+		// A token limited to some models sees only those: the others
+		// answer as models that do not exist.
+		if caller.MayUseModel(id) {
+			models = append(models, modelOut{ID: id, Object: "model", Created: 1767225600, OwnedBy: owner})
+		}
+	}
+	add(local.ModelID, "sluice")
 	var aliases []string
 	if a.Aliases != nil {
 		aliases = a.Aliases.Names()
 	}
 	for _, name := range aliases {
-		models = append(models, modelOut{ID: name, Object: "model", Created: 1767225600, OwnedBy: "sluice"})
+		add(name, "sluice")
 	}
 	for _, m := range a.Models() {
 		if m != "*" && m != local.ModelID && !slices.Contains(aliases, m) {
-			models = append(models, modelOut{ID: m, Object: "model", Created: 1767225600, OwnedBy: "upstream"})
+			add(m, "upstream")
 		}
 	}
 	c.JSON(http.StatusOK, gin.H{"object": "list", "data": models})
