@@ -14,7 +14,9 @@ import (
 
 // TestOpenAINodeSDK runs testdata/openai-node/check.mjs, which drives Sluice
 // with the official `openai` npm package: a local completion, a provider
-// stream with its usage chunk, and the SDK's retry on our 429. The package
+// stream with its usage chunk, a streamed Responses call and a continued
+// one, embeddings (which the SDK asks for in base64), and the SDK's retry
+// on our 429. The package
 // comes from TEST_NODE_SDKS_DIR (a directory with node_modules/openai
 // and node_modules/@anthropic-ai/sdk; .ci/run installs pinned versions there); without it the test skips.
 func TestOpenAINodeSDK(t *testing.T) {
