@@ -66,8 +66,10 @@ func (s *Service) OpenSecret(sealed string) (string, error) {
 
 // PriceInput is a new price as an admin gives it: decimal strings of
 // dollars per million tokens. An empty cached price is the input price.
+// Empty cache-creation and reasoning prices are the input and the output
+// price, and stay so when those change.
 type PriceInput struct {
-	Input, Output, CachedInput string
+	Input, Output, CachedInput, CacheCreation, Reasoning string
 }
 
 // SetPrice puts a new price for model in force now, on every node.
@@ -89,6 +91,20 @@ func (s *Service) SetPrice(ctx context.Context, admin models.User, model string,
 			return p, apperr.Field(apperr.Invalid, "invalid_price", f.name,
 				f.name+" must be a decimal string of dollars per million tokens, from 0 to 1000 with at most 6 decimals, like \"0.50\"")
 		}
+	}
+	for _, f := range []struct {
+		name, value string
+		dst         **money.Price
+	}{{"cache_creation_per_mtok", in.CacheCreation, &p.CacheCreationPerMTok}, {"reasoning_per_mtok", in.Reasoning, &p.ReasoningPerMTok}} {
+		if f.value == "" {
+			continue
+		}
+		v, err := money.ParsePrice(f.value)
+		if err != nil {
+			return p, apperr.Field(apperr.Invalid, "invalid_price", f.name,
+				f.name+" must be a decimal string of dollars per million tokens, from 0 to 1000 with at most 6 decimals, like \"0.50\"")
+		}
+		*f.dst = &v
 	}
 	p.Model = model
 	p, err = s.store.SetModelPrice(ctx, admin, p, s.now())

@@ -87,7 +87,7 @@ func (f *fixture) customer() (models.Organization, models.APIToken) {
 // setPrice sets a price at the clock's time.
 func (f *fixture) setPrice(model, in, out, cached string) {
 	f.t.Helper()
-	if _, err := f.svc.SetPrice(context.Background(), f.admin, model, PriceInput{in, out, cached}); err != nil {
+	if _, err := f.svc.SetPrice(context.Background(), f.admin, model, PriceInput{Input: in, Output: out, CachedInput: cached}); err != nil {
 		f.t.Fatal(err)
 	}
 }

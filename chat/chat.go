@@ -23,12 +23,16 @@ type Message struct {
 func (m Message) IsSystem() bool { return m.Role == "system" || m.Role == "developer" }
 
 // Usage is what one completion used, as billed: prompt and completion
-// tokens, and how many of the prompt tokens the provider served from its
-// own prompt cache (billed at the cached price).
+// tokens; how many of the prompt tokens the provider served from its own
+// prompt cache (billed at the cached price) and wrote to it (billed at the
+// cache-creation price); how many of the completion tokens the model spent
+// reasoning (billed at the reasoning price).
 type Usage struct {
-	PromptTokens     int `json:"prompt_tokens"`
-	CompletionTokens int `json:"completion_tokens"`
-	CachedTokens     int `json:"-"` // prompt_tokens_details.cached_tokens; part of PromptTokens
+	PromptTokens        int `json:"prompt_tokens"`
+	CompletionTokens    int `json:"completion_tokens"`
+	CachedTokens        int `json:"-"` // prompt_tokens_details.cached_tokens; part of PromptTokens
+	CacheCreationTokens int `json:"-"` // cache_creation_input_tokens; part of PromptTokens
+	ReasoningTokens     int `json:"-"` // completion_tokens_details.reasoning_tokens; part of CompletionTokens
 }
 
 // Total is prompt plus completion tokens.

@@ -115,6 +115,10 @@ func (p *Pipeline) providersFailed(ctx context.Context, c *call, err error) (Ser
 	if ctx.Err() != nil {
 		return Served{}, ctx.Err() // the client left; nothing to answer
 	}
+	var refusal *apperr.Error
+	if errors.As(err, &refusal) {
+		return Served{}, refusal // the provider cannot do what was asked, named: the client's to fix
+	}
 	if !errors.Is(err, upstream.ErrUnavailable) && !errors.Is(err, upstream.ErrNoKey) {
 		// The provider answered something unusable (e.g. an oversized
 		// body): a bad gateway, not our bug.

@@ -41,6 +41,60 @@ func TestCostsAreExactAndCachedPromptTokensCostLess(t *testing.T) {
 	}
 }
 
+func mustPrice(t *testing.T, s string) money.Price {
+	t.Helper()
+	p, err := money.ParsePrice(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// Prompt tokens written to the provider's cache and reasoning tokens are
+// billed at their own prices, and reserved at the dearer of theirs and
+// the input or output price; without those prices they cost what input
+// and output cost.
+func TestCacheCreationAndReasoningTokensArePricedAsSuch(t *testing.T) {
+	usage := `"usage":{"prompt_tokens":1000,"completion_tokens":200,"prompt_tokens_details":{"cached_tokens":600},` +
+		`"cache_creation_input_tokens":300,"completion_tokens_details":{"reasoning_tokens":150}}`
+	for _, tc := range []struct {
+		name                string
+		creation, reasoning string
+		want                string
+	}{
+		// 100 x 0.50 + 600 x 0.25 + 300 x 0.625 + 50 x 1.50 + 150 x 3 per million.
+		{"own prices", "0.625", "3", "0.0009125"},
+		// 400 x 0.50 + 600 x 0.25 + 200 x 1.50 per million, as before.
+		{"input and output prices", "", "", "0.00065"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRig(t)
+			p := r.price("gpt-test", "0.50", "1.50", "0.25")
+			if tc.creation != "" {
+				creation, reasoning := mustPrice(t, tc.creation), mustPrice(t, tc.reasoning)
+				p.CacheCreationPerMTok, p.ReasoningPerMTok = &creation, &reasoning
+				r.prices[len(r.prices)-1] = p
+				r.deps.Prices.Replace(r.prices)
+			}
+			r.provider.answer = answerJSON(`{"choices":[{"message":{"content":"hi"}}],` + usage + `}`)
+			if _, _, err := r.complete(context.Background(), providerBody); err != nil {
+				t.Fatal(err)
+			}
+			ev := r.recorder.all()[0]
+			if ev.Cost.String() != tc.want || ev.CacheCreationTokens != 300 || ev.ReasoningTokens != 150 || ev.CachedTokens != 600 {
+				t.Fatalf("event %+v cost %s, want %s", ev, ev.Cost, tc.want)
+			}
+		})
+	}
+	creation, reasoning := mustPrice(t, "0.625"), mustPrice(t, "3")
+	p := models.ModelPrice{InputPerMTok: mustPrice(t, "0.50"), OutputPerMTok: mustPrice(t, "1.50"),
+		CacheCreationPerMTok: &creation, ReasoningPerMTok: &reasoning}
+	// 1,000 x 0.625 + 100 x 3 per million: every token at its dearest.
+	if got := metering.WorstCase(p, 1000, 100); got.String() != "0.000925" {
+		t.Fatalf("worst case %s, want 0.000925", got)
+	}
+}
+
 // A stream is billed by the usage chunk the pipeline asks the provider for.
 func TestStreamsAreBilled(t *testing.T) {
 	r := newRig(t)

@@ -250,6 +250,7 @@ func (p *Pipeline) record(c *call, out Served) {
 	ev := models.UsageEvent{
 		RequestID: c.req.ID, OrgID: c.caller.OrgID, TokenID: c.caller.TokenID, Model: out.Model,
 		PromptTokens: out.Usage.PromptTokens, CompletionTokens: out.Usage.CompletionTokens, CachedTokens: out.Usage.CachedTokens,
+		CacheCreationTokens: out.Usage.CacheCreationTokens, ReasoningTokens: out.Usage.ReasoningTokens, Dialect: c.req.dialect(),
 		Cost: cost, PriceID: priceID, Status: out.Status,
 		LatencyMs: int(p.d.Now().Sub(c.start) / time.Millisecond), CreatedAt: c.start.UTC(),
 		Cached: out.Cached, Fallback: out.Fallback,

@@ -21,6 +21,7 @@ import (
 // headers over HTTP.
 type Request struct {
 	ID           string // the gateway's request id: the usage event's key
+	Dialect      string // the API the client spoke ("chat", "responses", "messages", …), for metering
 	Model        string // "sluice-local" or a model a provider key serves
 	Body         []byte // the body as the client wrote it
 	MaxTokens    int    // max_completion_tokens or max_tokens; 0 when unset
@@ -97,6 +98,14 @@ func (p *Pipeline) Parse(body []byte) (Request, error) {
 	}
 	return Request{Model: s.model, Body: body, MaxTokens: int(maxTokens), Stream: s.stream, IncludeUsage: s.includeUsage,
 		Temperature: s.temperature, Prompt: p.count(sc, family.Of(s.model)), streamOptions: s.streamOptions, end: s.end}, nil
+}
+
+// dialect is the API the client spoke; "chat" unless its handler said.
+func (r *Request) dialect() string {
+	if r.Dialect == "" {
+		return "chat"
+	}
+	return r.Dialect
 }
 
 // Messages are the request's messages as text (a content's text parts

@@ -18,12 +18,15 @@ import (
 // Money crosses the API as decimal strings of dollars; times as RFC 3339.
 
 type priceOut struct {
-	Model              string     `json:"model"`
-	Priced             bool       `json:"priced"` // false: the model costs nothing until an admin sets a price
-	InputPerMTok       string     `json:"input_per_mtok,omitempty"`
-	OutputPerMTok      string     `json:"output_per_mtok,omitempty"`
-	CachedInputPerMTok string     `json:"cached_input_per_mtok,omitempty"`
-	EffectiveFrom      *time.Time `json:"effective_from,omitempty"`
+	Model              string `json:"model"`
+	Priced             bool   `json:"priced"` // false: the model costs nothing until an admin sets a price
+	InputPerMTok       string `json:"input_per_mtok,omitempty"`
+	OutputPerMTok      string `json:"output_per_mtok,omitempty"`
+	CachedInputPerMTok string `json:"cached_input_per_mtok,omitempty"`
+	// Absent when the model has none: the input and the output price apply.
+	CacheCreationPerMTok string     `json:"cache_creation_per_mtok,omitempty"`
+	ReasoningPerMTok     string     `json:"reasoning_per_mtok,omitempty"`
+	EffectiveFrom        *time.Time `json:"effective_from,omitempty"`
 }
 
 func toPriceOut(model string, p *models.ModelPrice) priceOut {
@@ -32,6 +35,12 @@ func toPriceOut(model string, p *models.ModelPrice) priceOut {
 		from := p.EffectiveFrom.UTC()
 		out = priceOut{Model: model, Priced: true, InputPerMTok: p.InputPerMTok.String(), OutputPerMTok: p.OutputPerMTok.String(),
 			CachedInputPerMTok: p.CachedInputPerMTok.String(), EffectiveFrom: &from}
+		if v := p.CacheCreationPerMTok; v != nil {
+			out.CacheCreationPerMTok = v.String()
+		}
+		if v := p.ReasoningPerMTok; v != nil {
+			out.ReasoningPerMTok = v.String()
+		}
 	}
 	return out
 }
@@ -55,16 +64,19 @@ func (m *manage) listPrices(c *gin.Context) {
 // now on. Model names may contain slashes ("meta-llama/Llama-3-8B").
 func (m *manage) setPrice(c *gin.Context) {
 	var in struct {
-		Input       string `json:"input_per_mtok"`
-		Output      string `json:"output_per_mtok"`
-		CachedInput string `json:"cached_input_per_mtok"`
+		Input         string `json:"input_per_mtok"`
+		Output        string `json:"output_per_mtok"`
+		CachedInput   string `json:"cached_input_per_mtok"`
+		CacheCreation string `json:"cache_creation_per_mtok"`
+		Reasoning     string `json:"reasoning_per_mtok"`
 	}
 	if err := m.decode(c, &in); err != nil {
 		writeAPIError(c, m.log, err)
 		return
 	}
 	model := strings.TrimPrefix(c.Param("model"), "/")
-	p, err := m.Billing.SetPrice(c.Request.Context(), currentUser(c), model, billing.PriceInput{Input: in.Input, Output: in.Output, CachedInput: in.CachedInput})
+	p, err := m.Billing.SetPrice(c.Request.Context(), currentUser(c), model, billing.PriceInput{Input: in.Input, Output: in.Output,
+		CachedInput: in.CachedInput, CacheCreation: in.CacheCreation, Reasoning: in.Reasoning})
 	if err != nil {
 		writeAPIError(c, m.log, err)
 		return

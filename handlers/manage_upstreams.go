@@ -15,6 +15,7 @@ import (
 type upstreamOut struct {
 	ID             int64     `json:"id"`
 	Name           string    `json:"name"`
+	Provider       string    `json:"provider"`
 	BaseURL        string    `json:"base_url"`
 	KeyLast4       string    `json:"api_key_last4"`
 	Weight         int       `json:"weight"`
@@ -82,7 +83,7 @@ func (m *manage) upstreamsOut(ks []models.UpstreamKey) []upstreamOut {
 		if ms == nil {
 			ms = []string{}
 		}
-		out[i] = upstreamOut{k.ID, k.Name, k.BaseURL, k.KeyLast4, k.Weight, k.RPM, k.TPM, ms, state, k.DisabledReason, k.CreatedAt, limits}
+		out[i] = upstreamOut{k.ID, k.Name, k.Provider, k.BaseURL, k.KeyLast4, k.Weight, k.RPM, k.TPM, ms, state, k.DisabledReason, k.CreatedAt, limits}
 	}
 	return out
 }
@@ -98,10 +99,14 @@ func (m *manage) listUpstreams(c *gin.Context) {
 
 func (m *manage) createUpstream(c *gin.Context) {
 	var in struct {
-		Name    string `json:"name"`
-		BaseURL string `json:"base_url"`
-		APIKey  string `json:"api_key"`
-		Weight  *int   `json:"weight"`
+		Name string `json:"name"`
+		// The kind of provider, whose wire format Sluice speaks to it:
+		// openai (any OpenAI-compatible API, the default), anthropic,
+		// gemini or azure.
+		Provider string `json:"provider"`
+		BaseURL  string `json:"base_url"`
+		APIKey   string `json:"api_key"`
+		Weight   *int   `json:"weight"`
 		// Read as written, not as int64, so that 1e12 is the whole number
 		// it is and anything else is refused naming the field.
 		RPM    json.RawMessage `json:"rpm"`
@@ -125,7 +130,7 @@ func (m *manage) createUpstream(c *gin.Context) {
 		return
 	}
 	k, err := m.Providers.Create(c.Request.Context(), currentUser(c), models.UpstreamKeyInput{
-		Name: in.Name, BaseURL: in.BaseURL, APIKey: in.APIKey, Weight: weight, RPM: rpm, TPM: tpm, Models: in.Models})
+		Name: in.Name, Provider: in.Provider, BaseURL: in.BaseURL, APIKey: in.APIKey, Weight: weight, RPM: rpm, TPM: tpm, Models: in.Models})
 	if err != nil {
 		writeAPIError(c, m.log, err)
 		return

@@ -194,3 +194,40 @@ func (l *lockedBuffer) String() string {
 	defer l.mu.Unlock()
 	return l.b.String()
 }
+
+// A key names the kind of provider it belongs to (openai when it does
+// not); an unknown kind, or a base URL its kind cannot use, is refused in
+// the API's error shape saying what to send.
+func TestUpstreamProviderKinds(t *testing.T) {
+	g := newGenEnv(t, testdb.SQLite(t))
+	admin := g.login("admin@example.com", "admin-password")
+	for _, tc := range []struct {
+		name, fields string
+		status       int
+		provider     string // stored
+		message      string // in the refusal
+	}{
+		{"default", `"base_url":"https://api.openai.com/v1"`, 201, "openai", ""},
+		{"azure deployment", `"provider":"azure","base_url":"https://res.openai.azure.com/openai/deployments/d?api-version=2024-10-21"`, 201, "azure", ""},
+		{"azure without api-version", `"provider":"azure","base_url":"https://res.openai.azure.com/openai/deployments/d"`, 422, "", "needs its api-version"},
+		{"unknown kind", `"provider":"bedrock","base_url":"https://example.com"`, 422, "", "provider must be one of openai"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := g.do(request{method: "POST", path: "/api/admin/upstreams", bearer: admin,
+				body: `{"name":"` + strings.ReplaceAll(tc.name, " ", "-") + `","api_key":"sk-mock-key",` + tc.fields + `}`})
+			if w.Code != tc.status {
+				t.Fatalf("%d %s, want %d", w.Code, w.Body.String(), tc.status)
+			}
+			var body struct {
+				Provider string
+				Error    struct{ Message string }
+			}
+			if err := json.Unmarshal(w.Body.Bytes(), &body); err != nil {
+				t.Fatal(err)
+			}
+			if body.Provider != tc.provider || !strings.Contains(body.Error.Message, tc.message) {
+				t.Fatalf("answer %s, want provider %q and a message with %q", w.Body.String(), tc.provider, tc.message)
+			}
+		})
+	}
+}

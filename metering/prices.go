@@ -75,15 +75,33 @@ func (b *PriceBook) Models() []string {
 // from its prompt cache at the input price, those it did at the cached
 // input price, and completion tokens at the output price. Exact.
 func Cost(p models.ModelPrice, u chat.Usage) money.Amount {
-	cached := int64(min(max(u.CachedTokens, 0), max(u.PromptTokens, 0)))
-	return p.InputPerMTok.Cost(int64(u.PromptTokens)-cached) +
+	prompt, completion := int64(max(u.PromptTokens, 0)), int64(max(u.CompletionTokens, 0))
+	// The parts are bounded by their wholes, so a provider's odd report
+	// never bills below zero.
+	cached := min(int64(max(u.CachedTokens, 0)), prompt)
+	creation := min(int64(max(u.CacheCreationTokens, 0)), prompt-cached)
+	reasoning := min(int64(max(u.ReasoningTokens, 0)), completion)
+	return p.InputPerMTok.Cost(prompt-cached-creation) +
 		p.CachedInputPerMTok.Cost(cached) +
-		p.OutputPerMTok.Cost(int64(u.CompletionTokens))
+		or(p.CacheCreationPerMTok, p.InputPerMTok).Cost(creation) +
+		p.OutputPerMTok.Cost(completion-reasoning) +
+		or(p.ReasoningPerMTok, p.OutputPerMTok).Cost(reasoning)
+}
+
+// or is price, or def when there is none.
+func or(price *money.Price, def money.Price) money.Price {
+	if price == nil {
+		return def
+	}
+	return *price
 }
 
 // WorstCase is the most a request may cost before it runs: every prompt
 // token at the full input price plus maxCompletion tokens of output. It is
 // what a budget reserves.
 func WorstCase(p models.ModelPrice, promptTokens, maxCompletion int64) money.Amount {
-	return p.InputPerMTok.Cost(promptTokens) + p.OutputPerMTok.Cost(maxCompletion)
+	// Any prompt token may be written to the provider's cache and any
+	// output token may be reasoning: each at the dearer of its prices.
+	return max(p.InputPerMTok, or(p.CacheCreationPerMTok, 0)).Cost(promptTokens) +
+		max(p.OutputPerMTok, or(p.ReasoningPerMTok, 0)).Cost(maxCompletion)
 }

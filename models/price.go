@@ -20,8 +20,13 @@ type ModelPrice struct {
 	InputPerMTok       money.Price `gorm:"column:input_per_mtok"`
 	OutputPerMTok      money.Price `gorm:"column:output_per_mtok"`
 	CachedInputPerMTok money.Price `gorm:"column:cached_input_per_mtok"`
-	EffectiveFrom      time.Time
-	CreatedBy          *int64
+	// CacheCreationPerMTok prices prompt tokens written to the provider's
+	// prompt cache, ReasoningPerMTok a model's thinking tokens; nil means
+	// the input and the output price.
+	CacheCreationPerMTok *money.Price `gorm:"column:cache_creation_per_mtok"`
+	ReasoningPerMTok     *money.Price `gorm:"column:reasoning_per_mtok"`
+	EffectiveFrom        time.Time
+	CreatedBy            *int64
 }
 
 // maxModelName bounds a model's name as providers spell them.
@@ -32,7 +37,13 @@ func (s *Store) SetModelPrice(ctx context.Context, actor User, p ModelPrice, at 
 	if p.Model == "" || len(p.Model) > maxModelName {
 		return ModelPrice{}, apperr.New(apperr.Unprocessable, "model must be 1 to %d characters", maxModelName)
 	}
-	for _, v := range []money.Price{p.InputPerMTok, p.OutputPerMTok, p.CachedInputPerMTok} {
+	prices := []money.Price{p.InputPerMTok, p.OutputPerMTok, p.CachedInputPerMTok}
+	for _, v := range []*money.Price{p.CacheCreationPerMTok, p.ReasoningPerMTok} {
+		if v != nil {
+			prices = append(prices, *v)
+		}
+	}
+	for _, v := range prices {
 		if v < 0 || v > money.MaxPrice {
 			return ModelPrice{}, apperr.New(apperr.Unprocessable, "prices must be from 0 to %s per million tokens", money.MaxPrice)
 		}

@@ -1,6 +1,7 @@
 package models
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math/big"
@@ -19,6 +20,7 @@ import (
 type UpstreamKey struct {
 	ID             int64
 	Name           string
+	Provider       string // the kind of provider: openai, anthropic, gemini, azure
 	BaseURL        string
 	KeyCiphertext  string
 	KeyLast4       string
@@ -43,14 +45,16 @@ func (k UpstreamKey) ModelList() []string {
 }
 
 // UpstreamKeyInput is what an admin submits for a new key.
+// Whether BaseURL suits Provider is the upstream package's to say.
 type UpstreamKeyInput struct {
-	Name    string
-	BaseURL string
-	APIKey  string
-	Weight  int
-	RPM     int64
-	TPM     int64
-	Models  []string
+	Name     string
+	Provider string // "" is openai
+	BaseURL  string
+	APIKey   string
+	Weight   int
+	RPM      int64
+	TPM      int64
+	Models   []string
 }
 
 // Validate says what is wrong with the input, in words for the admin.
@@ -59,7 +63,7 @@ func (in UpstreamKeyInput) Validate() error {
 	switch {
 	case strings.TrimSpace(in.Name) == "" || len(in.Name) > 100:
 		return apperr.New(apperr.Unprocessable, "name must be 1 to 100 characters")
-	case err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.Fragment != "":
+	case err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.Fragment != "":
 		return apperr.New(apperr.Unprocessable, "base_url must be an http(s) URL such as https://api.openai.com/v1")
 	case len(in.APIKey) < 8 || len(in.APIKey) > 512 || strings.ContainsAny(in.APIKey, " \t\r\n"):
 		return apperr.New(apperr.Unprocessable, "api_key must be 8 to 512 characters without spaces")
@@ -121,7 +125,7 @@ func (s *Store) CreateUpstreamKey(ctx context.Context, admin User, in UpstreamKe
 		return UpstreamKey{}, err
 	}
 	k := UpstreamKey{
-		Name: strings.TrimSpace(in.Name), BaseURL: strings.TrimRight(in.BaseURL, "/"),
+		Name: strings.TrimSpace(in.Name), Provider: cmp.Or(in.Provider, "openai"), BaseURL: strings.TrimRight(in.BaseURL, "/"),
 		KeyCiphertext: seal(in.APIKey), KeyLast4: in.APIKey[len(in.APIKey)-4:],
 		Weight: in.Weight, RPM: in.RPM, TPM: in.TPM, Models: strings.Join(in.Models, ","), CreatedAt: time.Now().UTC(),
 	}

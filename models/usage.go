@@ -29,14 +29,20 @@ type UsageEvent struct {
 	PromptTokens     int
 	CompletionTokens int
 	CachedTokens     int // of PromptTokens, served from the provider's prompt cache
-	Cost             money.Amount
-	PriceID          int64 // the price version billed; 0 when not billed (no price, or a free cache hit)
-	Status           int
-	LatencyMs        int
-	Cached           bool   // answered from the response cache
-	Fallback         bool   // answered by sluice-local because providers were unavailable
-	UpstreamKeyID    *int64 // the provider key that answered, nil for local answers
-	CreatedAt        time.Time
+	// CacheCreationTokens are the PromptTokens the provider wrote to its
+	// prompt cache (Anthropic bills them above the input price);
+	// ReasoningTokens the CompletionTokens a model spent thinking.
+	CacheCreationTokens int
+	ReasoningTokens     int
+	Dialect             string // the API the client spoke: chat, responses, messages, embeddings
+	Cost                money.Amount
+	PriceID             int64 // the price version billed; 0 when not billed (no price, or a free cache hit)
+	Status              int
+	LatencyMs           int
+	Cached              bool   // answered from the response cache
+	Fallback            bool   // answered by sluice-local because providers were unavailable
+	UpstreamKeyID       *int64 // the provider key that answered, nil for local answers
+	CreatedAt           time.Time
 }
 
 // TouchOnly says the event only marks a token as used (it has no request id
@@ -81,7 +87,8 @@ func uniqueRequests(evs []UsageEvent) []UsageEvent {
 
 // usageColumns are the columns a usage batch writes, in order.
 var usageColumns = []string{"request_id", "org_id", "token_id", "model", "prompt_tokens", "completion_tokens",
-	"cached_tokens", "cost", "price_id", "status", "latency_ms", "cached", "fallback", "upstream_key_id", "created_at"}
+	"cached_tokens", "cost", "price_id", "status", "latency_ms", "cached", "fallback", "upstream_key_id", "created_at",
+	"cache_creation_tokens", "reasoning_tokens", "dialect"}
 
 // rollupUpdate adds the incoming counts to a rollup row's.
 const rollupUpdate = `requests = usage_hourly.requests + EXCLUDED.requests,
@@ -172,15 +179,16 @@ func copyNewUsage(ctx context.Context, pg *pgx.Conn, evs []UsageEvent) error {
 type usageSource struct {
 	evs []UsageEvent
 	i   int
-	row [15]any
+	row [18]any
 }
 
 func (u *usageSource) Next() bool { u.i++; return u.i <= len(u.evs) }
 func (u *usageSource) Err() error { return nil }
 func (u *usageSource) Values() ([]any, error) {
 	e := &u.evs[u.i-1]
-	u.row = [15]any{e.RequestID, e.OrgID, e.TokenID, e.Model, e.PromptTokens, e.CompletionTokens,
-		e.CachedTokens, int64(e.Cost), e.PriceID, e.Status, e.LatencyMs, e.Cached, e.Fallback, e.UpstreamKeyID, e.CreatedAt.UTC()}
+	u.row = [18]any{e.RequestID, e.OrgID, e.TokenID, e.Model, e.PromptTokens, e.CompletionTokens,
+		e.CachedTokens, int64(e.Cost), e.PriceID, e.Status, e.LatencyMs, e.Cached, e.Fallback, e.UpstreamKeyID, e.CreatedAt.UTC(),
+		e.CacheCreationTokens, e.ReasoningTokens, e.Dialect}
 	return u.row[:], nil
 }
 
@@ -310,7 +318,8 @@ func copyUsageSkippingStored(ctx context.Context, pg *pgx.Conn, evs []UsageEvent
 	_, err = tx.Exec(ctx, `CREATE TEMP TABLE IF NOT EXISTS usage_incoming (
 		request_id TEXT, org_id BIGINT, token_id BIGINT, model TEXT, prompt_tokens INTEGER,
 		completion_tokens INTEGER, cached_tokens INTEGER, cost BIGINT, price_id BIGINT, status INTEGER,
-		latency_ms INTEGER, cached BOOLEAN, fallback BOOLEAN, upstream_key_id BIGINT, created_at TIMESTAMPTZ)
+		latency_ms INTEGER, cached BOOLEAN, fallback BOOLEAN, upstream_key_id BIGINT, created_at TIMESTAMPTZ,
+		cache_creation_tokens INTEGER, reasoning_tokens INTEGER, dialect TEXT)
 		ON COMMIT DELETE ROWS`)
 	if err != nil {
 		return err
@@ -430,7 +439,11 @@ func appendUsageJSON(b []byte, evs []UsageEvent) []byte {
 		} else {
 			b = append(b, ",null"...)
 		}
-		b = append(e.CreatedAt.UTC().AppendFormat(append(b, ',', '"'), sqliteTime), '"', ']')
+		b = append(e.CreatedAt.UTC().AppendFormat(append(b, ',', '"'), sqliteTime), '"')
+		b = num(b, int64(e.CacheCreationTokens))
+		b = num(b, int64(e.ReasoningTokens))
+		b, _ = jsontext.AppendQuote(append(b, ','), e.Dialect)
+		b = append(b, ']')
 	}
 	return append(b, ']')
 }

@@ -42,6 +42,9 @@ func (s *Service) Create(ctx context.Context, admin models.User, in models.Upstr
 	if !admin.IsAdmin() {
 		return models.UpstreamKey{}, apperr.New(apperr.Forbidden, "only admins may add provider keys")
 	}
+	if err := upstream.CheckBaseURL(in.Provider, in.BaseURL); err != nil {
+		return models.UpstreamKey{}, apperr.New(apperr.Unprocessable, "%s", err.Error())
+	}
 	k, err := s.store.CreateUpstreamKey(ctx, admin, in, func(plain string) string { return s.box.Seal(plain, sealContext) })
 	if err != nil {
 		return k, err
@@ -107,7 +110,7 @@ func (s *Service) Reload(ctx context.Context) error {
 			s.log.Error("a provider key does not decrypt; left out of rotation", "key_id", k.ID, "name", k.Name, "err", err)
 			continue
 		}
-		keys = append(keys, upstream.Key{ID: k.ID, Name: k.Name, BaseURL: k.BaseURL, Secret: secret,
+		keys = append(keys, upstream.Key{ID: k.ID, Name: k.Name, Provider: k.Provider, BaseURL: k.BaseURL, Secret: secret,
 			Weight: k.Weight, RPM: k.RPM, TPM: k.TPM, Models: k.ModelList()})
 	}
 	s.pool.SetKeys(keys)

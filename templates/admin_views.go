@@ -243,6 +243,8 @@ type AdminPriceRow struct {
 	Input         string // dollars per million tokens
 	Output        string
 	CachedInput   string
+	CacheCreation string // "" when it is the input price
+	Reasoning     string // "" when it is the output price
 	EffectiveFrom string
 	Versions      int    // prices it has had, current included
 	EditURL       string // the prices page with the form filled for this model
@@ -250,10 +252,12 @@ type AdminPriceRow struct {
 
 // AdminPriceForm refills the set-a-price form.
 type AdminPriceForm struct {
-	Model       string
-	Input       string
-	Output      string
-	CachedInput string
+	Model         string
+	Input         string
+	Output        string
+	CachedInput   string
+	CacheCreation string
+	Reasoning     string
 }
 
 // AdminAuditView is a page of the audit log with its filters.

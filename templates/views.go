@@ -106,8 +106,9 @@ type FreezeRow struct {
 
 // AdminUpstreamsView is the admin page of provider keys.
 type AdminUpstreamsView struct {
-	Keys []UpstreamRow
-	Form UpstreamForm // refilled after a failed attempt
+	Keys      []UpstreamRow
+	Form      UpstreamForm // refilled after a failed attempt
+	Providers []string     // the kinds of provider a key may be for, the default first
 }
 
 // UpstreamRow is one provider key; the key itself is never in a view, only
@@ -115,6 +116,7 @@ type AdminUpstreamsView struct {
 type UpstreamRow struct {
 	ID       int64
 	Name     string
+	Provider string // the kind of provider: openai, anthropic, gemini, azure
 	BaseURL  string
 	Last4    string
 	Weight   int
@@ -145,10 +147,11 @@ type UpstreamLimits struct {
 
 // UpstreamForm is the add-a-key form.
 type UpstreamForm struct {
-	Name    string
-	BaseURL string
-	Weight  string
-	RPM     string
-	TPM     string
-	Models  string
+	Name     string
+	Provider string
+	BaseURL  string
+	Weight   string
+	RPM      string
+	TPM      string
+	Models   string
 }

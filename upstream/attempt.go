@@ -1,7 +1,6 @@
 package upstream
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -10,6 +9,8 @@ import (
 	"net/url"
 	"sync/atomic"
 	"time"
+
+	"github.com/sluicehq/sluice/apperr"
 )
 
 // attemptKind is how one attempt ended, as far as Do is concerned.
@@ -49,11 +50,15 @@ func (p *Pool) attempt(ctx context.Context, e *keyEntry, probe bool, adm admissi
 		timedOut.Store(true)
 		cancel()
 	})
-	hreq, err := newProviderRequest(actx, e, req)
+	hreq, err := e.format.newRequest(actx, &e.key, e.base, req)
 	if err != nil {
 		timer.Stop()
 		cancel()
 		e.h.abandoned(probe)
+		var refusal *apperr.Error
+		if !errors.As(err, &refusal) {
+			err = fmt.Errorf("upstream: cannot build a request for key %q: %w", e.key.Name, err)
+		}
 		return attemptResult{kind: attemptFatal, err: err}
 	}
 	e.h.sent()
@@ -61,6 +66,7 @@ func (p *Pool) attempt(ctx context.Context, e *keyEntry, probe bool, adm admissi
 	resp, err := p.opts.Client.Do(hreq)
 	if err == nil {
 		// Every answer, whatever its status, says where the key stands.
+		e.format.limits(resp.Header, p.opts.Now())
 		if rpm, tpm := e.h.learn(resp.Header, resp.StatusCode, adm, start, p.opts.Now()); rpm != 0 || tpm != 0 {
 			p.limitsChanged(e, rpm, tpm)
 		}
@@ -86,22 +92,6 @@ func (p *Pool) attempt(ctx context.Context, e *keyEntry, probe bool, adm admissi
 	return p.judge(ctx, e, probe, req, resp, start, &timedOut)
 }
 
-// newProviderRequest builds the provider request for key e.
-func newProviderRequest(ctx context.Context, e *keyEntry, req Request) (*http.Request, error) {
-	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, e.url, bytes.NewReader(req.Body))
-	if err != nil {
-		return nil, fmt.Errorf("upstream: cannot build a request for key %q", e.key.Name)
-	}
-	hreq.Header.Set("Authorization", "Bearer "+e.key.Secret)
-	hreq.Header.Set("Content-Type", "application/json")
-	if req.Stream {
-		hreq.Header.Set("Accept", "text/event-stream")
-	} else {
-		hreq.Header.Set("Accept", "application/json")
-	}
-	return hreq, nil
-}
-
 // streamed hands a 2xx stream to the caller; the stream's end releases the
 // attempt.
 func (p *Pool) streamed(ctx context.Context, e *keyEntry, probe bool, req Request, resp *http.Response, took time.Duration, cancel context.CancelFunc) attemptResult {
@@ -110,7 +100,7 @@ func (p *Pool) streamed(ctx context.Context, e *keyEntry, probe bool, req Reques
 	return attemptResult{kind: attemptDone, resp: &Response{
 		Status:  resp.StatusCode,
 		Header:  resp.Header,
-		Stream:  p.newStreamBody(ctx, e, req, resp.Body, cancel),
+		Stream:  p.newStreamBody(ctx, e, req, e.format.stream(req, resp.Body), cancel),
 		KeyID:   e.key.ID,
 		Latency: took,
 	}}
@@ -135,6 +125,13 @@ func (p *Pool) judge(ctx context.Context, e *keyEntry, probe bool, req Request, 
 		}
 		e.h.answered(status, probe, healthy)
 		p.models.observe(req.Model, false, p.opts.Now())
+		if healthy {
+			if body, err = e.format.answer(req, body); err != nil {
+				return attemptResult{kind: attemptFatal, err: fmt.Errorf("upstream: key %q answered what cannot be read: %w", e.key.Name, err)}
+			}
+		} else {
+			body = e.format.failure(status, body)
+		}
 		return attemptResult{kind: attemptDone, resp: &Response{Status: status, Header: resp.Header, Body: body, KeyID: e.key.ID, Latency: took}}
 	}
 

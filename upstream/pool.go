@@ -2,6 +2,7 @@ package upstream
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
@@ -229,7 +230,8 @@ type keySet struct {
 // while the key's ID, secret and base URL stay the same.
 type keyEntry struct {
 	key    Key
-	url    string // the chat completions endpoint; empty if BaseURL is unusable
+	format wireFormat // how the key's provider is spoken to
+	base   *url.URL   // the parsed BaseURL; nil if it is unusable
 	weight int64
 	reqKey string // limiter key of the requests bucket
 	tpmKey string // limiter key of the tokens bucket
@@ -270,7 +272,7 @@ func (p *Pool) SetKeys(keys []Key) {
 		forget := false
 		if prev, ok := old[k.ID]; ok {
 			e.h = prev.h
-			if prev.key.Secret != k.Secret || prev.key.BaseURL != k.BaseURL {
+			if prev.key.Secret != k.Secret || prev.key.BaseURL != k.BaseURL || prev.key.Provider != k.Provider {
 				e.h.reset(p.opts.Breaker)
 				forget = true // another account: its limits are not these
 			}
@@ -278,24 +280,31 @@ func (p *Pool) SetKeys(keys []Key) {
 			e.h = newKeyHealth(p.opts.Breaker)
 		}
 		e.h.configure(max(0, k.RPM), max(0, k.TPM), forget)
-		if u, ok := endpoint(k.BaseURL); ok {
-			e.url = u
-		} else {
-			e.h.disable("base URL is not an absolute http(s) URL")
+		if err := e.setBase(); err != nil {
+			e.h.disable(err.Error())
 		}
 		next.entries = append(next.entries, e)
 	}
 	p.keys.Store(next)
 }
 
-// endpoint joins base and "chat/completions", keeping a path prefix such as
-// /openai/v1 and any query, with or without a trailing slash.
-func endpoint(base string) (string, bool) {
-	u, err := url.Parse(base)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return "", false
+// setBase finds the key's wire format and parses its base URL; a key
+// without both stays out of rotation.
+func (e *keyEntry) setBase() error {
+	f, ok := formatOf(e.key.Provider)
+	if !ok {
+		return errors.New("unknown provider " + strconv.Quote(e.key.Provider))
 	}
-	return u.JoinPath("chat", "completions").String(), true
+	e.format = f
+	u, err := parseBase(e.key.BaseURL)
+	if err == nil {
+		err = f.check(u)
+	}
+	if err != nil {
+		return err
+	}
+	e.base = u
+	return nil
 }
 
 // Models lists the models the keys serve, sorted, each once; "*" stands for

@@ -14,14 +14,15 @@ import (
 // Key is one provider key as the pool uses it. Secret is the decrypted API
 // key: it is sent to the provider and never logged or returned.
 type Key struct {
-	ID      int64
-	Name    string
-	BaseURL string // e.g. "https://api.openai.com/v1"; a path prefix is kept
-	Secret  string
-	Weight  int      // share of traffic among healthy keys, >= 1
-	RPM     int64    // provider's requests per minute for this key; 0 = unknown (not paced)
-	TPM     int64    // provider's tokens per minute; 0 = unknown
-	Models  []string // models this key serves; empty = any model
+	ID       int64
+	Name     string
+	Provider string // the kind of provider (KindOpenAI, KindAnthropic, …); "" is OpenAI's
+	BaseURL  string // the provider's API root, e.g. "https://api.openai.com/v1"; a path prefix is kept
+	Secret   string
+	Weight   int      // share of traffic among healthy keys, >= 1
+	RPM      int64    // provider's requests per minute for this key; 0 = unknown (not paced)
+	TPM      int64    // provider's tokens per minute; 0 = unknown
+	Models   []string // models this key serves; empty = any model
 }
 
 // KeyState is a key's health as admins see it.
@@ -75,8 +76,10 @@ type Limits struct {
 	Shrinks int64
 }
 
-// Request is one chat completion to send upstream.
+// Request is one chat completion (or embeddings request) to send
+// upstream, in OpenAI's wire format.
 type Request struct {
+	Endpoint string // ChatCompletions ("" too) or Embeddings
 	Model    string
 	Body     []byte // the JSON body to send, as the client wrote it (history prepended for sessions)
 	Stream   bool
@@ -84,7 +87,16 @@ type Request struct {
 	ID       string // the gateway's request id, for logs
 }
 
-// Response is the provider's answer. For a stream, Body is the live SSE body
+// endpoint is the request's path under an OpenAI API root.
+func (r Request) endpoint() string {
+	if r.Endpoint == "" {
+		return ChatCompletions
+	}
+	return r.Endpoint
+}
+
+// Response is the provider's answer, in OpenAI's wire format whatever the
+// provider's own. For a stream, Body is the live SSE body
 // and must be closed; otherwise Body holds the whole JSON body, already read.
 type Response struct {
 	Status   int

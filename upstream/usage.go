@@ -134,20 +134,32 @@ type sseChunk struct {
 
 // wireUsage is OpenAI's usage object, in responses and in a stream's final
 // chunk.
+//
+// cache_creation_input_tokens, the prompt tokens written to the provider's
+// prompt cache, is not OpenAI's: it is how the Anthropic wire format (and
+// LiteLLM) report them in OpenAI's shape.
 type wireUsage struct {
 	PromptTokens        int `json:"prompt_tokens"`
 	CompletionTokens    int `json:"completion_tokens"`
 	PromptTokensDetails *struct {
 		CachedTokens int `json:"cached_tokens"`
 	} `json:"prompt_tokens_details"`
+	CompletionTokensDetails *struct {
+		ReasoningTokens int `json:"reasoning_tokens"`
+	} `json:"completion_tokens_details"`
+	CacheCreationInputTokens int `json:"cache_creation_input_tokens"`
 }
 
 func (w wireUsage) usage() chat.Usage {
 	u := chat.Usage{PromptTokens: max(0, w.PromptTokens), CompletionTokens: max(0, w.CompletionTokens)}
+	// The parts are part of their wholes; a provider claiming more would
+	// bill below zero.
 	if d := w.PromptTokensDetails; d != nil {
-		// Cached tokens are part of the prompt; a provider claiming more
-		// would bill below zero.
 		u.CachedTokens = min(max(0, d.CachedTokens), u.PromptTokens)
+	}
+	u.CacheCreationTokens = min(max(0, w.CacheCreationInputTokens), u.PromptTokens-u.CachedTokens)
+	if d := w.CompletionTokensDetails; d != nil {
+		u.ReasoningTokens = min(max(0, d.ReasoningTokens), u.CompletionTokens)
 	}
 	return u
 }

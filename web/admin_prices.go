@@ -43,9 +43,16 @@ func (p *Pages) showPrices(c *gin.Context, status int, formErr, flash string, fo
 			EditURL: "/admin/prices?" + url.Values{"model": {r.Model}}.Encode() + "#set-price"}
 		if cur := r.Current; cur != nil {
 			row.Priced, row.Input, row.Output, row.CachedInput = true, cur.InputPerMTok.String(), cur.OutputPerMTok.String(), cur.CachedInputPerMTok.String()
+			if v := cur.CacheCreationPerMTok; v != nil {
+				row.CacheCreation = v.String()
+			}
+			if v := cur.ReasoningPerMTok; v != nil {
+				row.Reasoning = v.String()
+			}
 			row.EffectiveFrom = formatTime(cur.EffectiveFrom)
 			if form.Model == r.Model && form.Input == "" && status == http.StatusOK { // "Change": start from the current price
 				view.Form.Input, view.Form.Output, view.Form.CachedInput = row.Input, row.Output, row.CachedInput
+				view.Form.CacheCreation, view.Form.Reasoning = row.CacheCreation, row.Reasoning
 			}
 		} else {
 			view.Unpriced++
@@ -61,9 +68,11 @@ func (p *Pages) showPrices(c *gin.Context, status int, formErr, flash string, fo
 // refused form comes back with what was typed.
 func (p *Pages) SetPrice(c *gin.Context) {
 	form := templates.AdminPriceForm{Model: strings.TrimSpace(c.PostForm("model")), Input: strings.TrimSpace(c.PostForm("input_per_mtok")),
-		Output: strings.TrimSpace(c.PostForm("output_per_mtok")), CachedInput: strings.TrimSpace(c.PostForm("cached_input_per_mtok"))}
+		Output: strings.TrimSpace(c.PostForm("output_per_mtok")), CachedInput: strings.TrimSpace(c.PostForm("cached_input_per_mtok")),
+		CacheCreation: strings.TrimSpace(c.PostForm("cache_creation_per_mtok")), Reasoning: strings.TrimSpace(c.PostForm("reasoning_per_mtok"))}
 	u, _ := userOf(c)
-	_, err := p.billing.SetPrice(c.Request.Context(), u, form.Model, billing.PriceInput{Input: form.Input, Output: form.Output, CachedInput: form.CachedInput})
+	_, err := p.billing.SetPrice(c.Request.Context(), u, form.Model, billing.PriceInput{Input: form.Input, Output: form.Output,
+		CachedInput: form.CachedInput, CacheCreation: form.CacheCreation, Reasoning: form.Reasoning})
 	if err != nil {
 		if status, msg, ok := adminFormProblem(err); ok {
 			p.showPrices(c, status, msg, "", form)

@@ -40,9 +40,9 @@ func (p *Pages) showUpstreams(c *gin.Context, status int, formErr string, form t
 	for _, s := range p.poolStatus() {
 		live[s.ID] = s
 	}
-	view := templates.AdminUpstreamsView{Form: form}
+	view := templates.AdminUpstreamsView{Form: form, Providers: upstream.Kinds()}
 	for _, k := range ks {
-		row := templates.UpstreamRow{ID: k.ID, Name: k.Name, BaseURL: k.BaseURL, Last4: k.KeyLast4, Weight: k.Weight,
+		row := templates.UpstreamRow{ID: k.ID, Name: k.Name, Provider: k.Provider, BaseURL: k.BaseURL, Last4: k.KeyLast4, Weight: k.Weight,
 			RPM: k.RPM, TPM: k.TPM, Models: k.Models, State: string(upstream.Healthy)}
 		if row.Models == "" {
 			row.Models = "any"
@@ -74,7 +74,7 @@ func limitsView(l upstream.Limits, now time.Time) templates.UpstreamLimits {
 
 // CreateUpstream adds a provider key from the form.
 func (p *Pages) CreateUpstream(c *gin.Context) {
-	form := templates.UpstreamForm{Name: c.PostForm("name"), BaseURL: c.PostForm("base_url"), Weight: c.PostForm("weight"),
+	form := templates.UpstreamForm{Name: c.PostForm("name"), Provider: c.PostForm("provider"), BaseURL: c.PostForm("base_url"), Weight: c.PostForm("weight"),
 		RPM: c.PostForm("rpm"), TPM: c.PostForm("tpm"), Models: c.PostForm("models")}
 	weight, err := strconv.Atoi(orZero(form.Weight))
 	if err != nil {
@@ -110,7 +110,7 @@ func (p *Pages) createUpstream(c *gin.Context, form templates.UpstreamForm, weig
 		}
 	}
 	u, _ := userOf(c)
-	_, err := p.providers.Create(c.Request.Context(), u, models.UpstreamKeyInput{Name: form.Name, BaseURL: strings.TrimSpace(form.BaseURL),
+	_, err := p.providers.Create(c.Request.Context(), u, models.UpstreamKeyInput{Name: form.Name, Provider: form.Provider, BaseURL: strings.TrimSpace(form.BaseURL),
 		APIKey: strings.TrimSpace(c.PostForm("api_key")), Weight: weight, RPM: rpm, TPM: tpm, Models: ms})
 	return err
 }

@@ -64,7 +64,7 @@ func attack(ctx context.Context, t target, s setting, cfg config) sample {
 	if s.Burst > 1 && s.Rate > 0 {
 		pacer = burstPacer{size: uint64(s.Burst), every: time.Duration(s.Burst) * time.Second / time.Duration(s.Rate)}
 	}
-	for res := range atk.Attack(targeter(t, cfg.body), pacer, cfg.duration, t.Name) {
+	for res := range atk.Attack(targeter(t, cfg.path, cfg.auth, cfg.body), pacer, cfg.duration, t.Name) {
 		smp.add(res)
 		if first.IsZero() || res.Timestamp.Before(first) {
 			first = res.Timestamp
@@ -101,14 +101,17 @@ type roundTripFunc func(*http.Request) (*http.Response, error)
 
 func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
-// targeter sends every request to t's chat completions with the same body,
-// taking t's keys in turn.
-func targeter(t target, body []byte) vegeta.Targeter {
+// targeter sends every request to t's endpoint path with the same body,
+// taking t's keys in turn, each sent as auth says.
+func targeter(t target, path, auth string, body []byte) vegeta.Targeter {
 	headers := make([]http.Header, len(t.Keys))
 	for i, k := range t.Keys {
 		headers[i] = http.Header{"Authorization": {"Bearer " + k}, "Content-Type": {"application/json"}}
+		if auth == "x-api-key" {
+			headers[i] = http.Header{"X-Api-Key": {k}, "Anthropic-Version": {"2023-06-01"}, "Content-Type": {"application/json"}}
+		}
 	}
-	u := t.Base + "/chat/completions"
+	u := t.Base + path
 	var n atomic.Uint64
 	return func(tgt *vegeta.Target) error {
 		i := (n.Add(1) - 1) % uint64(len(headers))

@@ -81,6 +81,8 @@ type config struct {
 	rounds      int
 	pause       time.Duration // quiet time before each run
 	body        []byte
+	path        string // the endpoint under each base URL, e.g. /chat/completions or /messages
+	auth        string // how keys are sent: "bearer" (Authorization) or "x-api-key" (Anthropic's)
 	timeout     time.Duration
 	mockStats   string // GET URL of the mock's Stats; "" = not measured
 	serveProxy  string // ADDR=UPSTREAM of an in-process reverse proxy; "" = none
@@ -232,6 +234,8 @@ func parseFlags(args []string, getenv func(string) string, stdout io.Writer) (co
 	fs.DurationVar(&cfg.pause, "pause", 0, "quiet time before each run after the first, so work a target does after a run (Sluice stores the last second's usage) does not land in the next target's run")
 	fs.StringVar(&body, "body", "", "request body (JSON, or @file); default a small chat request for -model")
 	fs.StringVar(&model, "model", "gpt-4o-mini", "model of the default body")
+	fs.StringVar(&cfg.path, "path", "/chat/completions", "endpoint under each base URL: /chat/completions, /responses, /embeddings, /messages")
+	fs.StringVar(&cfg.auth, "auth", "bearer", "how the keys are sent: bearer (Authorization: Bearer) or x-api-key (Anthropic's header)")
 	fs.BoolVar(&stream, "stream", false, "ask for a streamed answer in the default body")
 	fs.DurationVar(&cfg.timeout, "timeout", 30*time.Second, "per-request timeout")
 	fs.StringVar(&cfg.mockStats, "mock-stats", "", "URL of the mock upstream's GET /_stats, to report the 429s the upstream answered per run")
@@ -253,6 +257,12 @@ func parseFlags(args []string, getenv func(string) string, stdout io.Writer) (co
 	}
 	if fs.NArg() > 0 {
 		return cfg, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if cfg.auth != "bearer" && cfg.auth != "x-api-key" {
+		return cfg, fmt.Errorf("-auth %q: give bearer or x-api-key", cfg.auth)
+	}
+	if !strings.HasPrefix(cfg.path, "/") {
+		return cfg, fmt.Errorf("-path %q must start with /", cfg.path)
 	}
 
 	keys := splitList(directKeyList)

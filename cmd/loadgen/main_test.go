@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	vegeta "github.com/tsenart/vegeta/v12/lib"
+
 	"github.com/sluicehq/sluice/upstream/mock"
 )
 
@@ -204,5 +206,23 @@ func TestBurstPacer(t *testing.T) {
 	}
 	if got := rateString(40, 20); got != "40/s, 20 at once" {
 		t.Errorf("rateString = %q", got)
+	}
+}
+
+// -path and -auth send each request to another dialect's endpoint with
+// its key where that API reads it.
+func TestTargeterSendsPathAndAuth(t *testing.T) {
+	var tgt vegeta.Target
+	tr := targeter(target{Base: "http://127.0.0.1:1/v1", Keys: []string{"k1", "k2"}}, "/messages", "x-api-key", []byte(`{}`))
+	for _, want := range []string{"k1", "k2"} {
+		if err := tr(&tgt); err != nil {
+			t.Fatal(err)
+		}
+		if tgt.URL != "http://127.0.0.1:1/v1/messages" || tgt.Header.Get("X-Api-Key") != want || tgt.Header.Get("Authorization") != "" {
+			t.Fatalf("target %s %v", tgt.URL, tgt.Header)
+		}
+	}
+	if _, err := parseFlags([]string{"-direct", "http://127.0.0.1:1/v1", "-direct-key", "k", "-auth", "basic"}, func(string) string { return "" }, io.Discard); err == nil || !strings.Contains(err.Error(), "bearer or x-api-key") {
+		t.Fatalf("-auth basic: %v", err)
 	}
 }
