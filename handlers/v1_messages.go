@@ -117,6 +117,7 @@ func (a *api) readMessagesRequest(c *gin.Context, countOnly bool) (completion.Re
 		return req, tr, tr.Reword(err)
 	}
 	a.gatewayOptions(c, &req)
+	req.Dialect = "messages"
 	return req, tr, nil
 }
 

@@ -216,11 +216,16 @@ func TestMessagesAreBilledAsTheSameChatCompletion(t *testing.T) {
 		if err := db.Gorm.Where("token_id = ?", tokenID).Find(&evs).Error; err != nil || len(evs) != 3 {
 			t.Fatalf("usage events %d (%v)", len(evs), err)
 		}
-		for i, ev := range evs[1:] {
+		dialects := map[string]int{}
+		for _, ev := range evs {
+			dialects[ev.Dialect]++
 			if ev.PromptTokens != evs[0].PromptTokens || ev.CompletionTokens != evs[0].CompletionTokens || ev.Cost != evs[0].Cost ||
 				ev.Cost == 0 || ev.Model != "sluice-local" || ev.Status != 200 {
-				t.Fatalf("event %d %+v, the chat completion's %+v", i+1, ev, evs[0])
+				t.Fatalf("event %+v, another's %+v", ev, evs[0])
 			}
+		}
+		if dialects["chat"] != 1 || dialects["messages"] != 2 {
+			t.Fatalf("dialects %v", dialects)
 		}
 	})
 }
