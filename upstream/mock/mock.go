@@ -9,6 +9,7 @@
 // both work as base URLs):
 //
 //	POST .../chat/completions  chat completion; stream:true answers SSE
+//	POST .../messages          Anthropic's Messages API (see anthropic.go), x-api-key auth
 //	GET  .../models            the model list
 //	GET  .../_stats            Stats as JSON (no auth), for load harnesses
 //
@@ -102,6 +103,9 @@ type Server struct {
 
 	rngMu sync.Mutex
 	rng   *rand.Rand
+
+	cacheMu sync.Mutex
+	cached  map[string]bool // prompt prefixes in the Anthropic speaker's prompt cache
 }
 
 // keyState is one API key's bucket and counters.
@@ -144,6 +148,7 @@ func New(cfg Config) *Server {
 		chunks: cfg.StreamChunks,
 		bill:   newBiller(cfg.Billing),
 		rng:    rand.New(rand.NewPCG(uint64(cfg.Seed), 0x5eed)),
+		cached: map[string]bool{},
 	}
 	if s.now == nil {
 		s.now = time.Now
@@ -179,6 +184,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case strings.HasSuffix(path, "/chat/completions"):
 		s.chat(w, r)
+	case strings.HasSuffix(path, "/messages"):
+		s.anthropic(w, r)
 	case strings.HasSuffix(path, "/models"):
 		s.models(w, r)
 	case strings.HasSuffix(path, "/_stats"):
