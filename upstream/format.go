@@ -57,8 +57,9 @@ type wireFormat interface {
 
 // formats are the wire formats by kind.
 var formats = map[string]wireFormat{
-	KindOpenAI: openAIFormat{},
-	KindAzure:  azureFormat{},
+	KindOpenAI:    openAIFormat{},
+	KindAnthropic: anthropicFormat{}, // anthropic.go
+	KindAzure:     azureFormat{},
 }
 
 // Kinds are the kinds of provider the pool can speak to, in the order the
