@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
+	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
@@ -174,5 +176,31 @@ func TestAnthropicsSDKThroughSluice(t *testing.T) {
 	var apiErr *anthropic.Error
 	if !errors.As(err, &apiErr) || apiErr.StatusCode != 401 || !strings.Contains(apiErr.Error(), "authentication_error") {
 		t.Fatalf("bad key: %v", err)
+	}
+}
+
+// An Anthropic key whose stream breaks off mid-answer: the client has
+// what was said, then Anthropic's error event, and pays for what it got.
+func TestABrokenProviderStreamEndsWithAnErrorEvent(t *testing.T) {
+	g := newGenEnv(t, testdb.SQLite(t))
+	admin := g.login("admin@example.com", "admin-password")
+	key, _ := g.apiToken(g.signup("a@example.com", "A"))
+	broken := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		io.WriteString(w, "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_1\",\"type\":\"message\",\"role\":\"assistant\",\"model\":\"m\",\"content\":[],\"usage\":{\"input_tokens\":5,\"output_tokens\":1}}}\n\n"+
+			"event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n"+
+			"event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"half an ans\"}}\n\n"+
+			"event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"Overloaded\"}}\n\n")
+	}))
+	t.Cleanup(broken.Close)
+	if w := g.do(request{method: "POST", path: "/api/admin/upstreams", bearer: admin,
+		body: `{"name":"broken","provider":"anthropic","base_url":"` + broken.URL + `","api_key":"sk-broken-key","models":["` + claude + `"]}`}); w.Code != 201 {
+		t.Fatalf("add key: %d %s", w.Code, w.Body.String())
+	}
+	w := g.message(key, `{"model":"`+claude+`","max_tokens":50,"stream":true,"messages":[{"role":"user","content":"hi"}]}`, nil)
+	names, text, _ := sseEvents(t, w.Body.String())
+	if w.Code != 200 || text != "half an ans" || names[len(names)-1] != "error" ||
+		!strings.Contains(w.Body.String(), `"error":{"type":"overloaded_error","message":"the provider stopped sending; the answer is incomplete"}`) {
+		t.Fatalf("%d %v:\n%s", w.Code, names, w.Body.String())
 	}
 }
