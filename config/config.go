@@ -76,6 +76,8 @@ type Config struct {
 
 	BatchRetention time.Duration // SLUICE_BATCH_RETENTION: how long batch files are kept, and finished batches after their window
 
+	ResponseRetention time.Duration // SLUICE_RESPONSE_RETENTION: how long stored Responses API responses are kept (OpenAI keeps them 30 days)
+
 	// Security.
 	TrustedProxies []netip.Prefix // SLUICE_TRUSTED_PROXIES: proxies whose X-Forwarded-For and X-Forwarded-Proto are believed; none by default
 	SignupRate     int            // SLUICE_SIGNUP_RATE: signups an hour per client address; 0 = not throttled
@@ -152,6 +154,8 @@ func Load(args []string, getenv func(string) string) (Config, error) {
 		JobRetryBase: r.duration("SLUICE_JOB_RETRY_BASE", 10*time.Second, time.Millisecond, time.Hour),
 
 		BatchRetention: r.duration("SLUICE_BATCH_RETENTION", 30*24*time.Hour, time.Hour, 365*24*time.Hour),
+
+		ResponseRetention: r.duration("SLUICE_RESPONSE_RETENTION", 30*24*time.Hour, time.Minute, 365*24*time.Hour),
 
 		// Security.
 		TrustedProxies: r.prefixes("SLUICE_TRUSTED_PROXIES"),

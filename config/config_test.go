@@ -14,7 +14,8 @@ func TestDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	if c.Addr != ":8080" || c.SQLitePath() != "data/sluice.db" || !c.Embedded() || !c.AutoMigrate ||
-		c.MaxBodyBytes != 1<<20 || c.BcryptCost != 12 || c.AdminEmail != "admin@localhost" || c.Command != "serve" || c.SignupRate != 5 {
+		c.MaxBodyBytes != 1<<20 || c.BcryptCost != 12 || c.AdminEmail != "admin@localhost" || c.Command != "serve" || c.SignupRate != 5 ||
+		c.ResponseRetention != 720*time.Hour {
 		t.Fatalf("unexpected defaults: %+v", c)
 	}
 }
@@ -43,20 +44,21 @@ func TestFlagsOverrideEnvironment(t *testing.T) {
 
 func TestInvalidValuesNameTheVariable(t *testing.T) {
 	cases := map[string]map[string]string{
-		"SLUICE_ADDR":             {"SLUICE_ADDR": "8080"},
-		"SLUICE_MAX_BODY_BYTES":   {"SLUICE_MAX_BODY_BYTES": "lots"},
-		"SLUICE_SESSION_TTL":      {"SLUICE_SESSION_TTL": "1"},
-		"SLUICE_AUTO_MIGRATE":     {"SLUICE_AUTO_MIGRATE": "maybe"},
-		"SLUICE_ADMIN_EMAIL":      {"SLUICE_ADMIN_EMAIL": "nobody"},
-		"SLUICE_ADMIN_PASSWORD":   {"SLUICE_ADMIN_PASSWORD": "short"},
-		"SLUICE_SESSION_SECRET":   {"SLUICE_SESSION_SECRET": "tooshort"},
-		"SLUICE_BCRYPT_COST":      {"SLUICE_BCRYPT_COST": "40"},
-		"SLUICE_LOG_LEVEL":        {"SLUICE_LOG_LEVEL": "loud"},
-		"SLUICE_EXPECTED_NODES":   {"SLUICE_EXPECTED_NODES": "0"},
-		"SLUICE_PRIORITY_WEIGHTS": {"SLUICE_PRIORITY_WEIGHTS": "urgent=5"},
-		"REDIS_URL":               {"REDIS_URL": "localhost:6379"},
-		"SLUICE_TUNE_INTERVAL":    {"SLUICE_TUNE_INTERVAL": "1ms"},
-		"SLUICE_SIGNUP_RATE":      {"SLUICE_SIGNUP_RATE": "-1"},
+		"SLUICE_ADDR":               {"SLUICE_ADDR": "8080"},
+		"SLUICE_MAX_BODY_BYTES":     {"SLUICE_MAX_BODY_BYTES": "lots"},
+		"SLUICE_SESSION_TTL":        {"SLUICE_SESSION_TTL": "1"},
+		"SLUICE_AUTO_MIGRATE":       {"SLUICE_AUTO_MIGRATE": "maybe"},
+		"SLUICE_ADMIN_EMAIL":        {"SLUICE_ADMIN_EMAIL": "nobody"},
+		"SLUICE_ADMIN_PASSWORD":     {"SLUICE_ADMIN_PASSWORD": "short"},
+		"SLUICE_SESSION_SECRET":     {"SLUICE_SESSION_SECRET": "tooshort"},
+		"SLUICE_BCRYPT_COST":        {"SLUICE_BCRYPT_COST": "40"},
+		"SLUICE_LOG_LEVEL":          {"SLUICE_LOG_LEVEL": "loud"},
+		"SLUICE_EXPECTED_NODES":     {"SLUICE_EXPECTED_NODES": "0"},
+		"SLUICE_PRIORITY_WEIGHTS":   {"SLUICE_PRIORITY_WEIGHTS": "urgent=5"},
+		"REDIS_URL":                 {"REDIS_URL": "localhost:6379"},
+		"SLUICE_TUNE_INTERVAL":      {"SLUICE_TUNE_INTERVAL": "1ms"},
+		"SLUICE_SIGNUP_RATE":        {"SLUICE_SIGNUP_RATE": "-1"},
+		"SLUICE_RESPONSE_RETENTION": {"SLUICE_RESPONSE_RETENTION": "30s"},
 	}
 	for name, vars := range cases {
 		_, err := Load(nil, env(vars))

@@ -15,16 +15,16 @@ import (
 // TestOpenAINodeSDK runs testdata/openai-node/check.mjs, which drives Sluice
 // with the official `openai` npm package: a local completion, a provider
 // stream with its usage chunk, and the SDK's retry on our 429. The package
-// comes from TEST_OPENAI_NODE_DIR (a directory with node_modules/openai;
-// .ci/run installs a pinned version there); without it the test skips.
+// comes from TEST_NODE_SDKS_DIR (a directory with node_modules/openai
+// and node_modules/@anthropic-ai/sdk; .ci/run installs pinned versions there); without it the test skips.
 func TestOpenAINodeSDK(t *testing.T) {
-	dir := os.Getenv("TEST_OPENAI_NODE_DIR")
+	dir := os.Getenv("TEST_NODE_SDKS_DIR")
 	if dir == "" {
-		t.Skip("TEST_OPENAI_NODE_DIR is not set: skipping the openai npm SDK test (CI installs the package and sets it)")
+		t.Skip("TEST_NODE_SDKS_DIR is not set: skipping the openai npm SDK test (CI installs the package and sets it)")
 	}
 	node, err := exec.LookPath("node")
 	if err != nil {
-		t.Fatalf("TEST_OPENAI_NODE_DIR is set but node is missing: %v", err)
+		t.Fatalf("TEST_NODE_SDKS_DIR is set but node is missing: %v", err)
 	}
 	provider := httptest.NewServer(mock.New(mock.Config{Keys: map[string]float64{"sk-mock-provider": 0}}))
 	defer provider.Close()

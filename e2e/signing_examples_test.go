@@ -14,7 +14,7 @@ import (
 // server, with a covered header and with a query string, after checking
 // that the README quotes each one's code as it is in its file. Go always
 // runs; Node runs where node is installed (and must in CI, which sets
-// TEST_OPENAI_NODE_DIR); Python and the shell script where python3, curl
+// TEST_NODE_SDKS_DIR); Python and the shell script where python3, curl
 // and openssl are.
 func TestSigningExamples(t *testing.T) {
 	readme, err := os.ReadFile("../README.md")
@@ -74,8 +74,8 @@ func TestSigningExamples(t *testing.T) {
 			}
 			for _, tool := range ex.needs {
 				if _, err := exec.LookPath(tool); err != nil {
-					if ex.name == "node" && os.Getenv("TEST_OPENAI_NODE_DIR") != "" {
-						t.Fatalf("TEST_OPENAI_NODE_DIR is set (CI) but node is missing: %v", err)
+					if ex.name == "node" && os.Getenv("TEST_NODE_SDKS_DIR") != "" {
+						t.Fatalf("TEST_NODE_SDKS_DIR is set (CI) but node is missing: %v", err)
 					}
 					t.Skipf("%s is not installed: skipping the %s example", tool, ex.name)
 				}

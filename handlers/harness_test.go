@@ -181,8 +181,9 @@ func newEnv(t testing.TB, db *models.DB) *env {
 			Deps: web.Deps{Store: store, Accounts: acc, Sessions: jwt, Billing: bill, PoolStatus: noKeys, Models: noModels,
 				LimiterStatus: inProcess, Now: clk.Now},
 			Directory: dir, Conversations: convs, Jobs: queue, Callbacks: bill, TokenUse: recorder, MaxBodyBytes: 4 << 10,
-			Signatures: signing.NewVerifier(signing.NewMemoryNonces(clk.Now), clk.Now),
-			InFlight:   &quota.InFlight{}, Latency: quota.NewLatencyWindow(1024, time.Minute, clk.Now)},
+			ResponseRetention: cfg.ResponseRetention,
+			Signatures:        signing.NewVerifier(signing.NewMemoryNonces(clk.Now), clk.Now),
+			InFlight:          &quota.InFlight{}, Latency: quota.NewLatencyWindow(1024, time.Minute, clk.Now)},
 		bill: bill, alerts: alerts,
 	}
 	e.rebuild()

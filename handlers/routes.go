@@ -51,15 +51,18 @@ type Deps struct {
 
 	Directory     *accounts.Directory
 	Pipeline      *completion.Pipeline
-	Conversations conversations.Store  // the X-Sluice-Session histories /v1/sessions reads
-	Jobs          JobQueue             // /v1/jobs, batches' lines, and the jobs the pages show
-	Batches       *batches.Service     // /v1/files and /v1/batches, and the files the pages offer
-	Callbacks     Callbacks            // vets a job's callback URL
-	TokenUse      TokenToucher         // marks a token used by a call that is not metered
-	Signatures    *signing.Verifier    // checks the requests of tokens that require signing
-	MaxBodyBytes  int64                // the most a body of /v1 or /api may be
-	InFlight      *quota.InFlight      // load signal for the auto-tuner
-	Latency       *quota.LatencyWindow // load signal for the auto-tuner
+	Conversations conversations.Store // the X-Sluice-Session histories /v1/sessions reads
+	Jobs          JobQueue            // /v1/jobs, batches' lines, and the jobs the pages show
+	Batches       *batches.Service    // /v1/files and /v1/batches, and the files the pages offer
+	Callbacks     Callbacks           // vets a job's callback URL
+	TokenUse      TokenToucher        // marks a token used by a call that is not metered
+	Signatures    *signing.Verifier   // checks the requests of tokens that require signing
+	MaxBodyBytes  int64               // the most a body of /v1 or /api may be, and a Responses conversation
+	// ResponseRetention is how long a stored Responses API response is
+	// kept (SLUICE_RESPONSE_RETENTION).
+	ResponseRetention time.Duration
+	InFlight          *quota.InFlight      // load signal for the auto-tuner
+	Latency           *quota.LatencyWindow // load signal for the auto-tuner
 }
 
 // Check is one readiness check's outcome.
@@ -99,6 +102,11 @@ func New(log *slog.Logger, ops Ops, d Deps) http.Handler {
 	a := &api{Deps: d, log: log, streamed: streamedBodies{"POST /v1/files": uploadBody}}
 	v1 := r.Group("/v1", a.authenticateToken, measureLoad(a.InFlight, a.Latency))
 	v1.POST("/chat/completions", a.chatCompletions)
+	// OpenAI's Responses API, through the same pipeline. Reading and
+	// deleting a stored response cost one request, as a session's do.
+	v1.POST("/responses", a.createResponse)
+	v1.GET("/responses/:id", a.admit, a.getResponse)
+	v1.DELETE("/responses/:id", a.admit, a.deleteResponse)
 	// Anthropic's Messages API, through the same pipeline; counting a
 	// prompt's tokens costs one request and asks no provider.
 	v1.POST("/messages", a.createMessage)

@@ -80,6 +80,10 @@ func routeTable() []routeRow {
 		// Conversations belong to a token: A's member, with another of A's tokens, does not see the owner's.
 		{method: "GET", route: "/v1/sessions/:id", path: "/v1/sessions/{conversation}", want: namesA(404, 200), ownedByA: true},
 		{method: "DELETE", route: "/v1/sessions/:id", path: "/v1/sessions/{conversation}", want: namesA(404, 200), ownedByA: true},
+		// Stored responses belong to the organization: A's member reads the owner's.
+		{method: "POST", route: "/v1/responses", body: `{"model":"sluice-local","input":"a couplet for {role}"}`, want: signedIn(200)},
+		{method: "GET", route: "/v1/responses/:id", path: "/v1/responses/{response}", want: namesA(200, 200), ownedByA: true},
+		{method: "DELETE", route: "/v1/responses/:id", path: "/v1/responses/{responseToDelete}", want: namesA(200, 404), ownedByA: true},
 		{method: "POST", route: "/v1/jobs", body: chat, want: signedIn(202)},
 		{method: "GET", route: "/v1/jobs", want: signedIn(200)},
 		{method: "GET", route: "/v1/jobs/:id", path: "/v1/jobs/{job}", want: namesA(200, 200), ownedByA: true},
@@ -403,6 +407,14 @@ func newTenantFixture(t *testing.T, db *models.DB) *tenantFixture {
 		t.Fatalf("conversation: %d %s", w.Code, w.Body.String())
 	}
 	f.ids["conversation"] = "aardvark-conversation"
+	respond := func() string {
+		w := e.do(request{method: "POST", path: "/v1/responses", bearer: f.tokens["ownerA"], body: `{"model":"sluice-local","input":"aardvark response"}`})
+		if w.Code != 200 {
+			t.Fatalf("response: %d %s", w.Code, w.Body.String())
+		}
+		return decode(t, w)["id"].(string)
+	}
+	f.ids["response"], f.ids["responseToDelete"] = respond(), respond()
 	w = e.do(request{method: "POST", path: "/v1/jobs", bearer: f.tokens["ownerA"], body: `{"model":"sluice-local","messages":[{"role":"user","content":"aardvark job"}]}`})
 	if w.Code != 202 {
 		t.Fatalf("job: %d %s", w.Code, w.Body.String())

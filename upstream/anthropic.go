@@ -26,7 +26,10 @@ import (
 // limit relies on one (the model's longest answer or less); a request
 // with none gets anthropicDefaultMaxTokens, as LiteLLM does: a longer
 // answer stops there with finish_reason "length", which the client sees.
-type anthropicFormat struct{}
+type anthropicFormat struct {
+	// now stamps the answers' created time: Anthropic's carry none.
+	now func() time.Time
+}
 
 // anthropicDefaultMaxTokens is the bound of a request that carries none.
 const anthropicDefaultMaxTokens = 4096
@@ -403,22 +406,6 @@ func toolResult(m chatInMessage, at string) (wire.AnthropicBlock, error) {
 		b.Content, _ = json.Marshal(blocks)
 	}
 	return b, nil
-}
-
-// stopSequences reads stop: a string or a list of them.
-func stopSequences(raw json.RawMessage) ([]string, error) {
-	if !set(raw) {
-		return nil, nil
-	}
-	var one string
-	if json.Unmarshal(raw, &one) == nil {
-		return []string{one}, nil
-	}
-	var list []string
-	if err := json.Unmarshal(raw, &list); err != nil {
-		return nil, apperr.Field(apperr.Invalid, "invalid_stop", "stop", "stop must be a string or an array of strings")
-	}
-	return list, nil
 }
 
 // anthropicToolChoice translates tool_choice: "auto", "none", "required"

@@ -40,8 +40,8 @@ func toOpenAIUsage(u wire.AnthropicUsage) *openAIUsage {
 	return o
 }
 
-// finishReason is OpenAI's finish_reason for Anthropic's stop_reason.
-func finishReason(stop string) string {
+// anthropicFinish is OpenAI's finish_reason for Anthropic's stop_reason.
+func anthropicFinish(stop string) string {
 	switch stop {
 	case "max_tokens", "model_context_window_exceeded":
 		return "length"
@@ -89,7 +89,7 @@ type openAICompletion struct {
 // answer translates a whole message into a chat completion: its text
 // blocks as the content, its tool_use blocks as tool calls (thinking
 // blocks, which a request through Sluice never asks for, are left out).
-func (anthropicFormat) answer(_ Request, body []byte) ([]byte, error) {
+func (f anthropicFormat) answer(_ Request, body []byte) ([]byte, error) {
 	var m wire.AnthropicMessage
 	if err := json.Unmarshal(body, &m); err != nil {
 		return nil, err
@@ -125,13 +125,12 @@ func (anthropicFormat) answer(_ Request, body []byte) ([]byte, error) {
 	if m.StopReason != nil {
 		stop = *m.StopReason
 	}
-	finish := finishReason(stop)
+	finish := anthropicFinish(stop)
 	choice := openAIChoice{Message: msg, FinishReason: &finish}
 	if stop == "stop_sequence" {
 		choice.StopSequence = m.StopSequence
 	}
-	// The answer carries no time of its own: it is dated when it arrived.
-	return json.Marshal(openAICompletion{ID: m.ID, Object: "chat.completion", Created: time.Now().Unix(), Model: m.Model,
+	return json.Marshal(openAICompletion{ID: m.ID, Object: "chat.completion", Created: f.created(), Model: m.Model,
 		Choices: []openAIChoice{choice}, Usage: toOpenAIUsage(m.Usage)})
 }
 
@@ -151,8 +150,17 @@ func (anthropicFormat) failure(status int, body []byte) []byte {
 }
 
 // stream reads Anthropic's events as OpenAI's chat completion chunks.
-func (anthropicFormat) stream(_ Request, body io.ReadCloser) io.ReadCloser {
-	return &anthropicStream{body: body, buf: make([]byte, 16<<10), blocks: map[int]int{}, created: time.Now().Unix()}
+func (f anthropicFormat) stream(_ Request, body io.ReadCloser) io.ReadCloser {
+	return &anthropicStream{body: body, buf: make([]byte, 16<<10), blocks: map[int]int{}, created: f.created()}
+}
+
+// created is an answer's created time, in Unix seconds: Anthropic's
+// answers carry none, so it is when the answer arrived.
+func (f anthropicFormat) created() int64 {
+	if f.now == nil {
+		return time.Now().Unix()
+	}
+	return f.now().Unix()
 }
 
 // anthropicStream translates an Anthropic event stream as it is read:
@@ -286,7 +294,7 @@ func (s *anthropicStream) event(line []byte) {
 			}
 		}
 		if d := ev.Delta; d != nil && d.StopReason != nil {
-			finish := finishReason(*d.StopReason)
+			finish := anthropicFinish(*d.StopReason)
 			choice := openAIChoice{Delta: &openAIMessage{}, FinishReason: &finish}
 			if *d.StopReason == "stop_sequence" {
 				choice.StopSequence = d.StopSequence

@@ -1,6 +1,7 @@
 package upstream
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -64,6 +65,11 @@ func (p *Pool) attempt(ctx context.Context, e *keyEntry, probe bool, adm admissi
 	e.h.sent()
 	start := p.opts.Now()
 	resp, err := p.opts.Client.Do(hreq)
+	if err == nil && classify(resp.StatusCode) != classOK {
+		if fr, ok := e.format.(failureReader); ok {
+			peekFailure(fr, resp)
+		}
+	}
 	if err == nil {
 		// Every answer, whatever its status, says where the key stands.
 		e.format.limits(resp.Header, p.opts.Now())
@@ -90,6 +96,33 @@ func (p *Pool) attempt(ctx context.Context, e *keyEntry, probe bool, adm admissi
 		return p.lost(ctx, e, probe, req, start, timedOut.Load(), err)
 	}
 	return p.judge(ctx, e, probe, req, resp, start, &timedOut)
+}
+
+// A failureReader is a wire format whose provider says in a failure's
+// body what OpenAI's says with the status and headers (Gemini: how long
+// to wait after a 429, a refused key answered 400). The pool shows it the
+// first failurePeekBytes of every non-2xx answer before judging it: it may
+// set the headers the pool reads (Retry-After, retry-after-ms) and returns
+// the status to judge the answer by.
+type failureReader interface {
+	readFailure(status int, h http.Header, head []byte) int
+}
+
+// failurePeekBytes is how much of a failure's body a failureReader sees:
+// providers' error bodies are a few hundred bytes.
+const failurePeekBytes = 16 << 10
+
+// peekFailure lets fr read the start of resp's body and judge it; the body
+// still reads whole afterwards.
+func peekFailure(fr failureReader, resp *http.Response) {
+	head, err := io.ReadAll(io.LimitReader(resp.Body, failurePeekBytes))
+	resp.Body = struct {
+		io.Reader
+		io.Closer
+	}{io.MultiReader(bytes.NewReader(head), resp.Body), resp.Body}
+	if err == nil {
+		resp.StatusCode = fr.readFailure(resp.StatusCode, resp.Header, head)
+	}
 }
 
 // streamed hands a 2xx stream to the caller; the stream's end releases the

@@ -58,7 +58,8 @@ type wireFormat interface {
 // formats are the wire formats by kind.
 var formats = map[string]wireFormat{
 	KindOpenAI:    openAIFormat{},
-	KindAnthropic: anthropicFormat{}, // anthropic.go
+	KindAnthropic: anthropicFormat{now: time.Now}, // anthropic.go
+	KindGemini:    geminiFormat{now: time.Now},
 	KindAzure:     azureFormat{},
 }
 

@@ -259,6 +259,7 @@ func Build(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 			PoolStatus: a.pool.Status, Models: a.pool.Models, LimiterStatus: sh.status, Now: time.Now},
 		Directory: dir, Pipeline: pipeline, Conversations: sh.conversations, Jobs: a.queue, Batches: a.batches, Callbacks: a.bill.billing,
 		TokenUse: a.recorder, Signatures: signing.NewVerifier(sh.nonces, nil), MaxBodyBytes: cfg.MaxBodyBytes, InFlight: a.inFlight, Latency: a.latency,
+		ResponseRetention: cfg.ResponseRetention,
 	})
 	a.srv = &http.Server{
 		Handler:           handler,
@@ -314,6 +315,7 @@ func (a *App) Start(ctx context.Context) (<-chan error, error) {
 	}
 	a.worker("batch sweep", func(ctx context.Context) { a.batches.Run(ctx, a.queue, time.Minute) })
 	a.worker("job expiry", func(ctx context.Context) { expireJobsEvery(ctx, a.queue, time.Minute, a.log) })
+	a.worker("response expiry", func(ctx context.Context) { expireResponsesEvery(ctx, a.store, time.Minute, time.Now, a.log) })
 	a.worker("auto-tuner", func(ctx context.Context) {
 		if err := runTuner(ctx, cfg, a.shared, a.accounts, a.store, a.inFlight, a.latency, a.pool, a.log); err != nil {
 			a.log.Error("auto-tuner stopped", "err", err)

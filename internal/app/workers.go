@@ -71,6 +71,20 @@ func expireJobsEvery(ctx context.Context, queue *jobs.Queue, interval time.Durat
 	})
 }
 
+// expireResponsesEvery deletes the stored Responses API responses past
+// their retention every interval. Reads already ignore an expired one;
+// this frees its row.
+func expireResponsesEvery(ctx context.Context, store *models.Store, interval time.Duration, now func() time.Time, log *slog.Logger) {
+	every(ctx, interval, func(ctx context.Context) {
+		n, err := store.DeleteExpiredResponses(ctx, now())
+		if err != nil && ctx.Err() == nil {
+			log.Warn("deleting expired responses failed; the next run tries again", "err", err)
+		} else if n > 0 {
+			log.Info("deleted expired responses", "responses", n)
+		}
+	})
+}
+
 // every runs fn every interval until ctx ends.
 func every(ctx context.Context, interval time.Duration, fn func(context.Context)) {
 	t := time.NewTicker(interval)

@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 
 	"gorm.io/driver/postgres"
@@ -25,17 +26,54 @@ func Each(t *testing.T, fn func(t *testing.T, db *models.DB)) {
 	t.Run("postgres", func(t *testing.T) { fn(t, Postgres(t)) })
 }
 
-// SQLite opens a migrated database in t's temp dir.
+// SQLite opens a migrated database in t's temp dir: a copy of one
+// migrated once per test binary, since migrating SQLite (pure Go, and
+// slower still under -race) costs seconds and a copy milliseconds.
 func SQLite(t testing.TB) *models.DB {
 	t.Helper()
-	db, err := models.Open(context.Background(), "", filepath.Join(t.TempDir(), "sluice.db"))
+	image, err := sqliteImage()
+	if err != nil {
+		t.Fatalf("migrating the template SQLite database: %v", err)
+	}
+	path := filepath.Join(t.TempDir(), "sluice.db")
+	if err := os.WriteFile(path, image, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	db, err := models.Open(context.Background(), "", path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close() })
-	migrate(t, db)
 	return db
 }
+
+// sqliteImage is the bytes of a freshly migrated SQLite database, made on
+// first use and kept in memory (so no file outlives the test binary).
+var sqliteImage = sync.OnceValues(func() ([]byte, error) {
+	dir, err := os.MkdirTemp("", "sluice-testdb-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	db, err := models.Open(context.Background(), "", filepath.Join(dir, "migrating.db"))
+	if err != nil {
+		return nil, err
+	}
+	defer db.Close()
+	sqlDB, err := db.SQL()
+	if err != nil {
+		return nil, err
+	}
+	if _, err := migrations.Apply(context.Background(), sqlDB, migrations.Dialect(db.Dialect)); err != nil {
+		return nil, err
+	}
+	// VACUUM INTO writes one self-contained file, whatever the WAL holds.
+	image := filepath.Join(dir, "image.db")
+	if _, err := sqlDB.Exec("VACUUM INTO ?", image); err != nil {
+		return nil, err
+	}
+	return os.ReadFile(image)
+})
 
 // PostgresURL returns a URL to a fresh schema of TEST_DATABASE_URL, dropped
 // when t ends, and skips t with a message when the variable is unset.

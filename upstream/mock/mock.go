@@ -9,6 +9,8 @@
 // both work as base URLs):
 //
 //	POST .../chat/completions  chat completion; stream:true answers SSE
+//	POST .../v1beta/models/{model}:generateContent, :streamGenerateContent?alt=sse
+//	                           Gemini's API, key in x-goog-api-key (see gemini.go)
 //	POST .../messages          Anthropic's Messages API (see anthropic.go), x-api-key auth
 //	GET  .../models            the model list
 //	GET  .../_stats            Stats as JSON (no auth), for load harnesses
@@ -182,6 +184,8 @@ func (s *Server) Stats() Stats {
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	path := strings.TrimSuffix(r.URL.Path, "/")
 	switch {
+	case strings.Contains(path, "/v1beta/") && (strings.HasSuffix(path, ":generateContent") || strings.HasSuffix(path, ":streamGenerateContent")):
+		s.gemini(w, r, path)
 	case strings.HasSuffix(path, "/chat/completions"):
 		s.chat(w, r)
 	case strings.HasSuffix(path, "/messages"):
