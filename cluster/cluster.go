@@ -24,6 +24,7 @@ const (
 	FreezesChanged   Kind = "freezes"   // a token frozen or a freeze lifted
 	UpstreamsChanged Kind = "upstreams" // a provider key added, deleted or disabled
 	PricesChanged    Kind = "prices"    // a model's price set
+	AliasesChanged   Kind = "aliases"   // a model alias created, changed or deleted
 
 	// Subscribed is not a change: Listen reports it once, locally, when
 	// the subscription is in place (or could not be made yet, Redis being

@@ -10,7 +10,9 @@ import (
 	"github.com/sluicehq/sluice/accounts"
 	"github.com/sluicehq/sluice/apperr"
 	"github.com/sluicehq/sluice/chat"
+	"github.com/sluicehq/sluice/chat/family"
 	"github.com/sluicehq/sluice/metering"
+	"github.com/sluicehq/sluice/models"
 	"github.com/sluicehq/sluice/money"
 	"github.com/sluicehq/sluice/quota"
 	"github.com/sluicehq/sluice/upstream/local"
@@ -135,7 +137,7 @@ func (p *Pipeline) bound(c *call) error {
 	relies := tier.TokensPerMinute > 0
 	if !relies {
 		_, _, limited := c.caller.SpendLimit()
-		_, priced := p.d.Prices.At(req.Model, c.start)
+		_, priced := p.worstPrice(c)
 		relies = limited && priced
 	}
 	var e bodyEdits
@@ -144,20 +146,20 @@ func (p *Pipeline) bound(c *call) error {
 		c.completion = int64(req.MaxTokens)
 	case !relies || req.Model == local.ModelID:
 		c.completion = p.d.DefaultMaxTokens
-	default:
-		b := req.Prompt.Family.Bound(c.prompt, p.d.DefaultMaxTokens)
-		if tpm := tier.TokensPerMinute; tpm > 0 {
-			// At most half the bucket, so a request right after this one
-			// still finds room; the whole of it for a prompt too long
-			// for that.
-			left := tpm - c.prompt - req.Prompt.Predicted
-			b = min(b, max(left-tpm/2, min(left, 1024)))
+	case req.route != nil:
+		// Each of the alias's models is sent its own family's bound, and
+		// the largest is reserved: whichever answers is held to no more.
+		c.sendBound = true
+		for _, m := range req.route.Models() {
+			b := p.d.DefaultMaxTokens
+			if m != local.ModelID {
+				b, _ = p.completionBound(c, family.Of(m))
+			}
+			c.completion = max(c.completion, b)
 		}
-		if b < 1 {
-			// The prompt alone fills the model's context or the bucket:
-			// the provider or the limiter refuses it as it stands.
-			b = 1
-		} else {
+	default:
+		b, send := p.completionBound(c, req.Prompt.Family)
+		if send {
 			e.boundField, e.bound = req.Prompt.Family.BoundField, b
 		}
 		c.completion = b
@@ -169,6 +171,9 @@ func (p *Pipeline) bound(c *call) error {
 	}
 	c.completion += req.Prompt.Predicted
 	c.estimate = c.prompt + c.completion
+	if req.route != nil {
+		return nil // each model's body is made when it is asked (attemptBody)
+	}
 	if req.Model == local.ModelID {
 		c.body = req.Body
 		return nil
@@ -181,6 +186,59 @@ func (p *Pipeline) bound(c *call) error {
 	body, err := composedBody(c, e)
 	c.body = body
 	return err
+}
+
+// completionBound is the completion bound Sluice sends a model of family
+// fam for a request without max_tokens: the model's longest answer, no
+// more than half of the tokens-per-minute bucket. send is false when the
+// prompt alone fills the model's context or the bucket: the bound is then
+// 1 and nothing is sent (the provider or the limiter refuses the request
+// as it stands).
+func (p *Pipeline) completionBound(c *call, fam family.Family) (b int64, send bool) {
+	b = fam.Bound(c.prompt, p.d.DefaultMaxTokens)
+	if tpm := c.caller.Tier.TokensPerMinute; tpm > 0 {
+		// At most half the bucket, so a request right after this one
+		// still finds room; the whole of it for a prompt too long for that.
+		left := tpm - c.prompt - c.req.Prompt.Predicted
+		b = min(b, max(left-tpm/2, min(left, 1024)))
+	}
+	if b < 1 {
+		return 1, false
+	}
+	return b, true
+}
+
+// worstPrice is the price a request's reservation is made at: its model's,
+// or for an alias the highest input and the highest output price among
+// the models that may answer it, so the reservation bounds the cost of
+// whichever does. ok is false when none of them is priced.
+func (p *Pipeline) worstPrice(c *call) (price models.ModelPrice, ok bool) {
+	route := c.req.route
+	if route == nil {
+		return p.d.Prices.At(c.req.Model, c.start)
+	}
+	for _, t := range route.Targets {
+		price, ok = ceiling(price, ok, p.d.Prices, t.Model, c.start)
+	}
+	for _, f := range route.Fallbacks {
+		price, ok = ceiling(price, ok, p.d.Prices, f, c.start)
+	}
+	return price, ok
+}
+
+// ceiling raises worst to model's prices at t where they are higher.
+func ceiling(worst models.ModelPrice, ok bool, book *metering.PriceBook, model string, t time.Time) (models.ModelPrice, bool) {
+	price, priced := book.At(model, t)
+	if !priced {
+		return worst, ok
+	}
+	if !ok {
+		return price, true
+	}
+	worst.InputPerMTok = max(worst.InputPerMTok, price.InputPerMTok)
+	worst.OutputPerMTok = max(worst.OutputPerMTok, price.OutputPerMTok)
+	worst.CachedInputPerMTok = max(worst.CachedInputPerMTok, price.CachedInputPerMTok)
+	return worst, true
 }
 
 // reliedOn names the limit that relies on a request's estimate.
@@ -284,7 +342,7 @@ func (p *Pipeline) reserveBudget(ctx context.Context, c *call) error {
 	if !limited {
 		return nil
 	}
-	price, ok := p.d.Prices.At(c.req.Model, c.start)
+	price, ok := p.worstPrice(c)
 	if !ok {
 		return nil
 	}
@@ -302,7 +360,7 @@ func (p *Pipeline) reserveBudget(ctx context.Context, c *call) error {
 		left := max(limit-b.Spent-b.Reserved, 0)
 		return &apperr.Error{Code: apperr.NoCredit, Reason: "insufficient_quota",
 			Message: "this request may cost up to $" + worst.String() + " (" + strconv.FormatInt(c.prompt, 10) + " prompt tokens and " +
-				strconv.FormatInt(c.completion, 10) + " completion tokens" + boundNote(c) + "), more than is left of " + what +
+				strconv.FormatInt(c.completion, 10) + " completion tokens" + boundNote(c) + aliasNote(c) + "), more than is left of " + what +
 				" ($" + left.String() + " of $" + limit.String() + " this month); it resets at " +
 				metering.PeriodEnd(period).Format(time.RFC3339)}
 	}
@@ -317,6 +375,15 @@ func boundNote(c *call) string {
 		return ""
 	}
 	return ", the model's longest answer, as no max_tokens was sent"
+}
+
+// aliasNote says a reservation for an alias is priced over its models, so
+// a client refused for it knows why a cheap target was not enough.
+func aliasNote(c *call) string {
+	if c.req.route == nil {
+		return ""
+	}
+	return ", at the highest price among the models that may answer '" + c.req.Model + "'"
 }
 
 // settleBudget moves the reservation to the real cost and tells the alerts

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -15,6 +16,8 @@ import (
 
 	"github.com/sluicehq/sluice/apperr"
 	"github.com/sluicehq/sluice/chat"
+	"github.com/sluicehq/sluice/chat/family"
+	"github.com/sluicehq/sluice/models"
 	"github.com/sluicehq/sluice/respcache"
 	"github.com/sluicehq/sluice/upstream"
 	"github.com/sluicehq/sluice/upstream/local"
@@ -27,8 +30,112 @@ import (
 const fallbackRetryAfter = 10 * time.Second
 
 // answer finds the answer: the response cache, else the local model or a
-// provider.
+// provider. For an alias it asks one of its targets, drawn by weight, and
+// then its fallbacks in order, for as long as every key of the model asked
+// is unavailable (or no key serves it); when no model answers, the tier
+// decides (providersFailed).
 func (p *Pipeline) answer(ctx context.Context, c *call) (Served, error) {
+	route := c.req.route
+	if route == nil {
+		out, failure := p.answerModel(ctx, c)
+		if failure == nil {
+			return out, nil
+		}
+		waited := out.ProviderTime
+		out, err := p.providersFailed(ctx, c, failure)
+		out.ProviderTime += waited
+		return out, err
+	}
+	var waited time.Duration
+	var failure error
+	c.order = p.order(route)
+	for _, m := range c.order {
+		c.model = m
+		body, err := p.attemptBody(c)
+		if err != nil {
+			return Served{}, err
+		}
+		c.body = body
+		out, f := p.answerModel(ctx, c)
+		waited += out.ProviderTime
+		if f == nil {
+			out.ProviderTime = waited
+			return out, nil
+		}
+		failure = f
+		if ctx.Err() != nil || !unavailable(f) {
+			break
+		}
+		p.d.Log.Info("model unavailable; asking the alias's next model", "request_id", c.req.ID, "alias", c.req.Model, "model", m, "err", f)
+	}
+	out, err := p.providersFailed(ctx, c, failure)
+	out.ProviderTime += waited
+	return out, err
+}
+
+// unavailable says the providers could not take the request at all (every
+// key down, refusing or paced out, or none serving the model), which is
+// when an alias's next model is asked; any other failure is an answer the
+// next model would not change.
+func unavailable(err error) bool {
+	return errors.Is(err, upstream.ErrUnavailable) || errors.Is(err, upstream.ErrNoKey)
+}
+
+// order is the models an alias's request asks, in turn: one target drawn
+// by weight, then the fallbacks, each once.
+func (p *Pipeline) order(a *models.ModelAlias) []string {
+	out := make([]string, 0, 1+len(a.Fallbacks))
+	out = append(out, pickTarget(a.Targets, p.d.Rand()))
+	for _, f := range a.Fallbacks {
+		if !slices.Contains(out, f) {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// pickTarget draws a target for r in [0, 1): each takes its weight's share
+// of the interval, in order.
+func pickTarget(ts []models.AliasTarget, r float64) string {
+	total := 0
+	for _, t := range ts {
+		total += max(t.Weight, 1)
+	}
+	x := min(max(int(r*float64(total)), 0), total-1)
+	for _, t := range ts {
+		if x -= max(t.Weight, 1); x < 0 {
+			return t.Model
+		}
+	}
+	return ts[len(ts)-1].Model
+}
+
+// attemptBody is the body c.model gets when the client asked for an alias:
+// the client's, with "model" naming c.model and, when the bound is
+// Sluice's, the bound of c.model's family in its family's field: one copy.
+func (p *Pipeline) attemptBody(c *call) ([]byte, error) {
+	req := c.req
+	e := bodyEdits{model: c.model}
+	if c.model != local.ModelID {
+		e.includeUsage = req.Stream && !req.IncludeUsage
+		if c.sendBound {
+			fam := family.Of(c.model)
+			if b, send := p.completionBound(c, fam); send {
+				e.boundField, e.bound = fam.BoundField, b
+			}
+		}
+	}
+	if c.history == nil {
+		return providerBody(req, e), nil
+	}
+	return composedBody(c, e)
+}
+
+// answerModel answers with c.model: from the response cache, the local
+// model or the provider pool. failure is the pool's error when no
+// provider answered, for the caller to try another model or answer as the
+// tier says.
+func (p *Pipeline) answerModel(ctx context.Context, c *call) (out Served, failure error) {
 	key := p.cacheKey(c)
 	if key != "" {
 		if out, ok := p.fromCache(ctx, c, key); ok {
@@ -38,10 +145,19 @@ func (p *Pipeline) answer(ctx context.Context, c *call) (Served, error) {
 		p.d.Metrics.Cache(false)
 		c.sink.Header().Set("X-Cache", "MISS")
 	}
-	if c.req.Model == local.ModelID {
+	if c.model == local.ModelID {
 		return p.answerLocally(ctx, c, key), nil
 	}
+	if p.d.Providers == nil { // an alias's model, on a node without provider keys
+		return Served{}, upstream.ErrNoKey
+	}
 	return p.answerFromProvider(ctx, c, key)
+}
+
+// servedBy names the model that answers in X-Sluice-Model, before the
+// answer's status is written: for an alias, which of its models it was.
+func servedBy(sink Sink, model string) {
+	sink.Header()["X-Sluice-Model"] = []string{model} // canonical: no key allocated
 }
 
 // answerLocally answers from the local model: the model asked for, or the
@@ -52,6 +168,7 @@ func (p *Pipeline) answerLocally(ctx context.Context, c *call, cacheKey string) 
 		Usage: chat.Usage{PromptTokens: reply.PromptTokens, CompletionTokens: reply.CompletionTokens}}
 	id := "chatcmpl-" + strings.TrimPrefix(c.req.ID, "req_")
 	finish := reply.FinishReason
+	servedBy(c.sink, out.Model)
 	if c.req.Stream {
 		streamLocal(c.sink, wireResponse{ID: id, Created: c.start.Unix(), Model: out.Model},
 			reply.Content, finish, out.Usage, c.req.IncludeUsage)
@@ -67,10 +184,10 @@ func (p *Pipeline) answerLocally(ctx context.Context, c *call, cacheKey string) 
 	return out
 }
 
-// answerFromProvider sends the request through the provider pool. When
-// every key is unavailable the tier decides: the local model answers (and
-// says so in x-sluice-fallback) or the client gets 503 with Retry-After.
-func (p *Pipeline) answerFromProvider(ctx context.Context, c *call, cacheKey string) (Served, error) {
+// answerFromProvider sends the request for c.model through the provider
+// pool. failure is the pool's error when no key answered (out then holds
+// only the time spent).
+func (p *Pipeline) answerFromProvider(ctx context.Context, c *call, cacheKey string) (out Served, failure error) {
 	asked := p.d.Now()
 	doCtx := ctx
 	var life *streamLife
@@ -79,14 +196,13 @@ func (p *Pipeline) answerFromProvider(ctx context.Context, c *call, cacheKey str
 		defer life.end()
 		doCtx = life.ctx
 	}
-	resp, err := p.d.Providers.Do(doCtx, upstream.Request{Model: c.req.Model, Body: c.body, Stream: c.req.Stream, Estimate: c.estimate, ID: c.req.ID})
+	resp, err := p.d.Providers.Do(doCtx, upstream.Request{Model: c.model, Body: c.body, Stream: c.req.Stream, Estimate: c.estimate, ID: c.req.ID})
 	if err != nil {
-		out, err := p.providersFailed(ctx, c, err)
-		out.ProviderTime = p.d.Now().Sub(asked)
-		return out, err
+		return Served{ProviderTime: p.d.Now().Sub(asked)}, err
 	}
 	c.sink.Header().Set("X-Sluice-Upstream-Attempts", strconv.Itoa(resp.Attempts)) // canonical: no key allocated
-	out := Served{Status: resp.Status, Model: c.req.Model, KeyID: resp.KeyID, Attempts: resp.Attempts}
+	servedBy(c.sink, c.model)
+	out = Served{Status: resp.Status, Model: c.model, KeyID: resp.KeyID, Attempts: resp.Attempts}
 	if c.req.Stream && resp.Stream != nil {
 		out = p.relay(ctx, c, resp, out, life)
 		out.ProviderTime = p.d.Now().Sub(asked)
@@ -119,19 +235,19 @@ func (p *Pipeline) providersFailed(ctx context.Context, c *call, err error) (Ser
 	if errors.As(err, &refusal) {
 		return Served{}, refusal // the provider cannot do what was asked, named: the client's to fix
 	}
-	if !errors.Is(err, upstream.ErrUnavailable) && !errors.Is(err, upstream.ErrNoKey) {
+	if !unavailable(err) {
 		// The provider answered something unusable (e.g. an oversized
 		// body): a bad gateway, not our bug.
-		p.d.Log.Warn("unusable provider answer", "request_id", c.req.ID, "model", c.req.Model, "err", err)
+		p.d.Log.Warn("unusable provider answer", "request_id", c.req.ID, "model", c.model, "err", err)
 		return Served{}, apperr.WithReason(apperr.BadUpstream, "upstream_error", "the provider's answer could not be used; retry later")
 	}
 	if c.caller.Tier.UpstreamFallback == "error" {
 		p.d.Log.Warn("providers unavailable", "request_id", c.req.ID, "model", c.req.Model, "err", err)
 		e := apperr.WithReason(apperr.Unavailable, "upstream_unavailable",
-			"every provider for '"+c.req.Model+"' is unavailable right now; retry later")
+			"every provider for '"+c.req.Model+"' is unavailable right now"+aliasModels(c)+"; retry later")
 		if errors.Is(err, upstream.ErrTimeout) { // the last attempt got no answer in time
 			e = apperr.WithReason(apperr.Timeout, "upstream_timeout",
-				"no provider for '"+c.req.Model+"' answered in time; retry later")
+				"no provider for '"+c.req.Model+"' answered in time"+aliasModels(c)+"; retry later")
 		}
 		e.RetryAfter = fallbackRetryAfter
 		return Served{}, e
@@ -141,6 +257,14 @@ func (p *Pipeline) providersFailed(ctx context.Context, c *call, err error) (Ser
 	out := p.answerLocally(ctx, c, "")
 	out.Fallback = true
 	return out, nil
+}
+
+// aliasModels names the models an alias's request asked, for the refusal.
+func aliasModels(c *call) string {
+	if len(c.order) == 0 {
+		return ""
+	}
+	return " (asked in turn: " + strings.Join(c.order, ", ") + ")"
 }
 
 // streamLife is how long the provider's side of a stream lives: while
@@ -328,10 +452,12 @@ func (p *Pipeline) fromCache(ctx context.Context, c *call, key string) (Served, 
 		return Served{}, false
 	}
 	c.sink.Header().Set("X-Cache", "HIT")
+	servedBy(c.sink, c.model)
 	_ = c.sink.Send(http.StatusOK, "application/json; charset=utf-8", b)
-	// Metered and priced as the model asked for, which is what the cache
-	// key was made of (a provider may name its answer's model otherwise).
-	return Served{Status: http.StatusOK, Model: c.req.Model, Usage: parsed.Usage, Cached: true, delivered: true, reply: parsed.Reply}, true
+	// Metered and priced as the model asked for (for an alias, the model
+	// whose body the cache key was made of), whatever the provider named
+	// its answer's model.
+	return Served{Status: http.StatusOK, Model: c.model, Usage: parsed.Usage, Cached: true, delivered: true, reply: parsed.Reply}, true
 }
 
 func (p *Pipeline) storeCached(ctx context.Context, c *call, key string, body []byte) {

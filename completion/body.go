@@ -8,16 +8,18 @@ import (
 )
 
 // bodyEdits are the changes Sluice makes to a body before a provider gets
-// it, and only these: the completion bound it reserved, when the client
-// set none and a limit relies on it, in the field the model family takes;
-// and include_usage on a stream, which is what a stream is billed by.
+// it, and only these: the model, when the client named an alias; the
+// completion bound it reserved, when the client set none and a limit
+// relies on it, in the field the model family takes; and include_usage
+// on a stream, which is what a stream is billed by.
 type bodyEdits struct {
+	model        string // the alias's model to name instead of the client's; "" keeps it
 	boundField   string // "" for none
 	bound        int64
 	includeUsage bool
 }
 
-func (e bodyEdits) none() bool { return e.boundField == "" && !e.includeUsage }
+func (e bodyEdits) none() bool { return e.model == "" && e.boundField == "" && !e.includeUsage }
 
 // providerBody is req's body with edits made, in one copy, the message
 // texts untouched: what comes before, between and after the edited parts
@@ -27,20 +29,39 @@ func providerBody(req *Request, e bodyEdits) []byte {
 	if e.none() {
 		return body
 	}
-	out := make([]byte, 0, len(body)+64)
-	rest := body[:req.end] // all but the closing brace
+	out := make([]byte, 0, len(body)+64+len(e.model))
+	// The values replaced in place, in the body's order.
+	type replaced struct {
+		at   span
+		with []byte
+	}
+	var in [2]replaced
+	n := 0
+	if e.model != "" {
+		with, _ := jsonv2.Marshal(e.model) // a string always encodes
+		in[n], n = replaced{req.modelAt, with}, n+1
+	}
+	appendOptions := false
 	if e.includeUsage {
 		if so := req.streamOptions; so.end > 0 {
-			out = append(out, rest[:so.start]...)
-			out = append(out, withUsageOption(body[so.start:so.end])...)
-			rest = rest[so.end:]
+			in[n], n = replaced{so, withUsageOption(body[so.start:so.end])}, n+1
 		} else {
-			out = append(out, rest...)
-			out = append(out, `,"stream_options":{"include_usage":true}`...)
-			rest = nil
+			appendOptions = true
 		}
 	}
-	out = append(out, rest...)
+	if n == 2 && in[1].at.start < in[0].at.start {
+		in[0], in[1] = in[1], in[0]
+	}
+	pos := 0
+	for _, r := range in[:n] {
+		out = append(out, body[pos:r.at.start]...)
+		out = append(out, r.with...)
+		pos = r.at.end
+	}
+	out = append(out, body[pos:req.end]...) // all but the closing brace
+	if appendOptions {
+		out = append(out, `,"stream_options":{"include_usage":true}`...)
+	}
 	if e.boundField != "" {
 		out = append(out, `,"`...)
 		out = append(out, e.boundField...)

@@ -31,6 +31,7 @@ package completion
 import (
 	"context"
 	"log/slog"
+	"math/rand/v2"
 	"slices"
 	"time"
 
@@ -67,6 +68,13 @@ type Providers interface {
 	Settle(ctx context.Context, keyID, estimate, actual int64) error
 }
 
+// Aliases resolves the public model names an admin defined to the models
+// behind them, from memory: the request path reads no database for it.
+type Aliases interface {
+	// Alias returns the alias called name, shared and read-only.
+	Alias(name string) (*models.ModelAlias, bool)
+}
+
 // Recorder takes usage events off the request path, and counts rejections.
 type Recorder interface {
 	Record(ev models.UsageEvent) error
@@ -101,6 +109,11 @@ type Deps struct {
 
 	Local     *local.Model
 	Providers Providers
+	// Aliases are the admin's model aliases; nil: none.
+	Aliases Aliases
+	// Rand returns a float in [0, 1), drawing each alias request's target
+	// by weight; nil means math/rand/v2. It must be safe for concurrent use.
+	Rand func() float64
 
 	Cache    respcache.Cache
 	CacheTTL time.Duration
@@ -126,12 +139,17 @@ type Pipeline struct {
 }
 
 // New returns a pipeline over d.
-func New(d Deps) *Pipeline { return &Pipeline{d: d, counts: newCountCache()} }
+func New(d Deps) *Pipeline {
+	if d.Rand == nil {
+		d.Rand = rand.Float64
+	}
+	return &Pipeline{d: d, counts: newCountCache()}
+}
 
 // Served is how a request was answered.
 type Served struct {
-	Status   int // the answer's HTTP status (a provider's 4xx is passed on as is)
-	Model    string
+	Status   int        // the answer's HTTP status (a provider's 4xx is passed on as is)
+	Model    string     // the model that answered (for an alias, the target or fallback), metered and priced as such
 	Usage    chat.Usage // what is billed
 	KeyID    int64      // the provider key that answered; 0 for local answers and cache hits
 	Attempts int        // provider attempts it took; 0 when no provider was asked
@@ -152,8 +170,16 @@ type call struct {
 	sink    Sink
 	start   time.Time
 	history []chat.Message // a conversation's stored turns, put in front of the request; nil for none
-	body    []byte         // the body to send a provider: history, bound and usage option as needed
-	prompt  int64          // the prompt's estimate, history included
+	// model is the model being asked: the request's, or for an alias the
+	// target or fallback tried now.
+	model string
+	body  []byte // the body to send a provider: history, bound and usage option as needed; for an alias, model's
+	// sendBound says the completion bound is Sluice's (the client set
+	// none and a limit relies on it), sent to each model in its family's
+	// field: an alias's models get it per attempt.
+	sendBound bool
+	order     []string // an alias's models in the order they are asked; nil for a model
+	prompt    int64    // the prompt's estimate, history included
 	// completion is the completion tokens reserved: max_tokens, or the
 	// bound Sluice sends (or, when no limit relies on it, the default),
 	// plus a predicted output's tokens.
@@ -175,7 +201,7 @@ func (c *call) messages() []chat.Message {
 // nothing but headers has reached the sink. When ctx ends before an answer
 // (the client left) it returns ctx's error.
 func (p *Pipeline) Complete(ctx context.Context, caller accounts.Caller, req *Request, sink Sink) (Served, error) {
-	c := &call{caller: caller, req: req, sink: sink, start: p.d.Now()}
+	c := &call{caller: caller, req: req, sink: sink, start: p.d.Now(), model: req.Model}
 	if err := p.checkFrozen(caller, req.Model, req.Queued); err != nil {
 		return Served{}, err
 	}

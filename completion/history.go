@@ -64,6 +64,9 @@ func composedBody(c *call, e bodyEdits) ([]byte, error) {
 		all = append(all, raw)
 	}
 	fields["messages"], _ = json.Marshal(append(all, incoming...))
+	if e.model != "" {
+		fields["model"], _ = json.Marshal(e.model)
+	}
 	if e.includeUsage {
 		fields["stream_options"] = withUsageOption(fields["stream_options"])
 	}

@@ -2,6 +2,7 @@ package completion
 
 import (
 	"errors"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -11,6 +12,7 @@ import (
 	"github.com/sluicehq/sluice/apperr"
 	"github.com/sluicehq/sluice/chat"
 	"github.com/sluicehq/sluice/chat/family"
+	"github.com/sluicehq/sluice/models"
 	"github.com/sluicehq/sluice/upstream/local"
 )
 
@@ -22,7 +24,7 @@ import (
 type Request struct {
 	ID           string // the gateway's request id: the usage event's key
 	Dialect      string // the API the client spoke ("chat", "responses", "messages", …), for metering
-	Model        string // "sluice-local" or a model a provider key serves
+	Model        string // "sluice-local", a model a provider key serves, or an alias
 	Body         []byte // the body as the client wrote it
 	MaxTokens    int    // max_completion_tokens or max_tokens; 0 when unset
 	Stream       bool
@@ -41,10 +43,15 @@ type Request struct {
 	// bucket or a freeze makes it wait, not fail.
 	Queued bool
 
-	// Where the body's stream_options value and closing brace are, for
-	// providerBody.
+	// Where the body's model and stream_options values and closing brace
+	// are, for providerBody.
+	modelAt       span
 	streamOptions span
 	end           int
+
+	// route is the alias Model names, nil for a model; resolved once, by
+	// Parse, so the request keeps the routing it was admitted with.
+	route *models.ModelAlias
 
 	messages []chat.Message // the messages' texts, read on first use (Messages)
 }
@@ -76,10 +83,18 @@ func (p *Pipeline) Parse(body []byte) (Request, error) {
 	}
 	s := &sc.scan
 	isLocal := s.model == local.ModelID
+	// An alias is looked up before the keys' models: the store keeps a
+	// key from serving a model under an alias's name, and should the two
+	// meet anyway (a key with no model list serves every name), the
+	// alias the admin defined is what the name means.
+	var route *models.ModelAlias
+	if !isLocal && p.d.Aliases != nil {
+		route, _ = p.d.Aliases.Alias(s.model)
+	}
 	switch {
 	case s.model == "":
 		return Request{}, apperr.Field(apperr.Invalid, "missing_model", "model", "you must provide a model parameter")
-	case !isLocal && (p.d.Providers == nil || !p.d.Providers.Serves(s.model)):
+	case !isLocal && route == nil && (p.d.Providers == nil || !p.d.Providers.Serves(s.model)):
 		return Request{}, apperr.Field(apperr.NotFound, "model_not_found", "model", "the model '"+s.model+"' does not exist or you do not have access to it; GET /v1/models lists yours")
 	case s.messages == 0:
 		return Request{}, apperr.Field(apperr.Invalid, "invalid_messages", "messages", "messages must be a non-empty array")
@@ -97,7 +112,36 @@ func (p *Pipeline) Parse(body []byte) (Request, error) {
 		return Request{}, apperr.Field(apperr.Invalid, "invalid_max_tokens", "max_tokens", "max_tokens must be from 1 to 10000000")
 	}
 	return Request{Model: s.model, Body: body, MaxTokens: int(maxTokens), Stream: s.stream, IncludeUsage: s.includeUsage,
-		Temperature: s.temperature, Prompt: p.count(sc, family.Of(s.model)), streamOptions: s.streamOptions, end: s.end}, nil
+		Temperature: s.temperature, Prompt: p.promptOf(sc, s.model, route), modelAt: s.modelAt, streamOptions: s.streamOptions,
+		end: s.end, route: route}, nil
+}
+
+// promptOf counts the prompt with the family of the model asked for or,
+// for an alias, with the family of each model that may answer it, keeping
+// the highest count (and the highest predicted output): the reservation
+// must bound whichever of them answers. Families that share a tokenizer
+// count text alike, so one of them is enough unless images (whose cost
+// differs between them) are sent.
+func (p *Pipeline) promptOf(sc *scanner, model string, route *models.ModelAlias) Prompt {
+	if route == nil {
+		return p.count(sc, family.Of(model))
+	}
+	var best Prompt
+	var tokenizers []string
+	for i, m := range route.Models() {
+		f := family.Of(m)
+		if len(sc.scan.images) == 0 && slices.Contains(tokenizers, f.Name) {
+			continue
+		}
+		tokenizers = append(tokenizers, f.Name)
+		pr := p.count(sc, f)
+		predicted := max(best.Predicted, pr.Predicted)
+		if i == 0 || pr.Tokens > best.Tokens {
+			best = pr
+		}
+		best.Predicted = predicted
+	}
+	return best
 }
 
 // dialect is the API the client spoke; "chat" unless its handler said.

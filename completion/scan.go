@@ -49,6 +49,7 @@ type imagePart struct {
 // scan is what one walk of a chat request body found.
 type scan struct {
 	model                          string
+	modelAt                        span // the model's JSON string
 	maxTokens, maxCompletionTokens int64
 	hasMaxTokens, hasMaxCompletion bool
 	n                              int64
@@ -125,7 +126,10 @@ func (sc *scanner) request(body []byte) error {
 	err := sc.object(requestFields, func(f int) error {
 		switch requestFields[f] {
 		case "model":
-			return sc.str(&s.model, top("model"))
+			start := sc.peekOffset()
+			err := sc.str(&s.model, top("model"))
+			s.modelAt = span{start, sc.offset()}
+			return err
 		case "messages":
 			return sc.array(top("messages"), sc.message)
 		case "max_tokens":

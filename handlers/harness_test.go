@@ -27,6 +27,7 @@ import (
 	"github.com/sluicehq/sluice/internal/testsync"
 	"github.com/sluicehq/sluice/metering"
 	"github.com/sluicehq/sluice/models"
+	"github.com/sluicehq/sluice/providers"
 	"github.com/sluicehq/sluice/quota"
 	"github.com/sluicehq/sluice/secrets"
 	"github.com/sluicehq/sluice/signing"
@@ -90,6 +91,7 @@ type env struct {
 	limiter *quota.Memory
 	model   *local.Model
 	jwt     *accounts.Sessions
+	aliases *providers.Aliases
 
 	log    *slog.Logger
 	bill   *billing.Service
@@ -166,7 +168,11 @@ func newEnv(t testing.TB, db *models.DB) *env {
 	alerts := metering.NewBudgetAlerts(store, discardLog(), clk.Now)
 	convs := conversations.NewMemory(30*time.Minute, clk.Now)
 	queue := testjobs.Queue(t, db, dir, clk.Now)
-	e := &env{t: t, store: store, clock: clk, acc: acc, dir: dir, limiter: limiter, model: model, jwt: jwt, log: discardLog(),
+	aliases := providers.NewAliases(store, cluster.None{}, discardLog())
+	if err := aliases.Reload(ctx); err != nil {
+		t.Fatal(err)
+	}
+	e := &env{t: t, store: store, clock: clk, acc: acc, dir: dir, limiter: limiter, model: model, jwt: jwt, aliases: aliases, log: discardLog(),
 		pipe: completion.Deps{
 			Log: discardLog(), Now: clk.Now,
 			Limiter: limiter, Freezes: dir, Freezer: acc, Detector: quota.NewDetector(quota.NewMemoryWindow(clk.Now)),
@@ -174,11 +180,11 @@ func newEnv(t testing.TB, db *models.DB) *env {
 			// have their own test.
 			Scorer:          quota.NewValueScorer(quota.ValueRules{}, clk.Now),
 			PriorityWeights: cfg.PriorityWeights, DefaultMaxTokens: cfg.DefaultMaxTokens, UsageGrace: cfg.UsageGrace,
-			Local: model, CacheTTL: cfg.CacheTTL, Conversations: convs, HistoryBudget: cfg.ConversationTokens,
+			Local: model, Aliases: aliases, CacheTTL: cfg.CacheTTL, Conversations: convs, HistoryBudget: cfg.ConversationTokens,
 			Prices: prices, Ledger: ledger, Alerts: alerts, Recorder: recorder,
 		},
 		deps: Deps{
-			Deps: web.Deps{Store: store, Accounts: acc, Sessions: jwt, Billing: bill, PoolStatus: noKeys, Models: noModels,
+			Deps: web.Deps{Store: store, Accounts: acc, Sessions: jwt, Aliases: aliases, Billing: bill, PoolStatus: noKeys, Models: noModels,
 				LimiterStatus: inProcess, Now: clk.Now},
 			Directory: dir, Conversations: convs, Jobs: queue, Callbacks: bill, TokenUse: recorder, MaxBodyBytes: 4 << 10,
 			ResponseRetention: cfg.ResponseRetention,

@@ -175,6 +175,10 @@ func New(log *slog.Logger, ops Ops, d Deps) http.Handler {
 	admin.GET("/upstreams", m.listUpstreams)
 	admin.POST("/upstreams", m.createUpstream)
 	admin.DELETE("/upstreams/:id", m.deleteUpstream)
+	admin.GET("/aliases", m.listAliases)
+	admin.POST("/aliases", m.createAlias)
+	admin.PUT("/aliases/:name", m.updateAlias)
+	admin.DELETE("/aliases/:name", m.deleteAlias)
 
 	// The browser. Bearer = the session cookie; forms are origin-checked.
 	p := web.New(log, d.Deps, d.Jobs, d.Batches)
@@ -219,6 +223,10 @@ func New(log *slog.Logger, ops Ops, d Deps) http.Handler {
 	adminPages.GET("/upstreams", p.AdminUpstreams)
 	adminPages.POST("/upstreams", p.CreateUpstream)
 	adminPages.POST("/upstreams/:id/delete", p.DeleteUpstream)
+	adminPages.GET("/aliases", p.AdminAliases)
+	adminPages.POST("/aliases", p.CreateAlias)
+	adminPages.POST("/aliases/:name", p.UpdateAlias)
+	adminPages.POST("/aliases/:name/delete", p.DeleteAlias)
 
 	return r
 }

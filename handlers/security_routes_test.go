@@ -143,6 +143,10 @@ func routeTable() []routeRow {
 		{method: "GET", route: "/api/admin/upstreams", want: adminAPI(200)},
 		{method: "POST", route: "/api/admin/upstreams", body: `{"name":"key-{role}","base_url":"https://api.example.com/v1","api_key":"sk-upstream-{role}"}`, want: adminAPI(201)},
 		{method: "DELETE", route: "/api/admin/upstreams/:id", path: "/api/admin/upstreams/{upstreamAPI}", want: adminAPI(200)},
+		{method: "GET", route: "/api/admin/aliases", want: adminAPI(200)},
+		{method: "POST", route: "/api/admin/aliases", body: `{"name":"alias-{role}","targets":[{"model":"sluice-local"}]}`, want: adminAPI(201)},
+		{method: "PUT", route: "/api/admin/aliases/:name", path: "/api/admin/aliases/alias-api", body: `{"fallbacks":["sluice-local"]}`, want: adminAPI(200)},
+		{method: "DELETE", route: "/api/admin/aliases/:name", path: "/api/admin/aliases/alias-api-gone", want: adminAPI(200)},
 
 		{method: "GET", route: "/static/*filepath", path: "/static/sluice.css", want: anyone(200)},
 		{method: "HEAD", route: "/static/*filepath", path: "/static/sluice.css", want: anyone(200)},
@@ -189,6 +193,10 @@ func routeTable() []routeRow {
 		{method: "POST", route: "/admin/upstreams", form: url.Values{"name": {"page key"}, "base_url": {"https://api.example.com/v1"}, "api_key": {"sk-upstream-page"}, "weight": {"1"}},
 			want: adminPage(303)},
 		{method: "POST", route: "/admin/upstreams/:id/delete", path: "/admin/upstreams/{upstreamPage}/delete", form: url.Values{}, want: adminPage(303)},
+		{method: "GET", route: "/admin/aliases", want: adminPage(200)},
+		{method: "POST", route: "/admin/aliases", form: url.Values{"name": {"alias-page-new"}, "targets": {"sluice-local"}}, want: adminPage(303)},
+		{method: "POST", route: "/admin/aliases/:name", path: "/admin/aliases/alias-page", form: url.Values{"targets": {"sluice-local=2"}}, want: adminPage(303)},
+		{method: "POST", route: "/admin/aliases/:name/delete", path: "/admin/aliases/alias-page-gone/delete", form: url.Values{}, want: adminPage(303)},
 	}
 }
 
@@ -487,6 +495,11 @@ func newTenantFixture(t *testing.T, db *models.DB) *tenantFixture {
 			t.Fatal(err)
 		}
 		f.ids[name] = itoa(k.ID)
+	}
+	for _, name := range []string{"alias-api", "alias-api-gone", "alias-page", "alias-page-gone"} {
+		if _, err := e.aliases.Create(ctx, admin, models.ModelAliasInput{Name: name, Targets: []models.AliasTarget{{Model: "sluice-local", Weight: 1}}}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	for _, name := range []string{"spare-api", "spare-page"} {
 		if _, err := e.acc.CreateTier(ctx, admin, name, models.TierSettings{Capacity: 1, RefillPerSec: 1}); err != nil {

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"mime"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -296,11 +297,19 @@ type modelOut struct {
 }
 
 // listModels answers GET /v1/models with the models the caller may use:
-// the local model and every model a provider key serves.
+// the local model, the admin's aliases (Sluice's own names, so owned by
+// "sluice") and every model a provider key serves.
 func (a *api) listModels(c *gin.Context) {
 	models := []modelOut{{ID: local.ModelID, Object: "model", Created: 1767225600, OwnedBy: "sluice"}}
+	var aliases []string
+	if a.Aliases != nil {
+		aliases = a.Aliases.Names()
+	}
+	for _, name := range aliases {
+		models = append(models, modelOut{ID: name, Object: "model", Created: 1767225600, OwnedBy: "sluice"})
+	}
 	for _, m := range a.Models() {
-		if m != "*" && m != local.ModelID {
+		if m != "*" && m != local.ModelID && !slices.Contains(aliases, m) {
 			models = append(models, modelOut{ID: m, Object: "model", Created: 1767225600, OwnedBy: "upstream"})
 		}
 	}

@@ -63,7 +63,9 @@ func (in UpstreamKeyInput) Validate() error {
 	switch {
 	case strings.TrimSpace(in.Name) == "" || len(in.Name) > 100:
 		return apperr.New(apperr.Unprocessable, "name must be 1 to 100 characters")
-	case err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.Fragment != "":
+	// Only an Azure deployment's URL has a query (its api-version): any
+	// other could carry a credential into logs.
+	case err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.Fragment != "" || u.RawQuery != "" && in.Provider != "azure":
 		return apperr.New(apperr.Unprocessable, "base_url must be an http(s) URL such as https://api.openai.com/v1")
 	case len(in.APIKey) < 8 || len(in.APIKey) > 512 || strings.ContainsAny(in.APIKey, " \t\r\n"):
 		return apperr.New(apperr.Unprocessable, "api_key must be 8 to 512 characters without spaces")
@@ -130,6 +132,19 @@ func (s *Store) CreateUpstreamKey(ctx context.Context, admin User, in UpstreamKe
 		Weight: in.Weight, RPM: in.RPM, TPM: in.TPM, Models: strings.Join(in.Models, ","), CreatedAt: time.Now().UTC(),
 	}
 	err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		// A model served under an alias's name would be shadowed by the
+		// alias (aliases are looked up first), so it is refused here.
+		if err := lockRouting(tx); err != nil {
+			return err
+		}
+		taken, err := aliasNamed(tx, in.Models)
+		if err != nil {
+			return err
+		}
+		if taken != "" {
+			return apperr.Field(apperr.Conflict, "alias_conflict", "models",
+				"'"+taken+"' is the name of a model alias; a key cannot serve a model of that name (delete the alias first)")
+		}
 		if err := tx.Create(&k).Error; err != nil {
 			return dbErr(err, "upstream key "+k.Name)
 		}

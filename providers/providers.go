@@ -42,6 +42,9 @@ func (s *Service) Create(ctx context.Context, admin models.User, in models.Upstr
 	if !admin.IsAdmin() {
 		return models.UpstreamKey{}, apperr.New(apperr.Forbidden, "only admins may add provider keys")
 	}
+	if err := in.Validate(); err != nil {
+		return models.UpstreamKey{}, err
+	}
 	if err := upstream.CheckBaseURL(in.Provider, in.BaseURL); err != nil {
 		return models.UpstreamKey{}, apperr.New(apperr.Unprocessable, "%s", err.Error())
 	}

@@ -301,6 +301,7 @@ var adminLinks = []struct{ Section, Label, Href string }{
 	{AdminSectionTiers, "Tiers", "/admin/tiers"},
 	{AdminSectionPrices, "Prices", "/admin/prices"},
 	{AdminSectionAudit, "Audit log", "/admin/audit"},
+	{AdminSectionAliases, "Aliases", "/admin/aliases"},
 	{"upstreams", "Upstreams", "/admin/upstreams"},
 }
 

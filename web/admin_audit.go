@@ -16,7 +16,7 @@ import (
 )
 
 // adminAuditActions are the action prefixes the filter suggests.
-var adminAuditActions = []string{"tier.", "price.", "organization.", "upgrade.", "token.", "upstream.", "budget."}
+var adminAuditActions = []string{"tier.", "price.", "organization.", "upgrade.", "token.", "upstream.", "alias.", "budget."}
 
 // AdminAudit shows the audit log, newest first, filtered by
 // ?org=&action=&from=&to= (dates in UTC, both included) a page at a time

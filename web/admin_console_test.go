@@ -610,6 +610,9 @@ func TestEveryAdminPageActionIsAudited(t *testing.T) {
 			{"price.set", "/admin/prices", url.Values{"model": {"gpt-4o"}, "input_per_mtok": {"1"}, "output_per_mtok": {"2"}}, func() string { return "gpt-4o" }},
 			{"upgrade.approved", "/admin/upgrade-requests/" + id(ra.ID) + "/approve", url.Values{}, func() string { return id(ra.ID) }},
 			{"upgrade.declined", "/admin/upgrade-requests/" + id(rb.ID) + "/decline", url.Values{}, func() string { return id(rb.ID) }},
+			{"alias.create", "/admin/aliases", url.Values{"name": {"fast"}, "targets": {"sluice-local"}}, func() string { return "fast" }},
+			{"alias.update", "/admin/aliases/fast", url.Values{"targets": {"sluice-local=2"}}, func() string { return "fast" }},
+			{"alias.delete", "/admin/aliases/fast/delete", url.Values{}, func() string { return "fast" }},
 			{"upstream.create", "/admin/upstreams", upstreamValues(nil), func() string {
 				keys, _ := s.store.UpstreamKeys(ctx)
 				return id(keys[0].ID)

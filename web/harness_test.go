@@ -68,6 +68,7 @@ type site struct {
 	directory *accounts.Directory
 	sessions  *accounts.Sessions
 	providers *providers.Service
+	aliases   *providers.Aliases
 	pool      *upstream.Pool
 	billing   *billing.Service
 	logs      *testsync.Buffer
@@ -103,6 +104,10 @@ func newSite(t *testing.T, db *models.DB) *site {
 	log := slog.New(slog.NewTextHandler(logs, nil))
 	pool := upstream.NewPool(upstream.PoolOptions{Now: clk.Now})
 	prov := providers.New(store, box, pool, cluster.None{}, log)
+	aliases := providers.NewAliases(store, cluster.None{}, log)
+	if err := aliases.Reload(ctx); err != nil {
+		t.Fatal(err)
+	}
 	sessions := accounts.NewSessions([]byte("0123456789abcdef0123456789abcdef"), sessionTTL, clk.Now)
 	// Billing as main builds it: budget webhooks may only go to the hosts
 	// of webhookHost.
@@ -112,10 +117,10 @@ func newSite(t *testing.T, db *models.DB) *site {
 			Lookup: func(context.Context, string) ([]netip.Addr, error) {
 				return []netip.Addr{netip.MustParseAddr("93.184.216.34")}, nil
 			}}), Log: log, Now: clk.Now})
-	s := &site{t: t, db: db, store: store, clock: clk, accounts: acc, directory: dir, sessions: sessions, providers: prov, pool: pool,
+	s := &site{t: t, db: db, store: store, clock: clk, accounts: acc, directory: dir, sessions: sessions, providers: prov, aliases: aliases, pool: pool,
 		billing: bill, logs: logs, admin: admin}
 	s.deps = handlers.Deps{
-		Deps: web.Deps{Store: store, Accounts: acc, Sessions: sessions, Providers: prov, Billing: bill, PoolStatus: pool.Status, Models: pool.Models,
+		Deps: web.Deps{Store: store, Accounts: acc, Sessions: sessions, Providers: prov, Aliases: aliases, Billing: bill, PoolStatus: pool.Status, Models: pool.Models,
 			Now: clk.Now, LimiterStatus: func() quota.LimiterStatus { return quota.LimiterStatus{Mode: "local", Nodes: 1} }},
 		// The pages' services, and what /v1 shares with them. No test here
 		// sends an API request, so the pipeline is not built.

@@ -45,6 +45,7 @@ type Pages struct {
 	accounts      *accounts.Service
 	sessions      *accounts.Sessions
 	providers     *providers.Service
+	aliases       *providers.Aliases
 	billing       *billing.Service
 	models        func() []string
 	poolStatus    func() []upstream.KeyStatus
@@ -62,6 +63,7 @@ type Deps struct {
 	Accounts      *accounts.Service
 	Sessions      *accounts.Sessions
 	Providers     *providers.Service
+	Aliases       *providers.Aliases // the model aliases, kept on every node
 	Billing       *billing.Service
 	Models        func() []string             // the models provider keys serve
 	PoolStatus    func() []upstream.KeyStatus // live state of provider keys
@@ -72,7 +74,7 @@ type Deps struct {
 // New returns the browser handlers over d; the dashboard and the admin
 // console also read the job queue and the Batch API.
 func New(log *slog.Logger, d Deps, jobs JobReader, batches BatchReader) *Pages {
-	return &Pages{log: log, store: d.Store, accounts: d.Accounts, sessions: d.Sessions, providers: d.Providers,
+	return &Pages{log: log, store: d.Store, accounts: d.Accounts, sessions: d.Sessions, providers: d.Providers, aliases: d.Aliases,
 		billing: d.Billing, models: d.Models, poolStatus: d.PoolStatus, now: d.Now, origins: http.NewCrossOriginProtection(),
 		limiterStatus: d.LimiterStatus, jobs: jobs, batches: batches}
 }

@@ -92,6 +92,7 @@ type App struct {
 	store    *models.Store
 	pool     *upstream.Pool
 	keys     *providers.Service
+	aliases  *providers.Aliases
 	bill     *billingParts
 	recorder *metering.Recorder
 	batches  *batches.Service
@@ -211,6 +212,10 @@ func Build(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 	if a.pool, a.keys, err = newProviders(ctx, cfg, store, box, sh, log, registry, opts.ProviderTransport); err != nil {
 		return nil, err
 	}
+	a.aliases = providers.NewAliases(store, sh.bus, log)
+	if err := a.aliases.Reload(ctx); err != nil {
+		return nil, err
+	}
 	a.bill = newBilling(cfg, store, sh, dir, box, log)
 	if err := a.bill.prices.Load(ctx, store); err != nil {
 		return nil, err
@@ -221,7 +226,7 @@ func Build(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 		Limiter: sh.limiter, Freezes: dir, Freezer: acc, Detector: quota.NewDetector(sh.window),
 		Scorer:          quota.NewValueScorer(quota.DefaultValueRules(), nil),
 		PriorityWeights: cfg.PriorityWeights, DefaultMaxTokens: cfg.DefaultMaxTokens, UsageGrace: cfg.UsageGrace,
-		Local: model, Providers: a.pool,
+		Local: model, Providers: a.pool, Aliases: a.aliases,
 		Cache: sh.cache, CacheTTL: cfg.CacheTTL,
 		Conversations: sh.conversations, HistoryBudget: cfg.ConversationTokens,
 		Prices: a.bill.prices, Ledger: a.bill.ledger, Alerts: a.bill.alerts, Recorder: a.recorder,
@@ -255,7 +260,7 @@ func Build(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 	}
 	sessions := accounts.NewSessions([]byte(secret), cfg.SessionTTL, nil)
 	handler := handlers.New(log, ops, handlers.Deps{
-		Deps: web.Deps{Store: store, Accounts: acc, Sessions: sessions, Providers: a.keys, Billing: a.bill.billing,
+		Deps: web.Deps{Store: store, Accounts: acc, Sessions: sessions, Providers: a.keys, Aliases: a.aliases, Billing: a.bill.billing,
 			PoolStatus: a.pool.Status, Models: a.pool.Models, LimiterStatus: sh.status, Now: time.Now},
 		Directory: dir, Pipeline: pipeline, Conversations: sh.conversations, Jobs: a.queue, Batches: a.batches, Callbacks: a.bill.billing,
 		TokenUse: a.recorder, Signatures: signing.NewVerifier(sh.nonces, nil), MaxBodyBytes: cfg.MaxBodyBytes, InFlight: a.inFlight, Latency: a.latency,
@@ -303,7 +308,9 @@ func (a *App) Start(ctx context.Context) (<-chan error, error) {
 	if cfg.MetricsAddr != "" {
 		a.worker("metrics", func(ctx context.Context) { serveMetrics(ctx, cfg.MetricsAddr, cfg.MetricsToken, a.metrics, a.log) })
 	}
-	a.worker("reload", func(ctx context.Context) { reloadEvery(ctx, a.dir, a.bill.billing, cfg.TokenCacheTTL, a.log) })
+	a.worker("reload", func(ctx context.Context) {
+		reloadEvery(ctx, a.dir, a.bill.billing, a.aliases, cfg.TokenCacheTTL, a.log)
+	})
 	a.worker("refusals", func(ctx context.Context) { a.keys.PersistRefusals(ctx, a.pool.Refusals()) })
 	a.worker("provider pool", a.pool.Run)
 	a.worker("prefetch give-backs", a.shared.runPrefetch)
@@ -403,6 +410,8 @@ func (a *App) applier(ctx context.Context, subscribed chan struct{}) func(cluste
 			err = a.keys.Reload(ctx)
 		case cluster.PricesChanged:
 			err = a.bill.billing.ReloadPrices(ctx)
+		case cluster.AliasesChanged:
+			err = a.aliases.Reload(ctx)
 		default:
 			err = a.dir.Apply(ctx, e)
 		}

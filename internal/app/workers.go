@@ -17,6 +17,7 @@ import (
 	"github.com/sluicehq/sluice/jobs"
 	"github.com/sluicehq/sluice/migrations"
 	"github.com/sluicehq/sluice/models"
+	"github.com/sluicehq/sluice/providers"
 )
 
 // prepareSchema applies migrations when asked to (always for `sluice
@@ -47,14 +48,14 @@ func prepareSchema(ctx context.Context, cfg config.Config, db *models.DB, stdout
 	return jobs.CheckMigrated(ctx, db, cfg.DatabaseURL)
 }
 
-// reloadEvery refreshes tiers, freezes and prices from the database, so a
+// reloadEvery refreshes tiers, freezes, prices and model aliases from the database, so a
 // change made on another node is picked up within one interval even if its
 // invalidation message was lost.
-func reloadEvery(ctx context.Context, dir *accounts.Directory, bill *billing.Service, interval time.Duration, log *slog.Logger) {
+func reloadEvery(ctx context.Context, dir *accounts.Directory, bill *billing.Service, aliases *providers.Aliases, interval time.Duration, log *slog.Logger) {
 	every(ctx, interval, func(ctx context.Context) {
-		err := errors.Join(dir.ReloadTiers(ctx), dir.ReloadFreezes(ctx), bill.ReloadPrices(ctx))
+		err := errors.Join(dir.ReloadTiers(ctx), dir.ReloadFreezes(ctx), bill.ReloadPrices(ctx), aliases.Reload(ctx))
 		if err != nil && ctx.Err() == nil {
-			log.Warn("reloading tiers, freezes and prices failed; keeping the last ones", "err", err)
+			log.Warn("reloading tiers, freezes, prices and model aliases failed; keeping the last ones", "err", err)
 		}
 	})
 }
