@@ -1,6 +1,7 @@
 // Package batches is OpenAI's Batch API on the job queue: JSON Lines files
-// of requests uploaded per organization, batches that run each line as a
-// job through the completion pipeline (at the pace the tier allows, like
+// of requests (chat completions or embeddings, one endpoint a batch)
+// uploaded per organization, batches that run each line as a job through
+// the completion pipeline (at the pace the tier allows, like
 // any job), and the output and error files, made once when the last line
 // is done. A malformed line fails alone; the batch goes on.
 //
@@ -138,7 +139,7 @@ func (s *Service) Create(ctx context.Context, q Queue, caller accounts.Caller, i
 	if f.Purpose != models.PurposeBatch {
 		return models.Batch{}, apperr.Field(apperr.Invalid, "invalid_input_file", "input_file_id", in.InputFileID+" is a batch's output, not an input file (purpose batch)")
 	}
-	read, err := s.read(s.store.FileReader(ctx, f), in.InputFileID)
+	read, err := s.read(s.store.FileReader(ctx, f), in.InputFileID, in.Endpoint)
 	if err != nil {
 		return models.Batch{}, err
 	}
@@ -163,7 +164,7 @@ func (s *Service) Create(ctx context.Context, q Queue, caller accounts.Caller, i
 	if len(read.queued) == 0 {
 		return b, nil
 	}
-	if err := q.EnqueueBatch(ctx, caller, b.ID, s.queued(f, read.queued)); err != nil {
+	if err := q.EnqueueBatch(ctx, caller, b.ID, s.queued(f, in.Endpoint, read.queued)); err != nil {
 		errs, _ := json.Marshal([]jobs.Failure{{Code: "internal", Message: "the batch's requests could not be queued; create it again"}})
 		if ferr := s.store.FailBatch(context.WithoutCancel(ctx), caller.OrgID, b.ID, string(errs), now); ferr != nil {
 			s.log.Error("failing a batch that could not be queued failed", "batch_id", ID(b.ID), "err", ferr)
@@ -188,10 +189,10 @@ type request struct {
 }
 
 // read checks and counts the requests of an input file (id, for the
-// refusals), stopping at the first past MaxLines.
-func (s *Service) read(r io.Reader, id string) (reading, error) {
+// refusals) for a batch of endpoint, stopping at the first past MaxLines.
+func (s *Service) read(r io.Reader, id, endpoint string) (reading, error) {
 	var out reading
-	sc := newScanner(r, s.pipeline, s.cfg.MaxLineBytes)
+	sc := newScanner(r, s.pipeline, endpoint, s.cfg.MaxLineBytes)
 	for {
 		l, err := sc.next()
 		if err == io.EOF {
@@ -252,10 +253,11 @@ func (r reading) rows(batchID int64, yield func(models.BatchResult) error) error
 	return nil
 }
 
-// queued is the source of the bodies of a file's requests to queue: the
-// file read again (through the queue's transaction on SQLite), each of
-// those lines' custom_id and body taken as the first reading checked them.
-func (s *Service) queued(f models.BatchFile, queued []request) jobs.LineSource {
+// queued is the source of the bodies of a file's requests to queue for a
+// batch of endpoint: the file read again (through the queue's transaction
+// on SQLite), each of those lines' custom_id and body taken as the first
+// reading checked them.
+func (s *Service) queued(f models.BatchFile, endpoint string, queued []request) jobs.LineSource {
 	return func(ctx context.Context, tx *sql.Tx, yield func(jobs.Line) error) error {
 		lines := newLineReader(s.storeOn(tx).FileReader(ctx, f), s.cfg.MaxLineBytes)
 		for _, want := range queued {
@@ -276,6 +278,7 @@ func (s *Service) queued(f models.BatchFile, queued []request) jobs.LineSource {
 			if err != nil || l.CustomID != want.customID {
 				return fmt.Errorf("batch file %d's line %d is not as it was read", f.ID, want.line)
 			}
+			l.Endpoint = endpoint
 			if err := yield(l); err != nil {
 				return err
 			}
@@ -298,8 +301,8 @@ func (in Create) check() error {
 	switch {
 	case in.InputFileID == "":
 		return apperr.Field(apperr.Invalid, "missing_input_file_id", "input_file_id", "input_file_id is required: the id of a file uploaded with purpose batch")
-	case in.Endpoint != Endpoint:
-		return apperr.Field(apperr.Invalid, "invalid_endpoint", "endpoint", "endpoint must be "+Endpoint+": the one endpoint batches support here")
+	case in.Endpoint != Endpoint && in.Endpoint != EmbeddingsEndpoint:
+		return apperr.Field(apperr.Invalid, "invalid_endpoint", "endpoint", "endpoint must be "+Endpoint+" or "+EmbeddingsEndpoint+": the endpoints batches support here")
 	case in.CompletionWindow != Window:
 		return apperr.Field(apperr.Invalid, "invalid_completion_window", "completion_window", "completion_window must be 24h")
 	case len(in.Metadata) > 16:

@@ -102,6 +102,9 @@ type fixture struct {
 	other    accounts.Caller // Globex's
 	calls    atomic.Int64
 	provider *httptest.Server
+	// embeddingCalls are the provider's embeddings requests, which it
+	// answers with one vector and 4 prompt tokens.
+	embeddingCalls atomic.Int64
 }
 
 func newFixture(t *testing.T, db *models.DB, url string) *fixture {
@@ -114,6 +117,12 @@ func newFixture(t *testing.T, db *models.DB, url string) *fixture {
 	f.caller, f.other = f.org("Acme"), f.org("Globex")
 	f.provider = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		f.calls.Add(1)
+		w.Header().Set("Content-Type", "application/json")
+		if strings.HasSuffix(r.URL.Path, "/embeddings") {
+			f.embeddingCalls.Add(1)
+			w.Write([]byte(`{"object":"list","data":[{"object":"embedding","index":0,"embedding":"AAAAPwAAgL4="}],"model":"gpt-test","usage":{"prompt_tokens":4,"total_tokens":4}}`))
+			return
+		}
 		var req struct {
 			Messages []struct{ Content string }
 		}
@@ -199,8 +208,14 @@ func (f *fixture) upload(caller accounts.Caller, content string) string {
 // create makes a batch of content for caller on q.
 func (f *fixture) create(q batches.Queue, caller accounts.Caller, content string) models.Batch {
 	f.t.Helper()
+	return f.createFor(q, caller, batches.Endpoint, content)
+}
+
+// createFor makes a batch of content for caller's endpoint on q.
+func (f *fixture) createFor(q batches.Queue, caller accounts.Caller, endpoint, content string) models.Batch {
+	f.t.Helper()
 	b, err := f.svc.Create(context.Background(), q, caller, batches.Create{InputFileID: f.upload(caller, content),
-		Endpoint: "/v1/chat/completions", CompletionWindow: "24h"})
+		Endpoint: endpoint, CompletionWindow: "24h"})
 	if err != nil {
 		f.t.Fatal(err)
 	}
@@ -515,7 +530,7 @@ func TestFileLimitsAndPages(t *testing.T) {
 			in            batches.Create
 			reason, param string
 		}{
-			{batches.Create{InputFileID: good, Endpoint: "/v1/embeddings", CompletionWindow: "24h"}, "invalid_endpoint", "endpoint"},
+			{batches.Create{InputFileID: good, Endpoint: "/v1/completions", CompletionWindow: "24h"}, "invalid_endpoint", "endpoint"},
 			{batches.Create{InputFileID: good, Endpoint: "/v1/chat/completions", CompletionWindow: "1h"}, "invalid_completion_window", "completion_window"},
 			{batches.Create{Endpoint: "/v1/chat/completions", CompletionWindow: "24h"}, "missing_input_file_id", "input_file_id"},
 		} {

@@ -21,8 +21,27 @@ import (
 	"github.com/sluicehq/sluice/models"
 )
 
-// Endpoint is the one endpoint a batch's lines may call.
-const Endpoint = "/v1/chat/completions"
+// Endpoint and EmbeddingsEndpoint are the endpoints a batch may be for;
+// each of its lines must call the batch's.
+const (
+	Endpoint           = jobs.ChatCompletions
+	EmbeddingsEndpoint = jobs.Embeddings
+)
+
+// endpointFailures are the failures of a line that does not call its
+// batch's endpoint, or whose body is not that endpoint's, made once.
+type endpointFailures struct{ url, body *jobs.Failure }
+
+var failuresOf = map[string]endpointFailures{
+	Endpoint: {
+		url:  &jobs.Failure{Code: "invalid_url", Message: `url must be "` + Endpoint + `", the batch's endpoint`},
+		body: &jobs.Failure{Code: "invalid_body", Message: "body must be a chat completion request (a JSON object)"},
+	},
+	EmbeddingsEndpoint: {
+		url:  &jobs.Failure{Code: "invalid_url", Message: `url must be "` + EmbeddingsEndpoint + `", the batch's endpoint`},
+		body: &jobs.Failure{Code: "invalid_body", Message: "body must be an embeddings request (a JSON object)"},
+	},
+}
 
 // maxCustomID bounds a custom_id: it is stored with every line.
 const maxCustomID = 512
@@ -98,15 +117,18 @@ func (r *lineReader) next() (raw []byte, tooLong bool, err error) {
 // would accept, on a line of at most the request size limit. A line that
 // fails a check is kept with its failure: it fails alone, not the batch.
 type scanner struct {
-	lines *lineReader
-	p     *completion.Pipeline
-	seen  map[string]int // custom_id: the line that has it first
+	lines    *lineReader
+	p        *completion.Pipeline
+	endpoint string         // the batch's
+	seen     map[string]int // custom_id: the line that has it first
 	// fields is the line last read, decoded: its buffers serve the next.
 	fields envelope
 }
 
-func newScanner(r io.Reader, p *completion.Pipeline, maxLine int) *scanner {
-	return &scanner{lines: newLineReader(r, maxLine), p: p, seen: map[string]int{}}
+// newScanner reads the lines of r for a batch of endpoint (Endpoint or
+// EmbeddingsEndpoint).
+func newScanner(r io.Reader, p *completion.Pipeline, endpoint string, maxLine int) *scanner {
+	return &scanner{lines: newLineReader(r, maxLine), p: p, endpoint: endpoint, seen: map[string]int{}}
 }
 
 // next returns the next request, io.EOF after the last; a failed one's
@@ -130,7 +152,7 @@ func (s *scanner) next() (inputLine, error) {
 			l.failure = &jobs.Failure{Code: "line_too_long", Message: "the line is longer than " + strconv.Itoa(s.lines.max) +
 				" bytes, more than a request may be"}
 		} else {
-			l.customID, l.body, l.failure = checkLine(raw, s.p, &s.fields)
+			l.customID, l.body, l.failure = checkLine(raw, s.p, s.endpoint, &s.fields)
 		}
 		if l.customID != "" {
 			if first, dup := s.seen[l.customID]; dup && l.failure == nil {
@@ -154,9 +176,10 @@ func (l inputLine) numbered() inputLine {
 	return l
 }
 
-// readLines reads every request of content (for tests and the fuzzer).
+// readLines reads every request of content, a chat batch's (for tests
+// and the fuzzer).
 func readLines(content []byte, p *completion.Pipeline) []inputLine {
-	s := newScanner(bytes.NewReader(content), p, len(content)+1)
+	s := newScanner(bytes.NewReader(content), p, Endpoint, len(content)+1)
 	var out []inputLine
 	for {
 		l, err := s.next()
@@ -185,8 +208,6 @@ var (
 	errMissingCustomID = &jobs.Failure{Code: "missing_custom_id", Message: "custom_id must be a non-empty string that names the request in the output"}
 	errLongCustomID    = &jobs.Failure{Code: "invalid_custom_id", Message: "custom_id is longer than " + strconv.Itoa(maxCustomID) + " bytes"}
 	errMethod          = &jobs.Failure{Code: "invalid_method", Message: `method must be "POST"`}
-	errURL             = &jobs.Failure{Code: "invalid_url", Message: `url must be "` + Endpoint + `", the batch's endpoint`}
-	errBody            = &jobs.Failure{Code: "invalid_body", Message: "body must be a chat completion request (a JSON object)"}
 )
 
 // envelope is a line's fields, as checkLine decodes them: as
@@ -289,7 +310,7 @@ func foldEqual(name []byte, field string) bool {
 // could be read, so a failed line still names its request. The body is
 // l's, valid until l is used again; a failure it returns may be shared:
 // change a copy.
-func checkLine(raw []byte, p *completion.Pipeline, l *envelope) (string, json.RawMessage, *jobs.Failure) {
+func checkLine(raw []byte, p *completion.Pipeline, endpoint string, l *envelope) (string, json.RawMessage, *jobs.Failure) {
 	// The fields keep their buffers from line to line (json.RawMessage
 	// decodes into its own): a field the line lacks is left empty.
 	if raw[0] != '{' || l.decode(raw) != nil {
@@ -305,13 +326,13 @@ func checkLine(raw []byte, p *completion.Pipeline, l *envelope) (string, json.Ra
 	if method, ok := jsonString(l.Method); !ok || method != "POST" {
 		return customID, nil, errMethod
 	}
-	if url, ok := jsonString(l.URL); !ok || url != Endpoint {
-		return customID, nil, errURL
+	if url, ok := jsonString(l.URL); !ok || url != endpoint {
+		return customID, nil, failuresOf[endpoint].url
 	}
 	if len(l.Body) == 0 || l.Body[0] != '{' {
-		return customID, nil, errBody
+		return customID, nil, failuresOf[endpoint].body
 	}
-	if err := jobs.Check(p, l.Body); err != nil {
+	if err := jobs.Check(p, endpoint, l.Body); err != nil {
 		f := jobs.FailureOf(apperr.As(err))
 		f.Message = "body: " + f.Message
 		return customID, nil, f

@@ -31,7 +31,7 @@ func TestReadingStopsAtTheFirstLinePastMaxLines(t *testing.T) {
 	const line = "x\n"
 	content := strings.Repeat(line, 60_000) + strings.Repeat("y", 4<<20) // and 4 MiB more that must not be read
 	r := &countingReader{r: strings.NewReader(content)}
-	_, err := s.read(r, "file-1")
+	_, err := s.read(r, "file-1", Endpoint)
 	if e := apperr.As(err); e.Reason != "too_many_requests" || !strings.Contains(e.Message, "at most 50000 requests") {
 		t.Fatalf("60,000 lines: %v", err)
 	}
@@ -46,7 +46,7 @@ func TestALongLineFailsAlone(t *testing.T) {
 	p := completion.New(completion.Deps{Log: slog.New(slog.DiscardHandler), Now: time.Now, DefaultMaxTokens: 512})
 	ok := `{"custom_id":"a","method":"POST","url":"/v1/chat/completions","body":{"model":"sluice-local","messages":[{"role":"user","content":"hi"}]}}`
 	long := strings.Replace(ok, `"hi"`, `"`+strings.Repeat("h", 200<<10)+`"`, 1)
-	sc := newScanner(strings.NewReader(long+"\n"+strings.Replace(ok, `"a"`, `"b"`, 1)+"\n"+long), p, 100<<10)
+	sc := newScanner(strings.NewReader(long+"\n"+strings.Replace(ok, `"a"`, `"b"`, 1)+"\n"+long), p, Endpoint, 100<<10)
 	var got []inputLine
 	for {
 		l, err := sc.next()

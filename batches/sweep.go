@@ -91,7 +91,7 @@ func (s *Service) requeueStranded(ctx context.Context, q Queue, now time.Time) e
 		// as Create read it.
 		lines := 0
 		source := func(ctx context.Context, tx *sql.Tx, yield func(jobs.Line) error) error {
-			sc := newScanner(s.storeOn(tx).FileReader(ctx, f), s.pipeline, s.cfg.MaxLineBytes)
+			sc := newScanner(s.storeOn(tx).FileReader(ctx, f), s.pipeline, b.Endpoint, s.cfg.MaxLineBytes)
 			for {
 				l, err := sc.next()
 				if err == io.EOF {
@@ -104,7 +104,7 @@ func (s *Service) requeueStranded(ctx context.Context, q Queue, now time.Time) e
 					lines++
 					// The body is the scanner's until its next line: the
 					// queue keeps a chunk of lines before it inserts them.
-					if err := yield(jobs.Line{CustomID: l.customID, Body: bytes.Clone(l.body)}); err != nil {
+					if err := yield(jobs.Line{CustomID: l.customID, Endpoint: b.Endpoint, Body: bytes.Clone(l.body)}); err != nil {
 						return err
 					}
 				}

@@ -98,6 +98,11 @@ func (p *Pipeline) weigh(c *call) (int64, error) {
 	if !ok {
 		return 0, apperr.Field(apperr.Invalid, "invalid_priority", "X-Sluice-Priority", "X-Sluice-Priority must be low, normal or high")
 	}
+	if c.req.isEmbeddings() {
+		// A word, or the same text embedded again, is an ordinary
+		// embeddings request, not a low-value prompt: the priority alone.
+		return base, nil
+	}
 	// The whole conversation is judged, not the last turn: "ok" in a long
 	// chat is not a tiny request, while the same conversation sent again is
 	// a repeat. Never more than the bucket holds, so a small tier still
@@ -134,6 +139,12 @@ func promptText(msgs []chat.Message) string {
 // cannot be bounded is refused when a limit relies on the estimate.
 func (p *Pipeline) bound(c *call) error {
 	req, tier := c.req, c.caller.Tier
+	if req.isEmbeddings() {
+		// Nothing is generated: the inputs are the whole cost, and the
+		// body goes as the client wrote it.
+		c.completion, c.estimate, c.body = 0, c.prompt, req.Body
+		return nil
+	}
 	relies := tier.TokensPerMinute > 0
 	if !relies {
 		_, _, limited := c.caller.SpendLimit()
@@ -282,7 +293,7 @@ func (p *Pipeline) admitBuckets(ctx context.Context, c *call, weight int64) erro
 		quota.Charge{Key: caller.RequestsKey, Params: requestParams(caller), Weight: weight},
 		quota.Charge{Key: caller.TPMKey, Params: tokenParams(caller), Weight: c.estimate})
 	if err != nil {
-		return limiterError(caller, err, weight, c.estimate)
+		return limiterError(caller, err, weight, c.estimate, c.req.isEmbeddings())
 	}
 	setLimitHeaders(c.sink, requestsHeaders, dr)
 	setLimitHeaders(c.sink, tokensHeaders, dt)
@@ -314,7 +325,7 @@ func (p *Pipeline) admitQueued(ctx context.Context, c *call, weight int64) error
 		dt.Allowed = true
 	}
 	if err != nil {
-		return limiterError(caller, err, weight, c.estimate)
+		return limiterError(caller, err, weight, c.estimate, c.req.isEmbeddings())
 	}
 	if dr.Allowed && dt.Allowed {
 		return nil
@@ -358,9 +369,12 @@ func (p *Pipeline) reserveBudget(ctx context.Context, c *call) error {
 	if !ok {
 		p.rejected(c.caller, c.req.Model, metering.RejectedBudget)
 		left := max(limit-b.Spent-b.Reserved, 0)
+		tokens := strconv.FormatInt(c.prompt, 10) + " prompt tokens and " + strconv.FormatInt(c.completion, 10) + " completion tokens" + boundNote(c)
+		if c.req.isEmbeddings() {
+			tokens = strconv.FormatInt(c.prompt, 10) + " input tokens"
+		}
 		return &apperr.Error{Code: apperr.NoCredit, Reason: "insufficient_quota",
-			Message: "this request may cost up to $" + worst.String() + " (" + strconv.FormatInt(c.prompt, 10) + " prompt tokens and " +
-				strconv.FormatInt(c.completion, 10) + " completion tokens" + boundNote(c) + aliasNote(c) + "), more than is left of " + what +
+			Message: "this request may cost up to $" + worst.String() + " (" + tokens + aliasNote(c) + "), more than is left of " + what +
 				" ($" + left.String() + " of $" + limit.String() + " this month); it resets at " +
 				metering.PeriodEnd(period).Format(time.RFC3339)}
 	}
@@ -407,7 +421,7 @@ func (p *Pipeline) settleBudget(ctx context.Context, c *call, cost money.Amount)
 func (p *Pipeline) admitRequests(ctx context.Context, caller accounts.Caller, requestID, model string, sink Sink, weight int64) error {
 	d, err := p.d.Limiter.Allow(ctx, caller.RequestsKey, requestParams(caller), weight)
 	if err != nil {
-		return limiterError(caller, err, weight, 0)
+		return limiterError(caller, err, weight, 0, false)
 	}
 	setLimitHeaders(sink, requestsHeaders, d)
 	if !d.Allowed {
@@ -442,11 +456,16 @@ func (p *Pipeline) settle(ctx context.Context, c *call, out Served) {
 // limiterError explains a request that can never fit, and treats anything
 // else as internal (the degrading limiter has already fallen back to local
 // limits, so an error here is a bug, not an outage).
-func limiterError(caller accounts.Caller, err error, weight, estimate int64) error {
+func limiterError(caller accounts.Caller, err error, weight, estimate int64, embeddings bool) error {
 	if !errors.Is(err, quota.ErrWeightExceedsCapacity) {
 		return apperr.Wrap(err, "rate limiter")
 	}
 	tier := caller.Tier
+	if estimate > tier.TokensPerMinute && tier.TokensPerMinute > 0 && embeddings {
+		return apperr.Field(apperr.Invalid, "request_exceeds_limit", "input",
+			"this request's input is "+strconv.FormatInt(estimate, 10)+" tokens, more than the "+tier.Name+" tier's "+
+				strconv.FormatInt(tier.TokensPerMinute, 10)+" tokens per minute; send fewer or shorter inputs at a time")
+	}
 	if estimate > tier.TokensPerMinute && tier.TokensPerMinute > 0 {
 		return apperr.Field(apperr.Invalid, "request_exceeds_limit", "max_tokens",
 			"this request may use "+strconv.FormatInt(estimate, 10)+" tokens (its prompt and max_tokens), more than the "+

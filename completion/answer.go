@@ -145,7 +145,10 @@ func (p *Pipeline) answerModel(ctx context.Context, c *call) (out Served, failur
 		p.d.Metrics.Cache(false)
 		c.sink.Header().Set("X-Cache", "MISS")
 	}
-	if c.model == local.ModelID {
+	switch {
+	case c.model == local.ModelID && c.req.isEmbeddings():
+		return p.answerEmbeddingsLocally(c), nil
+	case c.model == local.ModelID:
 		return p.answerLocally(ctx, c, key), nil
 	}
 	if p.d.Providers == nil { // an alias's model, on a node without provider keys
@@ -196,7 +199,8 @@ func (p *Pipeline) answerFromProvider(ctx context.Context, c *call, cacheKey str
 		defer life.end()
 		doCtx = life.ctx
 	}
-	resp, err := p.d.Providers.Do(doCtx, upstream.Request{Model: c.model, Body: c.body, Stream: c.req.Stream, Estimate: c.estimate, ID: c.req.ID})
+	resp, err := p.d.Providers.Do(doCtx, upstream.Request{Endpoint: c.req.Endpoint, Model: c.model, Body: c.body, Stream: c.req.Stream,
+		Estimate: c.estimate, ID: c.req.ID})
 	if err != nil {
 		return Served{ProviderTime: p.d.Now().Sub(asked)}, err
 	}
@@ -240,6 +244,10 @@ func (p *Pipeline) providersFailed(ctx context.Context, c *call, err error) (Ser
 		// body): a bad gateway, not our bug.
 		p.d.Log.Warn("unusable provider answer", "request_id", c.req.ID, "model", c.model, "err", err)
 		return Served{}, apperr.WithReason(apperr.BadUpstream, "upstream_error", "the provider's answer could not be used; retry later")
+	}
+	if c.req.isEmbeddings() {
+		p.d.Log.Warn("providers unavailable", "request_id", c.req.ID, "model", c.req.Model, "err", err)
+		return Served{}, errNoEmbeddingsFallback(c.req.Model)
 	}
 	if c.caller.Tier.UpstreamFallback == "error" {
 		p.d.Log.Warn("providers unavailable", "request_id", c.req.ID, "model", c.req.Model, "err", err)
@@ -423,11 +431,13 @@ func isUsageChunk(line []byte) bool {
 
 // cacheKey is the request's response-cache key, "" when it is not cached.
 // Streams are not cached: a cached answer is replayed as one JSON body.
+// Nor are embeddings: a vector answer is large and rarely asked for twice,
+// and a cached one would be read in whole to be billed.
 func (p *Pipeline) cacheKey(c *call) string {
 	req := c.req
 	// Most requests are neither at temperature 0 nor marked: skip the
 	// second parse of the body that Cacheable would do.
-	if p.d.Cache == nil || req.Stream || req.CacheMode == "" && (req.Temperature == nil || *req.Temperature != 0) ||
+	if p.d.Cache == nil || req.Stream || req.isEmbeddings() || req.CacheMode == "" && (req.Temperature == nil || *req.Temperature != 0) ||
 		!respcache.Cacheable(c.body, req.CacheMode) {
 		return ""
 	}

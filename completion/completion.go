@@ -1,6 +1,7 @@
 // Package completion is the completion pipeline: everything one chat
-// completion goes through between an authenticated caller and its answer,
-// in one place and in order, without HTTP. The /v1 handlers decode a
+// completion (or embeddings request: embeddings.go) goes through between
+// an authenticated caller and its answer, in one place and in order,
+// without HTTP. The /v1 handlers decode a
 // request, call Complete with a Sink that writes the HTTP response, and
 // encode the error it returns; the job worker calls it the same way with a
 // Sink that keeps the answer.
@@ -290,6 +291,10 @@ func (p *Pipeline) record(c *call, out Served) {
 	}
 	p.d.Metrics.Tokens(c.caller.Tier.Name, out.Model, out.Usage)
 	if p.d.LogPrompts {
-		p.d.Log.Info("exchange", "request_id", c.req.ID, "prompt", logging.Redact(promptText(c.messages())), "reply", logging.Redact(out.reply))
+		prompt := promptText(c.messages())
+		if c.req.isEmbeddings() {
+			prompt = c.req.embeddingsText()
+		}
+		p.d.Log.Info("exchange", "request_id", c.req.ID, "prompt", logging.Redact(prompt), "reply", logging.Redact(out.reply))
 	}
 }

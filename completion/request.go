@@ -22,8 +22,11 @@ import (
 // its prompt counts, and the gateway's own options, which travel in
 // headers over HTTP.
 type Request struct {
-	ID           string // the gateway's request id: the usage event's key
-	Dialect      string // the API the client spoke ("chat", "responses", "messages", …), for metering
+	ID      string // the gateway's request id: the usage event's key
+	Dialect string // the API the client spoke ("chat", "responses", "messages", "embeddings", …), for metering
+	// Endpoint is what the request is for: upstream.ChatCompletions ("")
+	// or upstream.Embeddings (ParseEmbeddings).
+	Endpoint     string
 	Model        string // "sluice-local", a model a provider key serves, or an alias
 	Body         []byte // the body as the client wrote it
 	MaxTokens    int    // max_completion_tokens or max_tokens; 0 when unset
@@ -54,6 +57,8 @@ type Request struct {
 	route *models.ModelAlias
 
 	messages []chat.Message // the messages' texts, read on first use (Messages)
+
+	embed embedding // an embeddings request's inputs and options
 }
 
 // maxCompletionTokens bounds max_tokens far above any model's output, so

@@ -98,6 +98,7 @@ type scanner struct {
 	name    []byte
 	scratch []byte // a text unescaped, to count it
 	scan    scan
+	emb     embedScan // an embeddings body's walk (embeddings.go)
 }
 
 var scanners = sync.Pool{New: func() any { return new(scanner) }}
@@ -389,7 +390,8 @@ func (sc *scanner) integer(dst *int64, set *bool, at where) error {
 	switch {
 	case err == nil:
 	case bytes.ContainsAny(v, ".eE"):
-		return sc.typeError(at, "an integer")
+		// The value is read: refused as typeError would, without reading on.
+		return apperr.Field(apperr.Invalid, "invalid_json", "", "request body is not valid JSON: field '"+at.String()+"' must be an integer")
 	default: // out of int64's range: out of any bound's
 		n = maxCompletionTokens + 1
 	}

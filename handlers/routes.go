@@ -111,6 +111,7 @@ func New(log *slog.Logger, ops Ops, d Deps) http.Handler {
 	// prompt's tokens costs one request and asks no provider.
 	v1.POST("/messages", a.createMessage)
 	v1.POST("/messages/count_tokens", a.admit, a.countMessageTokens)
+	v1.POST("/embeddings", a.embeddings)
 	v1.GET("/models", a.admit, a.listModels)
 	v1.GET("/sessions/:id", a.admit, a.getConversation)
 	v1.DELETE("/sessions/:id", a.admit, a.deleteConversation)

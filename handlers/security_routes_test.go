@@ -76,6 +76,7 @@ func routeTable() []routeRow {
 		{method: "GET", route: "/readyz", want: anyone(200)},
 
 		{method: "POST", route: "/v1/chat/completions", body: chat, want: signedIn(200)},
+		{method: "POST", route: "/v1/embeddings", body: `{"model":"sluice-local","input":"{role}"}`, want: signedIn(200)},
 		{method: "GET", route: "/v1/models", want: signedIn(200)},
 		{method: "POST", route: "/v1/messages", body: `{"model":"sluice-local","max_tokens":50,"messages":[{"role":"user","content":"a couplet for {role}"}]}`, want: signedIn(200)},
 		{method: "POST", route: "/v1/messages/count_tokens", body: `{"model":"sluice-local","messages":[{"role":"user","content":"a couplet for {role}"}]}`, want: signedIn(200)},
@@ -226,6 +227,16 @@ func TestRouteRoleTenantTable(t *testing.T) {
 }
 
 func checkRouteTable(t *testing.T, db *models.DB, f *tenantFixture) {
+	// Every role calls every /v1 route of the table: more than the free
+	// tier's burst of 30, which is not what this test is about.
+	ctx, e := context.Background(), f.e
+	admin, _ := e.store.UserByEmail(ctx, "admin@example.com")
+	free, _ := e.store.TierByName(ctx, "free")
+	settings := free.Settings()
+	settings.Capacity = 1000
+	if _, err := e.acc.UpdateTier(ctx, admin, "free", settings); err != nil {
+		t.Fatal(err)
+	}
 	rows := routeTable()
 	// A burst for every /v1 row's calls as A's two roles after the
 	// fixture's own: the free tier's 30 is less than the table spends.

@@ -1,4 +1,5 @@
-// Package jobs is the queue layer: chat completions that can wait. A job is
+// Package jobs is the queue layer: chat completions (and a batch's
+// embeddings requests) that can wait. A job is
 // stored in the database on River's own tables (Postgres, or the embedded
 // SQLite), worked by River on every node through the same completion
 // pipeline as a live request but at low priority (it waits for the
@@ -36,9 +37,12 @@ import (
 
 // Args is a queued chat completion, as River stores it.
 type Args struct {
-	OrgID       int64           `json:"org_id"`
-	TokenID     int64           `json:"token_id"`
-	Body        json.RawMessage `json:"body"`                   // the chat completion request, as the client sent it
+	OrgID   int64 `json:"org_id"`
+	TokenID int64 `json:"token_id"`
+	// Endpoint is what Body is for: "" for a chat completion (so jobs
+	// queued before embeddings read as they were), Embeddings.
+	Endpoint    string          `json:"endpoint,omitempty"`
+	Body        json.RawMessage `json:"body"`                   // the request, as the client sent it
 	Priority    string          `json:"priority,omitempty"`     // X-Sluice-Priority
 	CallbackURL string          `json:"callback_url,omitempty"` // told the outcome, signed
 	BatchID     int64           `json:"batch_id,omitempty"`
@@ -60,7 +64,7 @@ func (lineArgs) Kind() string { return "batch_line" }
 type Output struct {
 	RequestID string          `json:"request_id"`
 	Status    int             `json:"status_code"`    // the answer's HTTP status, or the error's
-	Body      json.RawMessage `json:"body,omitempty"` // the chat completion, as a live call would return it
+	Body      json.RawMessage `json:"body,omitempty"` // the answer (a chat completion, embeddings), as a live call would return it
 	Error     *Failure        `json:"error,omitempty"`
 }
 
@@ -481,7 +485,7 @@ var (
 // given back when the job finishes; with none left it is refused (429
 // queue_full, counted as a rejection) and nothing is queued.
 func (q *Queue) Enqueue(ctx context.Context, p *completion.Pipeline, caller accounts.Caller, body []byte, priority, callbackURL string) (Job, error) {
-	if err := Check(p, body); err != nil {
+	if err := Check(p, ChatCompletions, body); err != nil {
 		return Job{}, err
 	}
 	args := Args{OrgID: caller.OrgID, TokenID: caller.TokenID, Body: body, Priority: priority, CallbackURL: callbackURL}
@@ -501,10 +505,17 @@ func (q *Queue) Enqueue(ctx context.Context, p *completion.Pipeline, caller acco
 	return q.view(res.Job), nil
 }
 
-// Check says whether body may be queued: it must parse as a live request
-// would (so a bad request fails now, not later), and may not stream.
-func Check(p *completion.Pipeline, body []byte) error {
-	req, err := p.Parse(body)
+// The endpoints a queued request may be for, as OpenAI's paths name them.
+const (
+	ChatCompletions = "/v1/chat/completions"
+	Embeddings      = "/v1/embeddings"
+)
+
+// Check says whether body may be queued for endpoint (ChatCompletions,
+// "" too, or Embeddings): it must parse as a live request would (so a bad
+// request fails now, not later), and may not stream.
+func Check(p *completion.Pipeline, endpoint string, body []byte) error {
+	req, err := parse(p, endpoint, body)
 	if err != nil {
 		return err
 	}
@@ -514,10 +525,30 @@ func Check(p *completion.Pipeline, body []byte) error {
 	return nil
 }
 
-// Line is one request of a batch: its custom_id and a chat completion
-// that passed Check.
+// parse reads body as a request to endpoint.
+func parse(p *completion.Pipeline, endpoint string, body []byte) (completion.Request, error) {
+	switch endpoint {
+	case "", ChatCompletions:
+		return p.Parse(body)
+	case Embeddings:
+		return p.ParseEmbeddings(body)
+	}
+	return completion.Request{}, apperr.New(apperr.Internal, "jobs: no endpoint %q", endpoint)
+}
+
+// argsEndpoint is endpoint as Args keeps it: chat completions as "".
+func argsEndpoint(endpoint string) string {
+	if endpoint == ChatCompletions {
+		return ""
+	}
+	return endpoint
+}
+
+// Line is one request of a batch: its custom_id, its endpoint (the
+// batch's) and a body that passed Check.
 type Line struct {
 	CustomID string
+	Endpoint string
 	Body     json.RawMessage
 }
 
@@ -554,8 +585,8 @@ func (q *Queue) EnqueueBatch(ctx context.Context, caller accounts.Caller, batchI
 		UniqueOpts: river.UniqueOpts{ByArgs: true}}
 	err := q.insertAll(ctx, func(tx *sql.Tx, add func(river.InsertManyParams) error) error {
 		return lines(ctx, tx, func(l Line) error {
-			return add(river.InsertManyParams{Args: lineArgs{Args{OrgID: caller.OrgID, TokenID: caller.TokenID, Body: l.Body,
-				BatchID: batchID, CustomID: l.CustomID}}, InsertOpts: opts})
+			return add(river.InsertManyParams{Args: lineArgs{Args{OrgID: caller.OrgID, TokenID: caller.TokenID, Endpoint: argsEndpoint(l.Endpoint),
+				Body: l.Body, BatchID: batchID, CustomID: l.CustomID}}, InsertOpts: opts})
 		})
 	})
 	if err != nil {

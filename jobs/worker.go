@@ -18,7 +18,8 @@ import (
 	"github.com/sluicehq/sluice/models"
 )
 
-// worker runs queued chat completions through the pipeline.
+// worker runs queued requests (chat completions, a batch's embeddings)
+// through the pipeline.
 type worker struct {
 	river.WorkerDefaults[Args]
 	pipeline *completion.Pipeline
@@ -50,7 +51,7 @@ func (w *worker) Work(ctx context.Context, job *river.Job[Args]) error {
 		w.log.Warn("a job could not read its token; retrying", "job_id", out.RequestID, "attempt", job.Attempt, "err", err)
 		return err
 	}
-	req, err := w.pipeline.Parse(a.Body)
+	req, err := parse(w.pipeline, a.Endpoint, a.Body)
 	if err != nil {
 		return w.fail(ctx, job, out, err)
 	}

@@ -38,7 +38,8 @@ type wireFormat interface {
 	// newRequest builds the HTTP request of req for key k at base: URL,
 	// authentication and version headers, the body translated. An
 	// *apperr.Error (a feature the provider cannot do, named) reaches the
-	// client as is; no attempt is made.
+	// client as is; no attempt is made. A format whose provider cannot
+	// embed refuses req.Endpoint Embeddings so (refuseEmbeddings).
 	newRequest(ctx context.Context, k *Key, base *url.URL, req Request) (*http.Request, error)
 	// limits rewrites the provider's rate-limit headers, in place, as
 	// OpenAI's x-ratelimit-{limit,remaining,reset}-{requests,tokens} (a

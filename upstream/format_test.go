@@ -2,9 +2,13 @@ package upstream
 
 import (
 	"context"
+	"errors"
+	"io"
 	"net/http"
 	"strings"
 	"testing"
+
+	"github.com/sluicehq/sluice/apperr"
 )
 
 // An Azure key is called at its deployment, with its api-version and the
@@ -75,5 +79,31 @@ func TestBaseURLsAreCheckedPerProvider(t *testing.T) {
 	p, _ := testPool(t, PoolOptions{}, k)
 	if s := status(t, p, 1); s.State != Disabled || !strings.Contains(s.Reason, "deployment") {
 		t.Fatalf("state %s (%s)", s.State, s.Reason)
+	}
+}
+
+// A format that cannot embed (Gemini's, which Sluice speaks for chat
+// only) refuses an embeddings request before any attempt, in words the
+// client can act on, and the key stays healthy for chat.
+func TestAProviderWithoutEmbeddingsRefusesThem(t *testing.T) {
+	calls := 0
+	srv := provider(t, func(w http.ResponseWriter, r *http.Request) {
+		calls++
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"candidates":[{"content":{"role":"model","parts":[{"text":"hi"}]},"finishReason":"STOP"}]}`)
+	})
+	k := key(1, srv.URL, "s")
+	k.Provider = KindGemini
+	p, _ := testPool(t, PoolOptions{}, k)
+	req := chatRequest("gemini-2.5-flash")
+	req.Endpoint = Embeddings
+	_, err := p.Do(context.Background(), req)
+	var refusal *apperr.Error
+	if !errors.As(err, &refusal) || refusal.Code != apperr.Invalid || refusal.Param != "model" ||
+		!strings.Contains(refusal.Message, "for chat completions only") || calls != 0 {
+		t.Fatalf("%v (%d calls)", err, calls)
+	}
+	if _, err := p.Do(context.Background(), chatRequest("gemini-2.5-flash")); err != nil || calls != 1 || status(t, p, 1).State != Healthy {
+		t.Fatalf("chat after the refusal: %v, %d calls, %s", err, calls, status(t, p, 1).State)
 	}
 }

@@ -32,6 +32,10 @@ type Family struct {
 	// tokenizer, not chat's approximation.
 	Counter Counter
 	Exact   bool
+	// Vocabulary is how many token ids the family's tokenizer has (ids 0
+	// to Vocabulary-1), for requests that send token ids (embeddings);
+	// 0 when Sluice does not know the tokenizer.
+	Vocabulary int64
 	// MaxOutput is the most completion tokens the model can produce (0:
 	// unknown); Context the prompt and completion it holds together (0:
 	// unknown).
@@ -55,7 +59,7 @@ func Of(model string) Family {
 	}
 	f := Family{Name: "approximate", Counter: approximate{}, BoundField: "max_tokens", image: unknownImages}
 	if enc := tokenizerOf(m); enc != nil {
-		f.Name, f.Counter, f.Exact = enc.name, enc.counter(), true
+		f.Name, f.Counter, f.Exact, f.Vocabulary = enc.name, enc.counter(), true, enc.vocab
 	}
 	if l, ok := lookup(limits, m); ok {
 		f.MaxOutput, f.Context = l.output, l.context

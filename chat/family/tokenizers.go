@@ -6,15 +6,18 @@ import (
 	"github.com/sluicehq/sluice/chat/bpe"
 )
 
-// encoding is a tokenizer a family is billed by, loaded on first use.
+// encoding is a tokenizer a family is billed by, loaded on first use, and
+// how many token ids it has (its vocabulary and special tokens: tiktoken's
+// n_vocab), so that a request sending token ids can be checked.
 type encoding struct {
 	name    string
 	counter func() Counter
+	vocab   int64
 }
 
 var (
-	o200k  = &encoding{"o200k_base", func() Counter { return bpe.O200kBase() }}
-	cl100k = &encoding{"cl100k_base", func() Counter { return bpe.Cl100kBase() }}
+	o200k  = &encoding{"o200k_base", func() Counter { return bpe.O200kBase() }, 200019}
+	cl100k = &encoding{"cl100k_base", func() Counter { return bpe.Cl100kBase() }, 100277}
 )
 
 // tokenizerOf is tiktoken's own model table (tiktoken/model.py): o200k_base

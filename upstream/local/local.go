@@ -4,7 +4,9 @@
 // any upstream provider is connected: it writes traditional spring couplets
 // (春联) chosen to fit the prompt, and otherwise gives a short templated
 // answer pointing at upstream providers. Replies are deterministic and their
-// token usage is counted with chat.CountTokens.
+// token usage is counted with chat.CountTokens. It also embeds text
+// (embed.go): deterministic hashed-feature vectors, for offline use of the
+// embeddings API.
 package local
 
 import (

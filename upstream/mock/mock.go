@@ -1,6 +1,6 @@
 // Package mock is an OpenAI-compatible upstream for tests and benchmarks. It
-// answers chat completions (plain and streamed) and the model list under any
-// base path, limits each API key with its own token bucket and answers 429
+// answers chat completions (plain and streamed), embeddings and the model
+// list under any base path, limits each API key with its own token bucket and answers 429
 // with the headers real providers send, and can add latency, jitter and
 // random failures, so Sluice's pacing, retries and overhead can be measured
 // without a real provider.
@@ -12,6 +12,7 @@
 //	POST .../v1beta/models/{model}:generateContent, :streamGenerateContent?alt=sse
 //	                           Gemini's API, key in x-goog-api-key (see gemini.go)
 //	POST .../messages          Anthropic's Messages API (see anthropic.go), x-api-key auth
+//	POST .../embeddings        embeddings, floats or base64, with usage
 //	GET  .../models            the model list
 //	GET  .../_stats            Stats as JSON (no auth), for load harnesses
 //
@@ -125,9 +126,10 @@ func (c *counters) snapshot() Counts {
 	return Counts{Requests: c.requests.Load(), OK: c.ok.Load(), Status429: c.status429.Load(), Status5xx: c.status5xx.Load()}
 }
 
-// Counts are what the mock answered to chat completion requests.
+// Counts are what the mock answered to chat completion and embeddings
+// requests.
 type Counts struct {
-	Requests  int64 `json:"requests"`   // chat completion requests received
+	Requests  int64 `json:"requests"`   // chat completion and embeddings requests received
 	OK        int64 `json:"ok"`         // answered 2xx
 	Status429 int64 `json:"status_429"` // answered 429, by the bucket or a hook
 	Status5xx int64 `json:"status_5xx"` // answered 5xx, by FailureRate or a hook
@@ -190,6 +192,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.chat(w, r)
 	case strings.HasSuffix(path, "/messages"):
 		s.anthropic(w, r)
+	case strings.HasSuffix(path, "/embeddings"):
+		s.embeddings(w, r)
 	case strings.HasSuffix(path, "/models"):
 		s.models(w, r)
 	case strings.HasSuffix(path, "/_stats"):

@@ -3,8 +3,11 @@ package mock
 import (
 	"bufio"
 	"context"
+	"encoding/base64"
+	"encoding/binary"
 	"encoding/json"
 	"io"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -382,7 +385,9 @@ func TestPathPrefix(t *testing.T) {
 		{"GET", "/v1/models", 200},
 		{"GET", "/proxy/v1/models/", 200},
 		{"GET", "/mock/_stats", 200},
-		{"POST", "/v1/embeddings", 404},
+		{"POST", "/v1/embeddings", 400}, // a route now: a chat body is no embeddings request
+		{"POST", "/v1/embeddingsx", 404},
+		{"POST", "/v1/completions", 404},
 		{"POST", "/v1/chat/completionsx", 404},
 	}
 	for _, tt := range tests {
@@ -543,4 +548,69 @@ func doWith(t *testing.T, h http.Handler, method, path, key, body string, hdr ma
 		kv = append(kv, k, v)
 	}
 	return do(t, h, method, path, key, body, kv...)
+}
+
+// Embeddings answer in OpenAI's shape: a unit vector per input, of the
+// size asked for, the same in base64 as in floats, and usage counting
+// texts with the tokenizer and token arrays by their length.
+func TestEmbeddings(t *testing.T) {
+	s := New(Config{Keys: map[string]float64{"sk-a": 0}})
+	type answer struct {
+		Object string `json:"object"`
+		Model  string `json:"model"`
+		Data   []struct {
+			Object    string          `json:"object"`
+			Index     int             `json:"index"`
+			Embedding json.RawMessage `json:"embedding"`
+		} `json:"data"`
+		Usage struct {
+			PromptTokens int `json:"prompt_tokens"`
+			TotalTokens  int `json:"total_tokens"`
+		} `json:"usage"`
+	}
+	read := func(body string) answer {
+		t.Helper()
+		rec := do(t, s, "POST", "/v1/embeddings", "sk-a", body)
+		var a answer
+		if err := json.Unmarshal(rec.Body.Bytes(), &a); err != nil || rec.Code != 200 {
+			t.Fatalf("%s: %d %s", body, rec.Code, rec.Body)
+		}
+		return a
+	}
+	floats := read(`{"model":"text-embedding-3-small","input":["the river","the sea"],"dimensions":5}`)
+	want := Tokens("the river") + Tokens("the sea")
+	if floats.Object != "list" || floats.Model != "text-embedding-3-small" || len(floats.Data) != 2 || floats.Data[1].Index != 1 ||
+		floats.Usage.PromptTokens != want || floats.Usage.TotalTokens != want {
+		t.Fatalf("answer %+v, want %d tokens", floats, want)
+	}
+	var v []float32
+	if err := json.Unmarshal(floats.Data[0].Embedding, &v); err != nil || len(v) != 5 {
+		t.Fatalf("vector %s", floats.Data[0].Embedding)
+	}
+	var norm float64
+	for _, x := range v {
+		norm += float64(x) * float64(x)
+	}
+	if math.Abs(norm-1) > 1e-5 {
+		t.Fatalf("length² %v", norm)
+	}
+	b64 := read(`{"model":"text-embedding-3-small","input":["the river","the sea"],"dimensions":5,"encoding_format":"base64"}`)
+	var s64 string
+	_ = json.Unmarshal(b64.Data[0].Embedding, &s64)
+	raw, _ := base64.StdEncoding.DecodeString(s64)
+	for i := range v {
+		if got := math.Float32frombits(binary.LittleEndian.Uint32(raw[4*i:])); got != v[i] || len(raw) != 20 {
+			t.Fatalf("base64 %q is not the floats %v", s64, v)
+		}
+	}
+	if tokens := read(`{"model":"m","input":[[1,2,3],[4]]}`); tokens.Usage.PromptTokens != 4 || len(tokens.Data) != 2 {
+		t.Fatalf("token arrays: %+v", tokens)
+	}
+	if rec := do(t, s, "POST", "/v1/embeddings", "sk-a", `{"model":"m","input":"a","encoding_format":"hex"}`); rec.Code != 400 ||
+		errorOf(t, rec).Error.Message != "'hex' is not one of ['float', 'base64'] - 'encoding_format'" {
+		t.Fatalf("hex: %d %s", rec.Code, rec.Body)
+	}
+	if st := s.Stats().Total; st.Requests != 4 || st.OK != 3 {
+		t.Fatalf("stats %+v", st)
+	}
 }
