@@ -58,9 +58,10 @@ type wireFormat interface {
 
 // formats are the wire formats by kind.
 var formats = map[string]wireFormat{
-	KindOpenAI: openAIFormat{},
-	KindGemini: geminiFormat{now: time.Now},
-	KindAzure:  azureFormat{},
+	KindOpenAI:    openAIFormat{},
+	KindAnthropic: anthropicFormat{now: time.Now}, // anthropic.go
+	KindGemini:    geminiFormat{now: time.Now},
+	KindAzure:     azureFormat{},
 }
 
 // Kinds are the kinds of provider the pool can speak to, in the order the

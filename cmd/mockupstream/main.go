@@ -1,6 +1,9 @@
 // Command mockupstream serves the OpenAI-compatible mock upstream of package
 // upstream/mock, for trying Sluice against a provider that rate-limits,
-// lags and fails on demand, and for the load harness in cmd/loadgen.
+// lags and fails on demand, and for the load harness in cmd/loadgen. It
+// speaks Anthropic's Messages API too, at POST /v1/messages with the same
+// keys as x-api-key: an "anthropic" provider key with the mock's address
+// as its base URL.
 //
 //	mockupstream -addr 127.0.0.1:9090 -keys sk-a=25,sk-b=25 -latency 200ms -jitter 50ms
 //

@@ -11,6 +11,7 @@
 //	POST .../chat/completions  chat completion; stream:true answers SSE
 //	POST .../v1beta/models/{model}:generateContent, :streamGenerateContent?alt=sse
 //	                           Gemini's API, key in x-goog-api-key (see gemini.go)
+//	POST .../messages          Anthropic's Messages API (see anthropic.go), x-api-key auth
 //	POST .../embeddings        embeddings, floats or base64, with usage
 //	GET  .../models            the model list
 //	GET  .../_stats            Stats as JSON (no auth), for load harnesses
@@ -105,6 +106,9 @@ type Server struct {
 
 	rngMu sync.Mutex
 	rng   *rand.Rand
+
+	cacheMu sync.Mutex
+	cached  map[string]bool // prompt prefixes in the Anthropic speaker's prompt cache
 }
 
 // keyState is one API key's bucket and counters.
@@ -148,6 +152,7 @@ func New(cfg Config) *Server {
 		chunks: cfg.StreamChunks,
 		bill:   newBiller(cfg.Billing),
 		rng:    rand.New(rand.NewPCG(uint64(cfg.Seed), 0x5eed)),
+		cached: map[string]bool{},
 	}
 	if s.now == nil {
 		s.now = time.Now
@@ -185,6 +190,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.gemini(w, r, path)
 	case strings.HasSuffix(path, "/chat/completions"):
 		s.chat(w, r)
+	case strings.HasSuffix(path, "/messages"):
+		s.anthropic(w, r)
 	case strings.HasSuffix(path, "/embeddings"):
 		s.embeddings(w, r)
 	case strings.HasSuffix(path, "/models"):

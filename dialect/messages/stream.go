@@ -1,0 +1,256 @@
+package messages
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+
+	"github.com/sluicehq/sluice/wire"
+)
+
+// Stream translates the pipeline's stream of chat completion chunks into
+// Anthropic's events as the chunks arrive, whatever pieces they arrive
+// in: nothing of the answer is held back but a line whose end has not
+// come. The events are those Anthropic documents, in its order:
+// message_start, ping, then per content block content_block_start,
+// content_block_delta (text_delta, input_json_delta) and
+// content_block_stop, then message_delta (stop_reason, usage) and
+// message_stop; a stream that breaks ends with an error event.
+//
+// A Stream is for one goroutine.
+type Stream struct {
+	id, model string
+	estimate  int              // message_start's input_tokens: the prompt's estimate
+	count     func(string) int // counts delivered text when no usage comes; nil: none
+
+	line    []byte // the start of a line whose end has not come
+	out     []byte
+	started bool
+	done    bool // message_stop or an error event was written
+
+	open      int         // the open block's index; -1 when none
+	next      int         // the next block's index
+	tools     map[int]int // a chat tool call's index -> its block's index
+	finish    string
+	finished  bool
+	stopSeq   *string
+	usage     *chatUsage
+	delivered strings.Builder
+}
+
+// NewStream returns the translator of one answer: its message id, model
+// and the prompt's estimate, which message_start reports as input_tokens
+// until message_delta says what was billed. count, when set, counts the
+// delivered text of a stream that carries no usage.
+func NewStream(id, model string, estimate int, count func(string) int) *Stream {
+	return &Stream{id: id, model: model, estimate: estimate, count: count, open: -1, tools: map[int]int{}}
+}
+
+// Start is the stream's first events: message_start and a ping.
+func (s *Stream) Start() []byte {
+	s.out = s.out[:0]
+	if s.started {
+		return nil
+	}
+	s.started = true
+	s.event("message_start", wire.AnthropicEvent{Type: "message_start", Message: &wire.AnthropicMessage{
+		ID: s.id, Type: "message", Role: "assistant", Model: s.model, Content: []wire.AnthropicBlock{},
+		Usage: wire.AnthropicUsage{InputTokens: s.estimate}}})
+	s.event("ping", wire.AnthropicEvent{Type: "ping"})
+	return s.out
+}
+
+// Write translates the next bytes of the chat stream; what it returns is
+// valid until the next call.
+func (s *Stream) Write(p []byte) []byte {
+	s.out = s.out[:0]
+	for len(p) > 0 {
+		i := bytes.IndexByte(p, '\n')
+		if i < 0 {
+			s.line = append(s.line, p...)
+			break
+		}
+		line := p[:i]
+		p = p[i+1:]
+		if len(s.line) > 0 {
+			line = append(s.line, line...)
+			s.line = s.line[:0]
+		}
+		s.handle(line)
+	}
+	return s.out
+}
+
+// End is what ends the stream once the pipeline is done with it: nothing
+// when it ended as it should; the close of an answer that finished but
+// whose [DONE] never came; an error event for one cut short.
+func (s *Stream) End() []byte {
+	s.out = s.out[:0]
+	if !s.started || s.done {
+		return nil
+	}
+	if len(s.line) > 0 {
+		s.handle(s.line) // a last line without its newline
+		s.line = s.line[:0]
+	}
+	if s.done {
+		return s.out
+	}
+	if s.finished {
+		s.stop()
+		return s.out
+	}
+	s.fail("api_error", "the answer ended before it was complete")
+	return s.out
+}
+
+// handle translates one whole line of the chat stream.
+func (s *Stream) handle(line []byte) {
+	if s.done {
+		return
+	}
+	line = bytes.TrimSuffix(line, []byte("\r"))
+	payload, ok := bytes.CutPrefix(line, []byte("data:"))
+	if !ok {
+		return // blank separators, comments, event: and id: lines
+	}
+	payload = bytes.TrimSpace(payload)
+	if string(payload) == "[DONE]" {
+		s.stop()
+		return
+	}
+	var c struct {
+		chatCompletion
+		Error *wire.OpenAIErrorDetail `json:"error"`
+	}
+	if json.Unmarshal(payload, &c) != nil {
+		return
+	}
+	if e := c.Error; e != nil {
+		// The pipeline's word that the provider broke off mid-answer.
+		typ := "api_error"
+		if e.Code == "upstream_stalled" || strings.Contains(e.Type, "overloaded") || strings.Contains(e.Code, "overloaded") {
+			typ = "overloaded_error"
+		}
+		s.fail(typ, e.Message)
+		return
+	}
+	if len(c.Choices) > 0 {
+		s.choice(c.Choices[0])
+	}
+	if c.Usage != nil {
+		s.usage = c.Usage
+	}
+}
+
+// choice translates one chunk's choice.
+func (s *Stream) choice(ch chatChoice) {
+	d := ch.Delta
+	if text := contentText(d.Content); text != "" {
+		s.text(text)
+	}
+	if d.Refusal != nil && *d.Refusal != "" {
+		s.text(*d.Refusal)
+	}
+	for _, tc := range d.ToolCalls {
+		block, ok := s.tools[tc.Index]
+		if !ok {
+			s.closeBlock()
+			block = s.next
+			s.next++
+			s.tools[tc.Index] = block
+			s.open = block
+			s.event("content_block_start", wire.AnthropicEvent{Type: "content_block_start", Index: &block,
+				ContentBlock: &wire.AnthropicBlock{Type: "tool_use", ID: tc.ID, Name: tc.Function.Name, Input: json.RawMessage("{}")}})
+		}
+		if args := tc.Function.Arguments; args != "" {
+			s.delivered.WriteString(args)
+			s.event("content_block_delta", wire.AnthropicEvent{Type: "content_block_delta", Index: &block,
+				Delta: &wire.AnthropicDelta{Type: "input_json_delta", PartialJSON: &args}})
+		}
+	}
+	if ch.StopSequence != nil {
+		s.stopSeq = ch.StopSequence
+	}
+	if ch.FinishReason != nil && *ch.FinishReason != "" {
+		s.finish, s.finished = *ch.FinishReason, true
+		s.closeBlock()
+	}
+}
+
+// text sends text, in the open text block or a new one.
+func (s *Stream) text(text string) {
+	s.delivered.WriteString(text)
+	if s.open < 0 || s.isTool(s.open) {
+		s.closeBlock()
+		s.open = s.next
+		s.next++
+		empty := ""
+		s.event("content_block_start", wire.AnthropicEvent{Type: "content_block_start", Index: &s.open,
+			ContentBlock: &wire.AnthropicBlock{Type: "text", Text: &empty}})
+	}
+	s.event("content_block_delta", wire.AnthropicEvent{Type: "content_block_delta", Index: &s.open,
+		Delta: &wire.AnthropicDelta{Type: "text_delta", Text: &text}})
+}
+
+func (s *Stream) isTool(block int) bool {
+	for _, b := range s.tools {
+		if b == block {
+			return true
+		}
+	}
+	return false
+}
+
+func (s *Stream) closeBlock() {
+	if s.open < 0 {
+		return
+	}
+	s.event("content_block_stop", wire.AnthropicEvent{Type: "content_block_stop", Index: &s.open})
+	s.open = -1
+}
+
+// stop ends the answer: message_delta with the stop reason and what was
+// billed, then message_stop.
+func (s *Stream) stop() {
+	s.closeBlock()
+	reason := StopReason(s.finish, s.stopSeq)
+	delta := struct {
+		Type  string                     `json:"type"`
+		Delta wire.AnthropicMessageDelta `json:"delta"`
+		Usage wire.AnthropicUsage        `json:"usage"`
+	}{Type: "message_delta", Delta: wire.AnthropicMessageDelta{StopReason: &reason}}
+	if reason == "stop_sequence" {
+		delta.Delta.StopSequence = s.stopSeq
+	}
+	if s.usage != nil {
+		delta.Usage = s.usage.usage()
+	} else {
+		delta.Usage.InputTokens = s.estimate
+		if s.count != nil {
+			delta.Usage.OutputTokens = s.count(s.delivered.String())
+		}
+	}
+	s.event("message_delta", delta)
+	s.event("message_stop", wire.AnthropicEvent{Type: "message_stop"})
+	s.done = true
+}
+
+// fail ends the stream with an error event.
+func (s *Stream) fail(typ, message string) {
+	s.event("error", wire.AnthropicEvent{Type: "error", Error: &wire.AnthropicErrorDetail{Type: typ, Message: message}})
+	s.done = true
+}
+
+// event appends one server-sent event.
+func (s *Stream) event(name string, v any) {
+	b, err := marshalAnswer(v)
+	if err != nil {
+		return
+	}
+	s.out = append(s.out, "event: "...)
+	s.out = append(s.out, name...)
+	s.out = append(s.out, "\ndata: "...)
+	s.out = append(s.out, b...)
+	s.out = append(s.out, "\n\n"...)
+}
