@@ -15,7 +15,11 @@ import (
 // response.content_part.done and response.output_item.done; for each
 // function call response.output_item.added,
 // response.function_call_arguments.delta and .done and
-// response.output_item.done; and last response.completed (or
+// response.output_item.done; for each call of a custom tool
+// response.output_item.added, and once its arguments are whole
+// response.custom_tool_call_input.delta (all its input at once: the
+// input is a string inside the JSON arguments, whole only at their end),
+// .done and response.output_item.done; and last response.completed (or
 // response.incomplete, cut by max_output_tokens; or response.failed, the
 // provider's stream broken) with the whole response and its usage. Each
 // event is "event: <type>\ndata: {…,"sequence_number":N}\n\n".
@@ -274,8 +278,10 @@ func (s *Stream) toolCall(index int, id string, fn chatFunction) {
 		out = len(s.resp.Output)
 		s.calls[index] = out
 		s.open = append(s.open, out)
-		s.resp.Output = append(s.resp.Output, OutputItem{Type: "function_call", ID: s.ids.call(index), Status: "in_progress",
-			CallID: id, Name: fn.Name})
+		// The first piece names the tool (as every OpenAI-compatible
+		// provider sends it), which says whether this is a custom tool's
+		// call.
+		s.resp.Output = append(s.resp.Output, s.req.callItem(s.ids, index, "in_progress", id, chatFunction{Name: fn.Name}))
 		s.emit("response.output_item.added", itemEvent{OutputIndex: out, Item: s.resp.Output[out]})
 	} else {
 		// The id and name come with the first piece; a provider that
@@ -293,6 +299,9 @@ func (s *Stream) toolCall(index int, id string, fn chatFunction) {
 	}
 	item := &s.resp.Output[out]
 	item.Arguments += fn.Arguments
+	if item.Type == "custom_tool_call" {
+		return // its input is read from the whole arguments, in closeAll
+	}
 	s.emit("response.function_call_arguments.delta", argsDeltaEvent{ItemID: item.ID, OutputIndex: out, Delta: fn.Arguments})
 }
 
@@ -310,7 +319,15 @@ func (s *Stream) closeAll() {
 	for _, out := range s.open {
 		item := &s.resp.Output[out]
 		item.Status = status
-		s.emit("response.function_call_arguments.done", argsDoneEvent{ItemID: item.ID, OutputIndex: out, Arguments: item.Arguments})
+		if item.Type == "custom_tool_call" {
+			item.Input = customInput(item.Arguments)
+			if item.Input != "" {
+				s.emit("response.custom_tool_call_input.delta", argsDeltaEvent{ItemID: item.ID, OutputIndex: out, Delta: item.Input})
+			}
+			s.emit("response.custom_tool_call_input.done", inputDoneEvent{ItemID: item.ID, OutputIndex: out, Input: item.Input})
+		} else {
+			s.emit("response.function_call_arguments.done", argsDoneEvent{ItemID: item.ID, OutputIndex: out, Arguments: item.Arguments})
+		}
 		s.emit("response.output_item.done", itemEvent{OutputIndex: out, Item: *item})
 	}
 	s.open = s.open[:0]
@@ -387,6 +404,11 @@ type (
 		ItemID      string `json:"item_id"`
 		OutputIndex int    `json:"output_index"`
 		Arguments   string `json:"arguments"`
+	}
+	inputDoneEvent struct {
+		ItemID      string `json:"item_id"`
+		OutputIndex int    `json:"output_index"`
+		Input       string `json:"input"`
 	}
 )
 
