@@ -380,7 +380,7 @@ func TestPathPrefix(t *testing.T) {
 	}{
 		{"POST", "/v1/chat/completions", 200},
 		{"POST", "/chat/completions", 200},
-		{"POST", "/openai/deployments/x/v1/chat/completions", 200},
+		{"POST", "/x/openai/v1/chat/completions", 200},
 		{"POST", "/v1/chat/completions/", 200},
 		{"GET", "/v1/models", 200},
 		{"GET", "/proxy/v1/models/", 200},
@@ -394,6 +394,54 @@ func TestPathPrefix(t *testing.T) {
 		if rec := do(t, s, tt.method, tt.path, "sk-a", chatBody); rec.Code != tt.status {
 			t.Errorf("%s %s: %d, want %d: %s", tt.method, tt.path, rec.Code, tt.status, rec.Body)
 		}
+	}
+}
+
+// TestAzureDeployments: under an Azure OpenAI deployment's path the mock
+// serves chat completions, whole and streamed, with the key in api-key
+// and the api-version required, as Azure does; Bearer is not its key.
+func TestAzureDeployments(t *testing.T) {
+	s := New(Config{Keys: map[string]float64{"sk-a": 0}})
+	const path = "/openai/deployments/gpt-4o-mini/chat/completions"
+	tests := []struct {
+		name, path string
+		hdr        []string
+		status     int
+		message    string
+	}{
+		{"api-key", path + "?api-version=2024-10-21", []string{"api-key", "sk-a"}, 200, ""},
+		{"no api-version", path, []string{"api-key", "sk-a"}, 404, "Resource not found"},
+		{"unknown key", path + "?api-version=2024-10-21", []string{"api-key", "sk-b"}, 401, "Access denied due to invalid subscription key"},
+		{"bearer", path + "?api-version=2024-10-21", []string{"Authorization", "Bearer sk-a"}, 401, "Access denied due to invalid subscription key"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rec := do(t, s, "POST", tt.path, "", chatBody, tt.hdr...)
+			if rec.Code != tt.status {
+				t.Fatalf("%d, want %d: %s", rec.Code, tt.status, rec.Body)
+			}
+			if tt.message != "" {
+				if e := errorOf(t, rec); !strings.Contains(e.Error.Message, tt.message) {
+					t.Fatalf("error %+v, want %q", e.Error, tt.message)
+				}
+				return
+			}
+			var c struct {
+				Choices []struct {
+					Message struct{ Content string }
+				}
+			}
+			if err := json.Unmarshal(rec.Body.Bytes(), &c); err != nil || len(c.Choices) != 1 ||
+				c.Choices[0].Message.Content != "mock reply to: "+"write a spring couplet about good fortune and long life please"[:40] {
+				t.Fatalf("answer %s", rec.Body)
+			}
+		})
+	}
+	stream := strings.Replace(chatBody, "{", `{"stream":true,`, 1)
+	rec := do(t, s, "POST", path+"?api-version=2024-10-21", "", stream, "api-key", "sk-a")
+	if rec.Code != 200 || !strings.HasPrefix(rec.Header().Get("Content-Type"), "text/event-stream") ||
+		!strings.HasSuffix(rec.Body.String(), "data: [DONE]\n\n") {
+		t.Fatalf("stream %d %v: %s", rec.Code, rec.Header(), rec.Body)
 	}
 }
 
