@@ -2,8 +2,10 @@ package mock
 
 import (
 	"bytes"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"image"
 	"io"
 	"net/http"
 	"strconv"
@@ -23,7 +25,9 @@ import (
 // and the start of the last user text, cut at maxOutputTokens
 // (finishReason MAX_TOKENS); when the request declares functions and
 // its last turn is not a function's result, it calls the first function
-// it may call, with no arguments.
+// it may call, with no arguments. The prompt is billed as its texts,
+// calls, results and declarations, and each inline image as Gemini bills
+// one (geminiImageTokens).
 
 // geminiRequest is the part of a generateContent request the mock reads.
 type geminiRequest struct {
@@ -52,7 +56,11 @@ type geminiContent struct {
 }
 
 type geminiPart struct {
-	Text         string `json:"text,omitempty"`
+	Text       string `json:"text,omitempty"`
+	InlineData *struct {
+		MimeType string `json:"mimeType"`
+		Data     string `json:"data"`
+	} `json:"inlineData,omitempty"`
 	FunctionCall *struct {
 		Name string          `json:"name"`
 		Args json.RawMessage `json:"args"`
@@ -206,6 +214,9 @@ func (s *Server) geminiReply(req geminiRequest) (geminiCandidate, geminiUsage) {
 		answered = false
 		for _, p := range c.Parts {
 			prompt += s.bill.count(p.Text)
+			if p.InlineData != nil && strings.HasPrefix(p.InlineData.MimeType, "image/") {
+				prompt += geminiImageTokens(p.InlineData.Data)
+			}
 			if p.FunctionCall != nil {
 				prompt += s.bill.count(p.FunctionCall.Name) + s.bill.count(string(p.FunctionCall.Args))
 			}
@@ -254,6 +265,17 @@ func (s *Server) geminiReply(req geminiRequest) (geminiCandidate, geminiUsage) {
 		cand.Content.Parts = []geminiPart{{Text: text}}
 	}
 	return cand, geminiUsage{PromptTokenCount: prompt, CandidatesTokenCount: completion, TotalTokenCount: prompt + completion}
+}
+
+// geminiImageTokens is what Gemini bills for an inline image: 258 tokens
+// when neither side is over 384 pixels, else 258 for each 768-pixel tile
+// it is cut into (258 for one it cannot read).
+func geminiImageTokens(data string) int {
+	cfg, _, err := image.DecodeConfig(base64.NewDecoder(base64.StdEncoding, strings.NewReader(data)))
+	if err != nil || cfg.Width <= 384 && cfg.Height <= 384 {
+		return 258
+	}
+	return 258 * ((cfg.Width + 767) / 768) * ((cfg.Height + 767) / 768)
 }
 
 // geminiStream writes cand as Gemini's server-sent events, CRLF-ended as

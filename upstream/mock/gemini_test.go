@@ -1,7 +1,11 @@
 package mock
 
 import (
+	"bytes"
+	"encoding/base64"
 	"encoding/json"
+	"image"
+	"image/png"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -116,6 +120,38 @@ func TestGeminiAnswer(t *testing.T) {
 	a = geminiAnswerOf(t, doGemini(t, s, geminiPath, "k", bounded).Body.String())
 	if c := a.Candidates[0]; c.FinishReason != "MAX_TOKENS" || a.UsageMetadata.CandidatesTokenCount != 3 || Tokens(c.Content.Parts[0].Text) != 3 {
 		t.Fatalf("bounded: %+v", a)
+	}
+}
+
+// An inline image is billed as Gemini bills it: 258 tokens up to 384
+// pixels a side, 258 a 768-pixel tile above.
+func TestGeminiBillsInlineImages(t *testing.T) {
+	s := New(Config{Keys: map[string]float64{"k": 0}})
+	prompt := func(parts string) int {
+		t.Helper()
+		rec := doGemini(t, s, geminiPath, "k", `{"contents":[{"role":"user","parts":[{"text":"what is this?"}`+parts+`]}]}`)
+		if rec.Code != 200 {
+			t.Fatalf("%d %s", rec.Code, rec.Body)
+		}
+		return geminiAnswerOf(t, rec.Body.String()).UsageMetadata.PromptTokenCount
+	}
+	inline := func(w, h int) string {
+		var b bytes.Buffer
+		if err := png.Encode(&b, image.NewGray(image.Rect(0, 0, w, h))); err != nil {
+			t.Fatal(err)
+		}
+		return `,{"inlineData":{"mimeType":"image/png","data":"` + base64.StdEncoding.EncodeToString(b.Bytes()) + `"}}`
+	}
+	text := prompt("")
+	for _, c := range []struct {
+		w, h, tokens int
+	}{{40, 30, 258}, {384, 384, 258}, {385, 100, 258}, {800, 1600, 258 * 2 * 3}} {
+		if got := prompt(inline(c.w, c.h)) - text; got != c.tokens {
+			t.Errorf("a %d×%d image billed %d tokens, want %d", c.w, c.h, got, c.tokens)
+		}
+	}
+	if got := prompt(inline(40, 30)+inline(40, 30)) - text; got != 2*258 {
+		t.Errorf("two images billed %d tokens", got)
 	}
 }
 
