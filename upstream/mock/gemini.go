@@ -25,7 +25,8 @@ import (
 // and the start of the last user text, cut at maxOutputTokens
 // (finishReason MAX_TOKENS); when the request declares functions and
 // its last turn is not a function's result, it calls the first function
-// it may call, with no arguments. The prompt is billed as its texts,
+// it may call, with the arguments {"text": the start of the last user
+// text}. The prompt is billed as its texts,
 // calls, results and declarations, and each inline image as Gemini bills
 // one (geminiImageTokens).
 
@@ -246,17 +247,18 @@ func (s *Server) geminiReply(req geminiRequest) (geminiCandidate, geminiUsage) {
 	}
 	cand := geminiCandidate{Content: geminiContent{Role: "model"}, FinishReason: "STOP"}
 	completion := 0
+	if r := []rune(last); len(r) > 40 {
+		last = string(r[:40])
+	}
 	if len(callable) > 0 && !answered {
+		args, _ := json.Marshal(map[string]string{"text": last})
 		part := geminiPart{FunctionCall: &struct {
 			Name string          `json:"name"`
 			Args json.RawMessage `json:"args"`
-		}{callable[0], json.RawMessage(`{}`)}}
+		}{callable[0], args}}
 		cand.Content.Parts = []geminiPart{part}
-		completion = s.bill.count(callable[0]) + 1
+		completion = s.bill.count(callable[0] + string(args))
 	} else {
-		if r := []rune(last); len(r) > 40 {
-			last = string(r[:40])
-		}
 		text := "mock reply to: " + last
 		completion = s.bill.count(text)
 		if g := req.GenerationConfig; g != nil && g.MaxOutputTokens != nil && *g.MaxOutputTokens >= 1 && completion > *g.MaxOutputTokens {

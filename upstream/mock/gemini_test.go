@@ -161,7 +161,7 @@ func TestGeminiFunctionCall(t *testing.T) {
 	s := New(Config{Keys: map[string]float64{"k": 0}})
 	tools := `"tools":[{"functionDeclarations":[{"name":"get_weather"},{"name":"get_time"}]}]`
 	a := geminiAnswerOf(t, doGemini(t, s, geminiPath, "k", `{"contents":[{"role":"user","parts":[{"text":"weather?"}]}],`+tools+`}`).Body.String())
-	if fc := a.Candidates[0].Content.Parts[0].FunctionCall; fc == nil || fc.Name != "get_weather" || string(fc.Args) != "{}" {
+	if fc := a.Candidates[0].Content.Parts[0].FunctionCall; fc == nil || fc.Name != "get_weather" || string(fc.Args) != `{"text":"weather?"}` {
 		t.Fatalf("answer %+v", a)
 	}
 	a = geminiAnswerOf(t, doGemini(t, s, geminiPath, "k", `{"contents":[{"role":"user","parts":[{"text":"weather?"}]}],`+tools+

@@ -286,6 +286,86 @@ func TestCompletion(t *testing.T) {
 	}
 }
 
+// TestChatCallsATool: offered tools, the mock calls the chosen one (the
+// named tool_choice, else the first) with {"text": the start of the last
+// user message}, whole and streamed, billed as the call's name and
+// arguments; "none", or a last message that is a tool's result, gets text.
+func TestChatCallsATool(t *testing.T) {
+	s := New(Config{Keys: map[string]float64{"sk-a": 0}})
+	const ask = "write a spring couplet about good fortune and long life please"
+	tools := `"tools":[{"type":"function","function":{"name":"lookup"}},{"type":"function","function":{"name":"other"}}]`
+	user := `{"role":"user","content":"` + ask + `"}`
+	args := `{"text":"` + ask[:40] + `"}`
+	type call struct {
+		ID       string
+		Function struct{ Name, Arguments string }
+	}
+	answer := func(extra, msgs string) (string, []call, string, usage) {
+		t.Helper()
+		rec := do(t, s, "POST", "/v1/chat/completions", "sk-a", `{"model":"m","messages":[`+msgs+`],`+tools+extra+`}`)
+		var got struct {
+			Choices []struct {
+				Message struct {
+					Content   *string
+					ToolCalls []call `json:"tool_calls"`
+				}
+				FinishReason string `json:"finish_reason"`
+			}
+			Usage usage
+		}
+		if err := json.Unmarshal(rec.Body.Bytes(), &got); err != nil || rec.Code != 200 || len(got.Choices) != 1 {
+			t.Fatalf("%d %s", rec.Code, rec.Body)
+		}
+		c := got.Choices[0]
+		content := ""
+		if c.Message.Content != nil {
+			content = *c.Message.Content
+		}
+		return content, c.Message.ToolCalls, c.FinishReason, got.Usage
+	}
+	for _, tc := range []struct{ name, extra, tool string }{
+		{"the first", "", "lookup"},
+		{"the chosen", `,"tool_choice":{"type":"function","function":{"name":"other"}}`, "other"},
+	} {
+		content, calls, finish, u := answer(tc.extra, user)
+		if content != "" || finish != "tool_calls" || len(calls) != 1 || calls[0].Function.Name != tc.tool ||
+			calls[0].Function.Arguments != args || calls[0].ID == "" || u.CompletionTokens != Tokens(tc.tool+args) {
+			t.Errorf("%s: %q %+v %s %+v", tc.name, content, calls, finish, u)
+		}
+	}
+	if content, calls, finish, _ := answer(`,"tool_choice":"none"`, user); len(calls) != 0 || finish != "stop" || content != "mock reply to: "+ask[:40] {
+		t.Errorf("tool_choice none: %q %+v %s", content, calls, finish)
+	}
+	result := user + `,{"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function","function":{"name":"lookup","arguments":"{}"}}]},` +
+		`{"role":"tool","tool_call_id":"c1","content":"found"}`
+	if content, calls, finish, _ := answer("", result); len(calls) != 0 || finish != "stop" || content != "mock reply to: "+ask[:40] {
+		t.Errorf("after the result: %q %+v %s", content, calls, finish)
+	}
+
+	rec := do(t, s, "POST", "/v1/chat/completions", "sk-a", `{"model":"m","stream":true,"messages":[`+user+`],`+tools+`}`)
+	var streamed []string
+	for _, data := range events(t, rec.Body) {
+		if data == "[DONE]" {
+			continue
+		}
+		var c chunk
+		if err := json.Unmarshal([]byte(data), &c); err != nil {
+			t.Fatalf("chunk %s: %v", data, err)
+		}
+		for _, ch := range c.Choices {
+			for _, tc := range ch.Delta.ToolCalls {
+				streamed = append(streamed, tc.Function.Name+tc.Function.Arguments)
+			}
+			if ch.FinishReason != nil {
+				streamed = append(streamed, *ch.FinishReason)
+			}
+		}
+	}
+	if strings.Join(streamed, " ") != "lookup"+args+" tool_calls" {
+		t.Errorf("streamed %v", streamed)
+	}
+}
+
 // events reads an SSE body into its data payloads, checking the framing.
 func events(t *testing.T, body io.Reader) []string {
 	t.Helper()
