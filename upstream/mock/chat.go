@@ -100,7 +100,8 @@ type reply struct {
 	created int64
 	model   string
 	content string
-	call    string // the tool called (with arguments "{}") instead of content; "" for none
+	call    string // the tool called instead of content; "" for none
+	args    string // its arguments: {"text": the start of the last user message}
 	finish  string
 	usage   usage
 }
@@ -139,11 +140,15 @@ func (s *Server) reply(req chatRequest, body []byte, answer int) reply {
 			prompt += len(strings.Fields(m.text()))
 		}
 	}
-	if call := req.toolToCall(); call != "" {
-		content, finish, completion = "", "tool_calls", s.bill.count(call)+1
+	call, args := req.toolToCall(), ""
+	if call != "" {
+		b, _ := json.Marshal(map[string]string{"text": last})
+		args = string(b)
+		content, finish, completion = "", "tool_calls", s.bill.count(call+args)
 	}
 	return reply{
-		call:    req.toolToCall(),
+		call:    call,
+		args:    args,
 		id:      "chatcmpl-mock-" + strconv.FormatUint(s.ids.Add(1), 10),
 		created: s.now().Unix(),
 		model:   req.Model,
@@ -252,7 +257,7 @@ type toolCall struct {
 // callOf is rep's tool call, with the reply's id as the call's.
 func callOf(rep reply, index *int) toolCall {
 	tc := toolCall{Index: index, ID: "call_" + rep.id, Type: "function"}
-	tc.Function.Name, tc.Function.Arguments = rep.call, "{}"
+	tc.Function.Name, tc.Function.Arguments = rep.call, rep.args
 	return tc
 }
 
