@@ -192,8 +192,14 @@ func (a *api) chatCompletions(c *gin.Context) {
 		a.createJob(c)
 		return
 	}
+	a.complete(c, a.readChatRequest)
+}
+
+// complete runs the request read by read through the pipeline and
+// answers it in OpenAI's shape.
+func (a *api) complete(c *gin.Context, read func(*gin.Context) (completion.Request, error)) {
 	ctx, caller, sink := c.Request.Context(), callerOf(c), httpSink{c}
-	req, err := a.readChatRequest(c)
+	req, err := read(c)
 	if err != nil {
 		// A malformed request still costs one request (and a frozen token
 		// hears that it is frozen).

@@ -175,9 +175,9 @@ type anthropicStream struct {
 	body io.ReadCloser
 	buf  []byte
 
-	line    []byte // the start of a line whose end has not come
-	out     []byte // translated chunks not yet read
-	err     error  // the error to return once out is read
+	lines   wire.Lines // the stream split into lines
+	out     []byte     // translated chunks not yet read
+	err     error      // the error to return once out is read
 	id      string
 	model   string
 	created int64
@@ -213,20 +213,13 @@ func (s *anthropicStream) Close() error { return s.body.Close() }
 
 // feed splits b into lines and translates each whole one.
 func (s *anthropicStream) feed(b []byte) {
-	for len(b) > 0 && s.err == nil {
-		i := bytes.IndexByte(b, '\n')
-		if i < 0 {
-			s.line = append(s.line, b...)
-			return
-		}
-		line := b[:i]
-		b = b[i+1:]
-		if len(s.line) > 0 {
-			line = append(s.line, line...)
-			s.line = s.line[:0]
-		}
-		s.event(line)
+	if s.err != nil {
+		return
 	}
+	s.lines.Feed(b, func(line []byte) bool {
+		s.event(line)
+		return s.err == nil
+	})
 }
 
 // event translates one line: only data lines matter, as each carries its

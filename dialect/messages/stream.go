@@ -23,7 +23,7 @@ type Stream struct {
 	estimate  int              // message_start's input_tokens: the prompt's estimate
 	count     func(string) int // counts delivered text when no usage comes; nil: none
 
-	line    []byte // the start of a line whose end has not come
+	lines   wire.Lines // the stream split into lines
 	out     []byte
 	started bool
 	done    bool // message_stop or an error event was written
@@ -64,20 +64,10 @@ func (s *Stream) Start() []byte {
 // valid until the next call.
 func (s *Stream) Write(p []byte) []byte {
 	s.out = s.out[:0]
-	for len(p) > 0 {
-		i := bytes.IndexByte(p, '\n')
-		if i < 0 {
-			s.line = append(s.line, p...)
-			break
-		}
-		line := p[:i]
-		p = p[i+1:]
-		if len(s.line) > 0 {
-			line = append(s.line, line...)
-			s.line = s.line[:0]
-		}
+	s.lines.Feed(p, func(line []byte) bool {
 		s.handle(line)
-	}
+		return true
+	})
 	return s.out
 }
 
@@ -89,9 +79,8 @@ func (s *Stream) End() []byte {
 	if !s.started || s.done {
 		return nil
 	}
-	if len(s.line) > 0 {
-		s.handle(s.line) // a last line without its newline
-		s.line = s.line[:0]
+	if rest := s.lines.Rest(); rest != nil {
+		s.handle(rest) // a last line without its newline
 	}
 	if s.done {
 		return s.out

@@ -1,6 +1,8 @@
 package responses
 
 import (
+	"github.com/sluicehq/sluice/wire"
+
 	"bytes"
 	"encoding/json"
 	"strconv"
@@ -33,9 +35,9 @@ type Stream struct {
 	resp Response // output and status so far
 
 	seq     int
-	line    []byte // the start of a line whose end has not come
-	data    []byte // the data lines of the event being read
-	out     []byte // events to send, returned by the current call
+	lines   wire.Lines // the stream split into lines
+	data    []byte     // the data lines of the event being read
+	out     []byte     // events to send, returned by the current call
 	message *openMessage
 	calls   map[int]int // a chat tool call's index -> its output index
 	open    []int       // output indexes of function calls not yet done
@@ -78,20 +80,13 @@ func (s *Stream) Response() Response { return s.resp }
 // returns the events it completes; the slice is valid until the next call.
 func (s *Stream) Write(p []byte) []byte {
 	s.out = s.out[:0]
-	for len(p) > 0 && !s.ended && !s.waiting {
-		i := bytes.IndexByte(p, '\n')
-		if i < 0 {
-			s.line = append(s.line, p...)
-			break
-		}
-		line := p[:i]
-		p = p[i+1:]
-		if len(s.line) > 0 {
-			line = append(s.line, line...)
-			s.line = s.line[:0]
-		}
-		s.readLine(bytes.TrimSuffix(line, []byte("\r")))
+	if s.ended || s.waiting {
+		return s.out
 	}
+	s.lines.Feed(p, func(line []byte) bool {
+		s.readLine(line)
+		return !s.ended && !s.waiting
+	})
 	return s.out
 }
 
@@ -101,9 +96,8 @@ func (s *Stream) Write(p []byte) []byte {
 // events, nothing when the stream had ended.
 func (s *Stream) Finish(billed Usage) []byte {
 	s.out = s.out[:0]
-	if len(s.line) > 0 { // a last line without its new line
-		s.readLine(s.line)
-		s.line = s.line[:0]
+	if rest := s.lines.Rest(); rest != nil { // a last line without its new line
+		s.readLine(rest)
 	}
 	if len(s.data) > 0 && !s.ended {
 		s.dispatch()
