@@ -62,6 +62,9 @@ type Translation struct {
 	// FirstImage is where the first image block is ("messages.0.content.1"),
 	// "" when there is none: what a text-only model refuses.
 	FirstImage string
+	// Thinking is the type of thinking asked for (enabled, adaptive,
+	// disabled), "" when none: what a model that cannot think refuses.
+	Thinking string
 }
 
 // request is a Messages request body: every field the Messages API has
@@ -258,7 +261,7 @@ func ToChat(body []byte, opts Options) (Translation, error) {
 	if err != nil {
 		return Translation{}, err
 	}
-	return Translation{Chat: chat, Model: *r.Model, Stream: stream, Origins: t.origins, FirstImage: t.firstImage}, nil
+	return Translation{Chat: chat, Model: *r.Model, Stream: stream, Origins: t.origins, FirstImage: t.firstImage, Thinking: ext.thinkingType}, nil
 }
 
 // refuseUncarried refuses, by name, the features the pipeline cannot

@@ -54,6 +54,7 @@ const minThinkingBudget = 1024
 // extensions are the chat body's extensions one request carries.
 type extensions struct {
 	thinking          json.RawMessage
+	thinkingType      string
 	contextManagement json.RawMessage
 	effort            string
 }
@@ -71,7 +72,7 @@ func readExtensions(r *request, opts Options) (extensions, error) {
 		if err := checkThinking(tc, r.MaxTokens, opts); err != nil {
 			return ext, err
 		}
-		ext.thinking = compact(r.Thinking)
+		ext.thinking, ext.thinkingType = compact(r.Thinking), *tc.Type
 	}
 	if len(r.OutputConfig) > 0 && r.OutputConfig.Kind() != 'n' {
 		var oc outputConfig
