@@ -160,7 +160,8 @@ func unsupportedByAnthropic(param, what string) *apperr.Error {
 func set(raw json.RawMessage) bool { return len(raw) > 0 && string(raw) != "null" }
 
 // anthropicRequest translates a chat completion body into a Messages
-// body: system and developer messages into system; each tool message into
+// body: system and developer messages into system; a json_schema
+// response_format into output_config.format; each tool message into
 // a user turn's tool_result block; consecutive turns of one role merged,
 // as Anthropic wants them to alternate; images by data: URL inline,
 // others by address; tools and tool_choice; stop; the user into metadata;
@@ -185,8 +186,12 @@ func anthropicRequest(body []byte) ([]byte, []string, error) {
 	}
 	out := wire.AnthropicRequest{Model: in.Model, Temperature: in.Temperature, TopP: in.TopP, TopK: in.TopK, Stream: in.Stream,
 		MaxTokens: anthropicDefaultMaxTokens, Thinking: rawIfSet(in.Thinking), ContextManagement: rawIfSet(in.ContextManagement)}
-	if effort != "" {
-		out.OutputConfig = &wire.AnthropicOutputConfig{Effort: effort}
+	format, err := anthropicFormatOf(in.ResponseFormat)
+	if err != nil {
+		return nil, nil, err
+	}
+	if effort != "" || format != nil {
+		out.OutputConfig = &wire.AnthropicOutputConfig{Effort: effort, Format: format}
 	}
 	switch {
 	case in.MaxCompletionTokens != nil:
@@ -273,8 +278,8 @@ func refuseForAnthropic(in *chatIn) error {
 	switch {
 	case in.N != nil && *in.N != 1:
 		return unsupportedByAnthropic("n", "n other than 1")
-	case set(in.ResponseFormat) && formatType(in.ResponseFormat) != "text":
-		return unsupportedByAnthropic("response_format", "response_format other than text")
+	case set(in.ResponseFormat) && formatType(in.ResponseFormat) != "text" && formatType(in.ResponseFormat) != "json_schema":
+		return unsupportedByAnthropic("response_format", "response_format "+formatType(in.ResponseFormat)+" (send a json_schema)")
 	case in.Logprobs != nil && *in.Logprobs, set(in.TopLogprobs):
 		return unsupportedByAnthropic("logprobs", "logprobs")
 	case set(in.LogitBias) && string(in.LogitBias) != "{}":

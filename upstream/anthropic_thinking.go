@@ -66,6 +66,27 @@ func anthropicEffort(raw json.RawMessage) (string, error) {
 	return "", unsupportedByAnthropic("reasoning_effort", "reasoning_effort '"+effort+"' (use low, medium, high, xhigh or max)")
 }
 
+// anthropicFormatOf is a json_schema response_format as Anthropic's
+// output_config.format, which always holds the answer to its schema (as
+// OpenAI's strict does); nil for none, or text.
+func anthropicFormatOf(raw json.RawMessage) (json.RawMessage, error) {
+	if !set(raw) || formatType(raw) != "json_schema" {
+		return nil, nil
+	}
+	var rf struct {
+		JSONSchema struct {
+			Schema json.RawMessage `json:"schema"`
+		} `json:"json_schema"`
+	}
+	if json.Unmarshal(raw, &rf) != nil || !set(rf.JSONSchema.Schema) {
+		return nil, apperr.Field(apperr.Invalid, "invalid_value", "response_format.json_schema.schema", "a json_schema response_format needs its schema")
+	}
+	return json.Marshal(struct {
+		Type   string          `json:"type"`
+		Schema json.RawMessage `json:"schema"`
+	}{"json_schema", rf.JSONSchema.Schema})
+}
+
 // anthropicBetas checks the anthropic-beta values a request carries:
 // names, as Anthropic's are ("interleaved-thinking-2025-05-14"), so
 // nothing but them reaches the header.

@@ -39,9 +39,11 @@ type AnthropicRequest struct {
 }
 
 // AnthropicOutputConfig is a request's output_config: its effort (low,
-// medium, high, xhigh or max; Anthropic's default is high).
+// medium, high, xhigh or max; Anthropic's default is high) and the format
+// of a structured answer ({"type":"json_schema","schema":{…}}).
 type AnthropicOutputConfig struct {
-	Effort string `json:"effort,omitempty"`
+	Effort string          `json:"effort,omitempty"`
+	Format json.RawMessage `json:"format,omitempty"`
 }
 
 // AnthropicTurn is one message of a conversation: role user or assistant,

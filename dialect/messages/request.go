@@ -104,20 +104,21 @@ type turn struct {
 
 // The chat completion body the translation writes.
 type chatRequest struct {
-	Model             string         `json:"model"`
-	Messages          []chatMessage  `json:"messages"`
-	MaxTokens         *int64         `json:"max_tokens,omitempty"`
-	MaxCompletion     *int64         `json:"max_completion_tokens,omitempty"`
-	Temperature       *float64       `json:"temperature,omitempty"`
-	TopP              *float64       `json:"top_p,omitempty"`
-	TopK              *int64         `json:"top_k,omitempty"`
-	Stop              []string       `json:"stop,omitempty"`
-	User              string         `json:"user,omitempty"`
-	Stream            bool           `json:"stream,omitempty"`
-	StreamOptions     *streamOptions `json:"stream_options,omitempty"`
-	Tools             []chatTool     `json:"tools,omitempty"`
-	ToolChoice        any            `json:"tool_choice,omitempty"`
-	ParallelToolCalls *bool          `json:"parallel_tool_calls,omitempty"`
+	Model             string              `json:"model"`
+	Messages          []chatMessage       `json:"messages"`
+	MaxTokens         *int64              `json:"max_tokens,omitempty"`
+	MaxCompletion     *int64              `json:"max_completion_tokens,omitempty"`
+	Temperature       *float64            `json:"temperature,omitempty"`
+	TopP              *float64            `json:"top_p,omitempty"`
+	TopK              *int64              `json:"top_k,omitempty"`
+	Stop              []string            `json:"stop,omitempty"`
+	User              string              `json:"user,omitempty"`
+	Stream            bool                `json:"stream,omitempty"`
+	StreamOptions     *streamOptions      `json:"stream_options,omitempty"`
+	Tools             []chatTool          `json:"tools,omitempty"`
+	ToolChoice        any                 `json:"tool_choice,omitempty"`
+	ParallelToolCalls *bool               `json:"parallel_tool_calls,omitempty"`
+	ResponseFormat    *chatResponseFormat `json:"response_format,omitempty"`
 	// The extensions of thinking.go.
 	ReasoningEffort   string          `json:"reasoning_effort,omitempty"`
 	Thinking          json.RawMessage `json:"thinking,omitempty"`
@@ -221,7 +222,7 @@ func ToChat(body []byte, opts Options) (Translation, error) {
 		}
 	}
 	out := chatRequest{Model: *r.Model, Messages: t.messages, Temperature: r.Temperature, TopP: r.TopP, TopK: r.TopK,
-		Stop: r.StopSequences, ReasoningEffort: ext.effort, Thinking: ext.thinking, ContextManagement: ext.contextManagement,
+		Stop: r.StopSequences, ResponseFormat: ext.format, ReasoningEffort: ext.effort, Thinking: ext.thinking, ContextManagement: ext.contextManagement,
 		AnthropicBeta: opts.Betas}
 	if r.MaxTokens != nil {
 		field := "max_tokens"

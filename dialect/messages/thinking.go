@@ -19,6 +19,9 @@ import (
 //
 //   - thinking, Anthropic's object as the client wrote it, as the chat
 //     body's thinking (LiteLLM's name and shape);
+//   - output_config.format, a JSON schema the answer follows, as the chat
+//     body's response_format of type json_schema, strict, as Anthropic's
+//     structured outputs always are;
 //   - output_config.effort as the chat body's reasoning_effort, the chat
 //     API's own knob for how hard a model works; "high", Anthropic's
 //     documented default, is left out, as a request without it means the
@@ -48,6 +51,41 @@ type outputConfig struct {
 	Format jsontext.Value `json:"format"`
 }
 
+// chatResponseFormat is the chat body's response_format for a JSON schema.
+type chatResponseFormat struct {
+	Type       string         `json:"type"` // "json_schema"
+	JSONSchema chatJSONSchema `json:"json_schema"`
+}
+
+type chatJSONSchema struct {
+	Name   string          `json:"name"`
+	Schema json.RawMessage `json:"schema"`
+	Strict bool            `json:"strict"`
+}
+
+// responseFormat reads output_config.format: a JSON schema, the one kind
+// Anthropic has.
+func responseFormat(raw jsontext.Value) (*chatResponseFormat, error) {
+	var f struct {
+		Type   *string        `json:"type"`
+		Schema jsontext.Value `json:"schema"`
+	}
+	if err := decodeAt(raw, "output_config.format", &f); err != nil {
+		return nil, err
+	}
+	switch {
+	case f.Type == nil:
+		return nil, required("output_config.format.type")
+	case *f.Type != "json_schema":
+		return nil, invalid("invalid_field", "output_config.format.type", "output_config.format.type: Input should be 'json_schema'")
+	case len(f.Schema) == 0:
+		return nil, required("output_config.format.schema")
+	case f.Schema.Kind() != '{':
+		return nil, invalid("invalid_field", "output_config.format.schema", "output_config.format.schema: Input should be a valid dictionary")
+	}
+	return &chatResponseFormat{Type: "json_schema", JSONSchema: chatJSONSchema{Name: "output", Schema: compact(f.Schema), Strict: true}}, nil
+}
+
 // minThinkingBudget is the smallest budget Anthropic takes.
 const minThinkingBudget = 1024
 
@@ -57,6 +95,7 @@ type extensions struct {
 	thinkingType      string
 	contextManagement json.RawMessage
 	effort            string
+	format            *chatResponseFormat
 }
 
 // readExtensions checks thinking, output_config and context_management
@@ -80,7 +119,11 @@ func readExtensions(r *request, opts Options) (extensions, error) {
 			return ext, err
 		}
 		if len(oc.Format) > 0 && oc.Format.Kind() != 'n' {
-			return ext, unsupported("output_config.format", "structured outputs are not supported through Sluice; describe the format in the prompt")
+			f, err := responseFormat(oc.Format)
+			if err != nil {
+				return ext, err
+			}
+			ext.format = f
 		}
 		if oc.Effort != nil {
 			switch e := *oc.Effort; e {
