@@ -40,7 +40,7 @@ import (
 //     feature, and each feature the request uses is judged by its own
 //     field above.
 
-// extensionMark is what a body holds when it may carry an extension: the
+// extensionMarks are what a body holds when it may carry an extension: the
 // cheap test that spares every other body a walk.
 var extensionMarks = [][]byte{[]byte(`"thinking`), []byte(`"context_management"`), []byte(`"anthropic_beta"`)}
 
@@ -61,9 +61,10 @@ type member struct {
 	value jsontext.Value
 }
 
-// members reads an object's members in order, as written.
+// members reads an object's members in order, as written, as leniently
+// as the pipeline read them (a name it does not read may come twice).
 func members(obj []byte) ([]member, error) {
-	dec := jsontext.NewDecoder(bytes.NewReader(obj))
+	dec := jsontext.NewDecoder(bytes.NewReader(obj), jsontext.AllowDuplicateNames(true), jsontext.AllowInvalidUTF8(true))
 	if tok, err := dec.ReadToken(); err != nil || tok.Kind() != '{' {
 		return nil, apperr.Field(apperr.Invalid, "invalid_json", "", "the body must be a JSON object")
 	}

@@ -24,6 +24,8 @@ func TestAnthropicExtensionsAtAnOpenAICompatibleKey(t *testing.T) {
 			`{"model":"o3",` + user + `,"reasoning_effort":"high"}`},
 		{"the client's own effort is the effort", `{"model":"o3","reasoning_effort":"low","thinking":{"type":"enabled","budget_tokens":31999},` + user + `}`,
 			`{"model":"o3","reasoning_effort":"low",` + user + `}`},
+		{"a name the pipeline does not read may come twice", `{"model":"o3","x":1,"x":2,` + user + `,"thinking":{"type":"enabled","budget_tokens":5000}}`,
+			`{"model":"o3","x":1,"x":2,` + user + `,"reasoning_effort":"medium"}`},
 		{"adaptive thinking is the model's own choice", `{"model":"o3","thinking":{"type":"adaptive"},` + user + `}`, `{"model":"o3",` + user + `}`},
 		{"disabled thinking is no thinking asked", `{"model":"o3","thinking":{"type":"disabled"},` + user + `}`, `{"model":"o3",` + user + `}`},
 		{"betas, clear_thinking edits and the thinking blocks of history are left out; the rest as written",
