@@ -104,13 +104,19 @@ func (a *api) readMessagesRequest(c *gin.Context, countOnly bool) (completion.Re
 	if err != nil {
 		return completion.Request{}, messages.Translation{}, err
 	}
-	tr, err := messages.ToChat(body, messages.Options{CountOnly: countOnly, BoundField: boundField})
+	tr, err := messages.ToChat(body, messages.Options{CountOnly: countOnly, BoundField: boundField, Betas: anthropicBetas(c.Request.Header)})
 	if err != nil {
 		return completion.Request{}, tr, err
 	}
 	if tr.Model == local.ModelID && tr.FirstImage != "" {
 		return completion.Request{}, tr, apperr.Field(apperr.Invalid, "invalid_content", tr.FirstImage,
 			tr.FirstImage+": image blocks are not supported by "+local.ModelID+"; send text blocks")
+	}
+	if tr.Model == local.ModelID && tr.Thinking == "enabled" {
+		// Adaptive thinking leaves it to the model, which here does not
+		// think; a budget asks for thinking it cannot do.
+		return completion.Request{}, tr, apperr.Field(apperr.Invalid, "unsupported_feature", "thinking",
+			"thinking: "+local.ModelID+" does not think; omit thinking or use adaptive thinking")
 	}
 	req, err := a.Pipeline.Parse(tr.Chat)
 	if err != nil {
@@ -119,6 +125,22 @@ func (a *api) readMessagesRequest(c *gin.Context, countOnly bool) (completion.Re
 	a.gatewayOptions(c, &req)
 	req.Dialect = "messages"
 	return req, tr, nil
+}
+
+// anthropicBetas are the values of a request's anthropic-beta headers
+// (a comma-separated list, in one header or several), which an Anthropic
+// key is sent as they came: Claude Code's turn on interleaved thinking and
+// context management, which change what Anthropic answers.
+func anthropicBetas(h http.Header) []string {
+	var out []string
+	for _, v := range h.Values("anthropic-beta") {
+		for _, b := range strings.Split(v, ",") {
+			if b = strings.TrimSpace(b); b != "" {
+				out = append(out, b)
+			}
+		}
+	}
+	return out
 }
 
 // boundField is the chat field a model's family takes max_tokens in.

@@ -147,8 +147,10 @@ func TestMessagesFailInAnthropicsShape(t *testing.T) {
 		400, "invalid_request_error", "max_tokens: Field required")
 	anthropicError(t, e.message(key, `{"model":"claude-nope","max_tokens":5,"messages":[{"role":"user","content":"hi"}]}`, nil),
 		404, "not_found_error", "the model 'claude-nope' does not exist")
-	anthropicError(t, e.message(key, `{"model":"sluice-local","max_tokens":5,"thinking":{"type":"enabled","budget_tokens":1024},"messages":[{"role":"user","content":"hi"}]}`, nil),
-		400, "invalid_request_error", "thinking: extended thinking is not supported")
+	anthropicError(t, e.message(key, `{"model":"sluice-local","max_tokens":2000,"thinking":{"type":"enabled","budget_tokens":1024},"messages":[{"role":"user","content":"hi"}]}`, nil),
+		400, "invalid_request_error", "thinking: sluice-local does not think; omit thinking or use adaptive thinking")
+	anthropicError(t, e.message(key, `{"model":"sluice-local","max_tokens":1024,"thinking":{"type":"enabled","budget_tokens":1024},"messages":[{"role":"user","content":"hi"}]}`, nil),
+		400, "invalid_request_error", "thinking.budget_tokens: must be less than max_tokens (1024)")
 	anthropicError(t, e.message(key, `{"model":"sluice-local","max_tokens":5,"messages":[{"role":"user","content":[{"type":"image","source":{"type":"url","url":"https://x.example/a.png"}}]}]}`, nil),
 		400, "invalid_request_error", "messages.0.content.0: image blocks are not supported by sluice-local")
 	anthropicError(t, e.message(key, "{", nil), 400, "invalid_request_error", "the request body is not valid JSON")

@@ -20,7 +20,11 @@ import (
 // version Sluice speaks, and its answer, stream, errors and rate-limit
 // headers are translated back to OpenAI's. What the chat form carries for
 // Anthropic alone rides as LiteLLM writes it: cache_control on content
-// parts and tools, top_k, a tool message's is_error.
+// parts and tools, top_k, a tool message's is_error, and extended
+// thinking (thinking, an assistant message's thinking_blocks; see
+// dialect/messages/thinking.go), context_management and the
+// anthropic-beta values (anthropic_beta), all sent exactly as they came;
+// reasoning_effort is Anthropic's output_config.effort.
 //
 // Anthropic requires max_tokens. The pipeline sends a bound whenever a
 // limit relies on one (the model's longest answer or less); a request
@@ -57,7 +61,7 @@ func (anthropicFormat) newRequest(ctx context.Context, k *Key, base *url.URL, re
 		return nil, apperr.Field(apperr.Invalid, "unsupported_endpoint", "model",
 			"'"+req.Model+"' is served by Anthropic, which has no "+req.endpoint()+" API")
 	}
-	body, err := anthropicRequest(req.Body)
+	body, betas, err := anthropicRequest(req.Body)
 	if err != nil {
 		return nil, err
 	}
@@ -67,6 +71,9 @@ func (anthropicFormat) newRequest(ctx context.Context, k *Key, base *url.URL, re
 	}
 	hreq.Header.Set("x-api-key", k.Secret)
 	hreq.Header.Set("anthropic-version", wire.AnthropicVersion)
+	if len(betas) > 0 {
+		hreq.Header.Set("anthropic-beta", strings.Join(betas, ","))
+	}
 	return hreq, nil
 }
 
@@ -94,6 +101,11 @@ type chatIn struct {
 	} `json:"tools"`
 	ToolChoice        json.RawMessage `json:"tool_choice"`
 	ParallelToolCalls *bool           `json:"parallel_tool_calls"`
+	ReasoningEffort   json.RawMessage `json:"reasoning_effort"`
+	// Anthropic's own, carried in the chat form as they came.
+	Thinking          json.RawMessage `json:"thinking"`
+	ContextManagement json.RawMessage `json:"context_management"`
+	AnthropicBeta     []string        `json:"anthropic_beta"`
 
 	// What Anthropic's Messages API has no equivalent of: refused when
 	// set to anything but its default.
@@ -109,7 +121,6 @@ type chatIn struct {
 	Audio            json.RawMessage `json:"audio"`
 	Modalities       []string        `json:"modalities"`
 	Prediction       json.RawMessage `json:"prediction"`
-	ReasoningEffort  json.RawMessage `json:"reasoning_effort"`
 	WebSearchOptions json.RawMessage `json:"web_search_options"`
 }
 
@@ -125,6 +136,9 @@ type chatInMessage struct {
 	} `json:"tool_calls"`
 	ToolCallID string `json:"tool_call_id"`
 	IsError    bool   `json:"is_error"`
+	// ThinkingBlocks open an assistant turn, exactly as Anthropic wrote
+	// them: it checks their signatures.
+	ThinkingBlocks []wire.AnthropicBlock `json:"thinking_blocks"`
 }
 
 type chatInPart struct {
@@ -146,20 +160,39 @@ func unsupportedByAnthropic(param, what string) *apperr.Error {
 func set(raw json.RawMessage) bool { return len(raw) > 0 && string(raw) != "null" }
 
 // anthropicRequest translates a chat completion body into a Messages
-// body: system and developer messages into system; each tool message into
+// body: system and developer messages into system; a json_schema
+// response_format into output_config.format; each tool message into
 // a user turn's tool_result block; consecutive turns of one role merged,
 // as Anthropic wants them to alternate; images by data: URL inline,
-// others by address; tools and tool_choice; stop; the user into metadata.
-func anthropicRequest(body []byte) ([]byte, error) {
+// others by address; tools and tool_choice; stop; the user into metadata;
+// thinking, context_management and reasoning_effort (as
+// output_config.effort). It also returns the anthropic-beta values to
+// send.
+func anthropicRequest(body []byte) ([]byte, []string, error) {
 	var in chatIn
 	if err := json.Unmarshal(body, &in); err != nil {
-		return nil, apperr.Field(apperr.Invalid, "invalid_json", "", "the request could not be read for Anthropic: "+err.Error())
+		return nil, nil, apperr.Field(apperr.Invalid, "invalid_json", "", "the request could not be read for Anthropic: "+err.Error())
 	}
 	if err := refuseForAnthropic(&in); err != nil {
-		return nil, err
+		return nil, nil, err
+	}
+	betas, err := anthropicBetas(in.AnthropicBeta)
+	if err != nil {
+		return nil, nil, err
+	}
+	effort, err := anthropicEffort(in.ReasoningEffort)
+	if err != nil {
+		return nil, nil, err
 	}
 	out := wire.AnthropicRequest{Model: in.Model, Temperature: in.Temperature, TopP: in.TopP, TopK: in.TopK, Stream: in.Stream,
-		MaxTokens: anthropicDefaultMaxTokens}
+		MaxTokens: anthropicDefaultMaxTokens, Thinking: rawIfSet(in.Thinking), ContextManagement: rawIfSet(in.ContextManagement)}
+	format, err := anthropicFormatOf(in.ResponseFormat)
+	if err != nil {
+		return nil, nil, err
+	}
+	if effort != "" || format != nil {
+		out.OutputConfig = &wire.AnthropicOutputConfig{Effort: effort, Format: format}
+	}
 	switch {
 	case in.MaxCompletionTokens != nil:
 		out.MaxTokens = *in.MaxCompletionTokens
@@ -171,7 +204,7 @@ func anthropicRequest(body []byte) ([]byte, error) {
 	}
 	stop, err := stopSequences(in.Stop)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	out.StopSequences = stop
 	var turns []turnBlocks
@@ -181,24 +214,27 @@ func anthropicRequest(body []byte) ([]byte, error) {
 		case "system", "developer":
 			blocks, err := textBlocks(m.Content, at)
 			if err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 			out.System = append(out.System, blocks...)
 		case "user":
 			blocks, err := contentBlocks(m.Content, at, true)
 			if err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 			turns = appendTurn(turns, "user", blocks)
 		case "assistant":
 			blocks, err := contentBlocks(m.Content, at, false)
 			if err != nil {
-				return nil, err
+				return nil, nil, err
+			}
+			if len(m.ThinkingBlocks) > 0 {
+				blocks = append(thinkingBlocks(m.ThinkingBlocks), blocks...)
 			}
 			for j, tc := range m.ToolCalls {
 				input, err := toolArguments(tc.Function.Arguments)
 				if err != nil {
-					return nil, apperr.Field(apperr.Invalid, "invalid_tool_call", at+".tool_calls["+strconv.Itoa(j)+"].function.arguments",
+					return nil, nil, apperr.Field(apperr.Invalid, "invalid_tool_call", at+".tool_calls["+strconv.Itoa(j)+"].function.arguments",
 						"a tool call's arguments must be a JSON object for Anthropic")
 				}
 				blocks = append(blocks, wire.AnthropicBlock{Type: "tool_use", ID: tc.ID, Name: tc.Function.Name, Input: input})
@@ -207,7 +243,7 @@ func anthropicRequest(body []byte) ([]byte, error) {
 		case "tool":
 			result, err := toolResult(m, at)
 			if err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 			turns = appendTurn(turns, "user", []wire.AnthropicBlock{result})
 		}
@@ -218,7 +254,7 @@ func anthropicRequest(body []byte) ([]byte, error) {
 	}
 	for i, tool := range in.Tools {
 		if tool.Type != "" && tool.Type != "function" {
-			return nil, unsupportedByAnthropic("tools["+strconv.Itoa(i)+"].type", "a tool of type '"+tool.Type+"'")
+			return nil, nil, unsupportedByAnthropic("tools["+strconv.Itoa(i)+"].type", "a tool of type '"+tool.Type+"'")
 		}
 		schema := tool.Function.Parameters
 		if !set(schema) {
@@ -229,10 +265,11 @@ func anthropicRequest(body []byte) ([]byte, error) {
 	}
 	choice, err := anthropicToolChoice(in.ToolChoice, in.ParallelToolCalls)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	out.ToolChoice = choice
-	return json.Marshal(out)
+	b, err := json.Marshal(out)
+	return b, betas, err
 }
 
 // refuseForAnthropic names the chat features Anthropic has no equivalent
@@ -241,8 +278,8 @@ func refuseForAnthropic(in *chatIn) error {
 	switch {
 	case in.N != nil && *in.N != 1:
 		return unsupportedByAnthropic("n", "n other than 1")
-	case set(in.ResponseFormat) && formatType(in.ResponseFormat) != "text":
-		return unsupportedByAnthropic("response_format", "response_format other than text")
+	case set(in.ResponseFormat) && formatType(in.ResponseFormat) != "text" && formatType(in.ResponseFormat) != "json_schema":
+		return unsupportedByAnthropic("response_format", "response_format "+formatType(in.ResponseFormat)+" (send a json_schema)")
 	case in.Logprobs != nil && *in.Logprobs, set(in.TopLogprobs):
 		return unsupportedByAnthropic("logprobs", "logprobs")
 	case set(in.LogitBias) && string(in.LogitBias) != "{}":
@@ -259,8 +296,6 @@ func refuseForAnthropic(in *chatIn) error {
 		return unsupportedByAnthropic("modalities", "audio output")
 	case set(in.Prediction):
 		return unsupportedByAnthropic("prediction", "a predicted output")
-	case set(in.ReasoningEffort):
-		return unsupportedByAnthropic("reasoning_effort", "reasoning_effort")
 	case set(in.WebSearchOptions):
 		return unsupportedByAnthropic("web_search_options", "web search")
 	}

@@ -29,13 +29,26 @@ type openAIUsage struct {
 	PromptTokensDetails struct {
 		CachedTokens int `json:"cached_tokens"`
 	} `json:"prompt_tokens_details"`
+	CompletionTokensDetails *struct {
+		ReasoningTokens int `json:"reasoning_tokens"`
+	} `json:"completion_tokens_details,omitempty"`
 	CacheCreationInputTokens int `json:"cache_creation_input_tokens"`
 }
 
+// toOpenAIUsage is u in OpenAI's terms. Anthropic's output_tokens
+// include the thinking, as OpenAI's completion_tokens include the
+// reasoning: completion_tokens are output_tokens, and the thinking, when
+// Anthropic says how much of it there was, is their reasoning_tokens
+// detail (a part of them, priced as such, never on top).
 func toOpenAIUsage(u wire.AnthropicUsage) *openAIUsage {
 	o := &openAIUsage{PromptTokens: u.InputTokens + u.CacheReadInputTokens + u.CacheCreationInputTokens, CompletionTokens: u.OutputTokens,
 		CacheCreationInputTokens: u.CacheCreationInputTokens}
 	o.PromptTokensDetails.CachedTokens = u.CacheReadInputTokens
+	if d := u.OutputTokensDetails; d != nil {
+		o.CompletionTokensDetails = &struct {
+			ReasoningTokens int `json:"reasoning_tokens"`
+		}{ReasoningTokens: min(max(0, d.ThinkingTokens), max(0, u.OutputTokens))}
+	}
 	o.TotalTokens = o.PromptTokens + o.CompletionTokens
 	return o
 }
@@ -67,6 +80,9 @@ type openAIMessage struct {
 	Role      string           `json:"role,omitempty"`
 	Content   *string          `json:"content"`
 	ToolCalls []openAIToolCall `json:"tool_calls,omitempty"`
+	// The thinking (anthropic_thinking.go).
+	ReasoningContent *string               `json:"reasoning_content,omitempty"`
+	ThinkingBlocks   []wire.AnthropicBlock `json:"thinking_blocks,omitempty"`
 }
 
 type openAIChoice struct {
@@ -87,8 +103,8 @@ type openAICompletion struct {
 }
 
 // answer translates a whole message into a chat completion: its text
-// blocks as the content, its tool_use blocks as tool calls (thinking
-// blocks, which a request through Sluice never asks for, are left out).
+// blocks as the content, its tool_use blocks as tool calls, its thinking
+// as reasoning_content and thinking_blocks.
 func (f anthropicFormat) answer(_ Request, body []byte) ([]byte, error) {
 	var m wire.AnthropicMessage
 	if err := json.Unmarshal(body, &m); err != nil {
@@ -98,6 +114,7 @@ func (f anthropicFormat) answer(_ Request, body []byte) ([]byte, error) {
 		return nil, fmt.Errorf("anthropic: an answer of type %q, not a message", m.Type)
 	}
 	msg := &openAIMessage{Role: "assistant"}
+	msg.ReasoningContent, msg.ThinkingBlocks = anthropicThinking(m.Content)
 	var text strings.Builder
 	hasText := false
 	for _, b := range m.Content {
@@ -165,7 +182,10 @@ func (f anthropicFormat) created() int64 {
 
 // anthropicStream translates an Anthropic event stream as it is read:
 // message_start is the role chunk; text deltas content chunks; a tool_use
-// block a tool call and its input_json_deltas its arguments; message_delta
+// block a tool call and its input_json_deltas its arguments; thinking
+// deltas reasoning_content chunks, a thinking block's signature_delta a
+// thinking_blocks chunk with the signature, a redacted_thinking block one
+// with the block; message_delta
 // the finish chunk; message_stop the usage chunk and [DONE]; a ping an SSE
 // comment. An error
 // event, or a stream that ends before message_stop, is a read error: the
@@ -257,6 +277,17 @@ func (s *anthropicStream) event(line []byte) {
 			call := openAIToolCall{Index: &idx, ID: b.ID, Type: "function"}
 			call.Function.Name = b.Name
 			s.chunk(openAIChoice{Delta: &openAIMessage{ToolCalls: []openAIToolCall{call}}}, nil)
+		case "thinking":
+			// Its text and signature come in deltas; a start that
+			// carries them is read as those deltas.
+			if t := deref(b.Thinking); t != "" {
+				s.chunk(openAIChoice{Delta: &openAIMessage{ReasoningContent: &t}}, nil)
+			}
+			if sig := deref(b.Signature); sig != "" {
+				s.signature(sig)
+			}
+		case "redacted_thinking":
+			s.chunk(openAIChoice{Delta: &openAIMessage{ThinkingBlocks: []wire.AnthropicBlock{{Type: "redacted_thinking", Data: b.Data}}}}, nil)
 		}
 	case "content_block_delta":
 		d := ev.Delta
@@ -267,6 +298,14 @@ func (s *anthropicStream) event(line []byte) {
 		case "text_delta":
 			if d.Text != nil {
 				s.chunk(openAIChoice{Delta: &openAIMessage{Content: d.Text}}, nil)
+			}
+		case "thinking_delta":
+			if d.Thinking != nil && *d.Thinking != "" {
+				s.chunk(openAIChoice{Delta: &openAIMessage{ReasoningContent: d.Thinking}}, nil)
+			}
+		case "signature_delta":
+			if d.Signature != nil && *d.Signature != "" {
+				s.signature(*d.Signature)
 			}
 		case "input_json_delta":
 			idx, ok := s.blocks[*ev.Index]
@@ -281,6 +320,9 @@ func (s *anthropicStream) event(line []byte) {
 		if u := ev.Usage; u != nil {
 			// Cumulative counts; the input ones only when restated.
 			s.usage.OutputTokens = u.OutputTokens
+			if u.OutputTokensDetails != nil {
+				s.usage.OutputTokensDetails = u.OutputTokensDetails
+			}
 			if u.InputTokens > 0 || u.CacheReadInputTokens > 0 || u.CacheCreationInputTokens > 0 {
 				s.usage.InputTokens, s.usage.CacheReadInputTokens, s.usage.CacheCreationInputTokens =
 					u.InputTokens, u.CacheReadInputTokens, u.CacheCreationInputTokens
@@ -309,6 +351,13 @@ func (s *anthropicStream) event(line []byte) {
 		}
 		s.err = fmt.Errorf("anthropic: the stream broke off with %s", what)
 	}
+}
+
+// signature appends the chunk that ends a thinking block: its signature,
+// in the block's shape.
+func (s *anthropicStream) signature(sig string) {
+	empty := ""
+	s.chunk(openAIChoice{Delta: &openAIMessage{ThinkingBlocks: []wire.AnthropicBlock{{Type: "thinking", Thinking: &empty, Signature: &sig}}}}, nil)
 }
 
 // chunk appends one chat completion chunk: a choice, or (usage set) the

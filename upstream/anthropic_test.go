@@ -53,7 +53,7 @@ func TestChatIsTranslatedToAMessagesRequest(t *testing.T) {
 			`{"model":"m","max_tokens":10,"messages":[{"role":"user","content":[{"type":"text","text":"x"}]}],"tool_choice":{"type":"any"}}`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := anthropicRequest([]byte(tc.chat))
+			got, _, err := anthropicRequest([]byte(tc.chat))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -71,12 +71,12 @@ func TestWhatAnthropicCannotDoIsRefusedByName(t *testing.T) {
 		{`{"model":"m","logprobs":true,"messages":[{"role":"user","content":"x"}]}`, "logprobs"},
 		{`{"model":"m","presence_penalty":0.5,"messages":[{"role":"user","content":"x"}]}`, "presence_penalty"},
 		{`{"model":"m","seed":7,"messages":[{"role":"user","content":"x"}]}`, "seed"},
-		{`{"model":"m","reasoning_effort":"high","messages":[{"role":"user","content":"x"}]}`, "reasoning_effort"},
+		{`{"model":"m","reasoning_effort":"minimal","messages":[{"role":"user","content":"x"}]}`, "reasoning_effort"},
 		{`{"model":"m","messages":[{"role":"user","content":[{"type":"input_audio","input_audio":{"data":"x","format":"wav"}}]}]}`, "messages[0].content[0]"},
 		{`{"model":"m","messages":[{"role":"assistant","content":[{"type":"image_url","image_url":{"url":"https://x"}}]}]}`, "messages[0].content[0]"},
 		{`{"model":"m","messages":[{"role":"assistant","tool_calls":[{"id":"t","function":{"name":"f","arguments":"[1]"}}]}]}`, "messages[0].tool_calls[0].function.arguments"},
 	} {
-		_, err := anthropicRequest([]byte(tc.body))
+		_, _, err := anthropicRequest([]byte(tc.body))
 		var e *apperr.Error
 		if !errors.As(err, &e) || e.Code != apperr.Invalid || e.Param != tc.param {
 			t.Errorf("%s: %v, want a 400 naming %s", tc.body, err, tc.param)

@@ -26,6 +26,24 @@ type AnthropicRequest struct {
 	Metadata      *AnthropicMetadata   `json:"metadata,omitempty"`
 	Tools         []AnthropicTool      `json:"tools,omitempty"`
 	ToolChoice    *AnthropicToolChoice `json:"tool_choice,omitempty"`
+	// Thinking is the extended thinking asked for ({"type":"enabled",
+	// "budget_tokens":N}, {"type":"adaptive"}, {"type":"disabled"}, with
+	// an optional display), as the client wrote it: Anthropic validates
+	// it, and a reshaped copy could drop a field it would read.
+	Thinking json.RawMessage `json:"thinking,omitempty"`
+	// ContextManagement is the beta context_management object, as
+	// written.
+	ContextManagement json.RawMessage `json:"context_management,omitempty"`
+	// OutputConfig is how much effort the answer gets.
+	OutputConfig *AnthropicOutputConfig `json:"output_config,omitempty"`
+}
+
+// AnthropicOutputConfig is a request's output_config: its effort (low,
+// medium, high, xhigh or max; Anthropic's default is high) and the format
+// of a structured answer ({"type":"json_schema","schema":{…}}).
+type AnthropicOutputConfig struct {
+	Effort string          `json:"effort,omitempty"`
+	Format json.RawMessage `json:"format,omitempty"`
 }
 
 // AnthropicTurn is one message of a conversation: role user or assistant,
@@ -60,8 +78,15 @@ type AnthropicToolChoice struct {
 }
 
 // AnthropicBlock is one content block, of any type Sluice carries: text,
-// image, tool_use, tool_result; in answers also thinking blocks, which
-// Sluice reads past.
+// image, tool_use, tool_result, thinking and redacted_thinking.
+//
+// The chat form carries thinking blocks as LiteLLM does: an assistant
+// message's (and a whole answer's) "thinking_blocks" are these blocks,
+// thinking (Thinking, Signature) and redacted_thinking (Data), in their
+// order, and "reasoning_content" is their thinking text joined; a stream's
+// delta has its thinking text in reasoning_content and, once a block is
+// done, the block's signature (or a redacted block whole) in
+// thinking_blocks.
 type AnthropicBlock struct {
 	Type string `json:"type"`
 	// Text is a text block's text; a pointer so that an empty text is
@@ -77,6 +102,12 @@ type AnthropicBlock struct {
 	Content      json.RawMessage `json:"content,omitempty"`
 	IsError      bool            `json:"is_error,omitempty"` // tool_result
 	CacheControl json.RawMessage `json:"cache_control,omitempty"`
+	// Thinking and Signature are a thinking block's text and the opaque
+	// signature Anthropic checks when the block comes back; pointers, so
+	// a stream's content_block_start writes both empty.
+	Thinking  *string `json:"thinking,omitempty"`
+	Signature *string `json:"signature,omitempty"`
+	Data      string  `json:"data,omitempty"` // redacted_thinking: encrypted, opaque
 }
 
 // AnthropicSource is where an image block's image is: inline (type
@@ -109,7 +140,16 @@ type AnthropicUsage struct {
 	InputTokens              int `json:"input_tokens"`
 	CacheCreationInputTokens int `json:"cache_creation_input_tokens"`
 	CacheReadInputTokens     int `json:"cache_read_input_tokens"`
-	OutputTokens             int `json:"output_tokens"`
+	// OutputTokens include the thinking, which is billed as output.
+	OutputTokens int `json:"output_tokens"`
+	// OutputTokensDetails, when Anthropic sends it, says how many of the
+	// output tokens were thinking.
+	OutputTokensDetails *AnthropicOutputDetails `json:"output_tokens_details,omitempty"`
+}
+
+// AnthropicOutputDetails is the part of the output that was thinking.
+type AnthropicOutputDetails struct {
+	ThinkingTokens int `json:"thinking_tokens"`
 }
 
 // AnthropicEvent is one server-sent event of a streamed answer, of any
@@ -128,12 +168,15 @@ type AnthropicEvent struct {
 }
 
 // AnthropicDelta is a content_block_delta's delta (text_delta: Text;
-// input_json_delta: PartialJSON) or a message_delta's (StopReason,
+// input_json_delta: PartialJSON; thinking_delta: Thinking;
+// signature_delta: Signature) or a message_delta's (StopReason,
 // StopSequence).
 type AnthropicDelta struct {
 	Type        string  `json:"type,omitempty"`
 	Text        *string `json:"text,omitempty"`
 	PartialJSON *string `json:"partial_json,omitempty"`
+	Thinking    *string `json:"thinking,omitempty"`
+	Signature   *string `json:"signature,omitempty"`
 	// A message_delta always carries both, null when there is none.
 	StopReason   *string `json:"stop_reason,omitempty"`
 	StopSequence *string `json:"stop_sequence,omitempty"`

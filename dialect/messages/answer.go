@@ -29,6 +29,11 @@ type chatAnswer struct {
 	Content   json.RawMessage  `json:"content"` // a string, text parts, or null
 	Refusal   *string          `json:"refusal"`
 	ToolCalls []chatAnswerCall `json:"tool_calls"`
+	// The thinking (see wire.AnthropicBlock): its text, which DeepSeek,
+	// vLLM and LiteLLM write as reasoning_content too, and Anthropic's
+	// blocks with their signatures, when the provider was Anthropic.
+	ReasoningContent *string               `json:"reasoning_content"`
+	ThinkingBlocks   []wire.AnthropicBlock `json:"thinking_blocks"`
 }
 
 type chatAnswerCall struct {
@@ -104,7 +109,7 @@ func FromChat(body []byte, id, model string) ([]byte, error) {
 		model = cc.Model
 	}
 	msg := wire.AnthropicMessage{ID: id, Type: "message", Role: "assistant", Model: model,
-		Content: []wire.AnthropicBlock{}, Usage: cc.Usage.usage()}
+		Content: thinkingOf(ch.Message), Usage: cc.Usage.usage()}
 	if text := contentText(ch.Message.Content); text != "" {
 		msg.Content = append(msg.Content, wire.AnthropicBlock{Type: "text", Text: &text})
 	} else if r := ch.Message.Refusal; r != nil && *r != "" {
@@ -124,6 +129,38 @@ func FromChat(body []byte, id, model string) ([]byte, error) {
 		msg.StopSequence = ch.StopSequence
 	}
 	return marshalAnswer(msg)
+}
+
+// thinkingOf is an answer's thinking as the blocks that open a message:
+// Anthropic's own, signatures and all, when the answer carries them;
+// else its reasoning text as one thinking block whose signature is empty,
+// as no one signed it.
+func thinkingOf(a chatAnswer) []wire.AnthropicBlock {
+	out := []wire.AnthropicBlock{}
+	for _, b := range a.ThinkingBlocks {
+		switch b.Type {
+		case "thinking":
+			out = append(out, thinkingBlockOf(deref(b.Thinking), deref(b.Signature)))
+		case "redacted_thinking":
+			out = append(out, wire.AnthropicBlock{Type: "redacted_thinking", Data: b.Data})
+		}
+	}
+	if len(out) == 0 && a.ReasoningContent != nil && *a.ReasoningContent != "" {
+		out = append(out, thinkingBlockOf(*a.ReasoningContent, ""))
+	}
+	return out
+}
+
+// thinkingBlockOf is a thinking block; both fields are always written.
+func thinkingBlockOf(thinking, signature string) wire.AnthropicBlock {
+	return wire.AnthropicBlock{Type: "thinking", Thinking: &thinking, Signature: &signature}
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
 }
 
 func marshalAnswer(v any) ([]byte, error) {

@@ -26,6 +26,16 @@ func TestFromChatWritesTheMessageObject(t *testing.T) {
 			`{"model":"m","choices":[{"message":{"content":"a"},"finish_reason":"stop","stop_sequence":"END"}]}`,
 			`{"id":"msg_1","type":"message","role":"assistant","model":"m","content":[{"type":"text","text":"a"}],"stop_reason":"stop_sequence","stop_sequence":"END",
 			  "usage":{"input_tokens":0,"cache_creation_input_tokens":0,"cache_read_input_tokens":0,"output_tokens":0}}`},
+		{"Anthropic's thinking blocks, signed and redacted, open the message ahead of its text and tool calls",
+			`{"model":"m","choices":[{"message":{"content":"rain","reasoning_content":"Let me think.","thinking_blocks":[{"type":"thinking","thinking":"Let me think.","signature":"sig-1"},{"type":"redacted_thinking","data":"ZW5j"}],
+			  "tool_calls":[{"id":"t","function":{"name":"f","arguments":"{}"}}]},"finish_reason":"tool_calls"}],"usage":{"prompt_tokens":5,"completion_tokens":40,"completion_tokens_details":{"reasoning_tokens":30}}}`,
+			`{"id":"msg_1","type":"message","role":"assistant","model":"m","content":[{"type":"thinking","thinking":"Let me think.","signature":"sig-1"},{"type":"redacted_thinking","data":"ZW5j"},
+			  {"type":"text","text":"rain"},{"type":"tool_use","id":"t","name":"f","input":{}}],"stop_reason":"tool_use","stop_sequence":null,
+			  "usage":{"input_tokens":5,"cache_creation_input_tokens":0,"cache_read_input_tokens":0,"output_tokens":40}}`},
+		{"another provider's reasoning text is a thinking block no one signed",
+			`{"model":"deepseek-reasoner","choices":[{"message":{"content":"4","reasoning_content":"2+2 is 4."},"finish_reason":"stop"}]}`,
+			`{"id":"msg_1","type":"message","role":"assistant","model":"deepseek-reasoner","content":[{"type":"thinking","thinking":"2+2 is 4.","signature":""},{"type":"text","text":"4"}],
+			  "stop_reason":"end_turn","stop_sequence":null,"usage":{"input_tokens":0,"cache_creation_input_tokens":0,"cache_read_input_tokens":0,"output_tokens":0}}`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := FromChat([]byte(tc.chat), "msg_1", "asked")

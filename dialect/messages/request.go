@@ -14,8 +14,13 @@
 //   - top_k rides as the chat body's top_k, which vLLM and other
 //     OpenAI-compatible servers take; an Anthropic key reads it back;
 //   - a tool_result's is_error rides on its tool message as is_error;
-//   - extended thinking (thinking, thinking blocks), documents, citations,
-//     server tools, MCP servers, containers, context management and
+//   - extended thinking, context_management, output_config's effort, the
+//     thinking blocks of assistant turns and the anthropic-beta header ride
+//     as the chat body's thinking, context_management, reasoning_effort,
+//     the messages' thinking_blocks and anthropic_beta (thinking.go): an
+//     Anthropic key reads each back exactly, every other provider's format
+//     maps or refuses it by name;
+//   - documents, citations, server tools, MCP servers, containers and
 //     service tiers are refused with a 400 naming them: the pipeline
 //     cannot carry them to every provider, and dropping them would change
 //     the answer without saying so.
@@ -41,6 +46,9 @@ type Options struct {
 	// BoundField names the chat field that carries max_tokens for a
 	// model (family.Family.BoundField); nil: "max_tokens".
 	BoundField func(model string) string
+	// Betas are the request's anthropic-beta values, which an Anthropic
+	// key is sent as they came.
+	Betas []string
 }
 
 // Translation is a Messages request as the pipeline runs it.
@@ -54,6 +62,9 @@ type Translation struct {
 	// FirstImage is where the first image block is ("messages.0.content.1"),
 	// "" when there is none: what a text-only model refuses.
 	FirstImage string
+	// Thinking is the type of thinking asked for (enabled, adaptive,
+	// disabled), "" when none: what a model that cannot think refuses.
+	Thinking string
 }
 
 // request is a Messages request body: every field the Messages API has
@@ -71,13 +82,15 @@ type request struct {
 	Metadata      *metadata                 `json:"metadata"`
 	Tools         []jsontext.Value          `json:"tools"`
 	ToolChoice    *wire.AnthropicToolChoice `json:"tool_choice"`
+	// Carried in the chat form's extensions (thinking.go).
+	Thinking          jsontext.Value `json:"thinking"`
+	ContextManagement jsontext.Value `json:"context_management"`
+	OutputConfig      jsontext.Value `json:"output_config"`
 
 	// What the pipeline cannot carry to every provider: refused by name.
-	Thinking          jsontext.Value `json:"thinking"`
-	MCPServers        jsontext.Value `json:"mcp_servers"`
-	Container         jsontext.Value `json:"container"`
-	ContextManagement jsontext.Value `json:"context_management"`
-	ServiceTier       jsontext.Value `json:"service_tier"`
+	MCPServers  jsontext.Value `json:"mcp_servers"`
+	Container   jsontext.Value `json:"container"`
+	ServiceTier jsontext.Value `json:"service_tier"`
 }
 
 type metadata struct {
@@ -91,20 +104,26 @@ type turn struct {
 
 // The chat completion body the translation writes.
 type chatRequest struct {
-	Model             string         `json:"model"`
-	Messages          []chatMessage  `json:"messages"`
-	MaxTokens         *int64         `json:"max_tokens,omitempty"`
-	MaxCompletion     *int64         `json:"max_completion_tokens,omitempty"`
-	Temperature       *float64       `json:"temperature,omitempty"`
-	TopP              *float64       `json:"top_p,omitempty"`
-	TopK              *int64         `json:"top_k,omitempty"`
-	Stop              []string       `json:"stop,omitempty"`
-	User              string         `json:"user,omitempty"`
-	Stream            bool           `json:"stream,omitempty"`
-	StreamOptions     *streamOptions `json:"stream_options,omitempty"`
-	Tools             []chatTool     `json:"tools,omitempty"`
-	ToolChoice        any            `json:"tool_choice,omitempty"`
-	ParallelToolCalls *bool          `json:"parallel_tool_calls,omitempty"`
+	Model             string              `json:"model"`
+	Messages          []chatMessage       `json:"messages"`
+	MaxTokens         *int64              `json:"max_tokens,omitempty"`
+	MaxCompletion     *int64              `json:"max_completion_tokens,omitempty"`
+	Temperature       *float64            `json:"temperature,omitempty"`
+	TopP              *float64            `json:"top_p,omitempty"`
+	TopK              *int64              `json:"top_k,omitempty"`
+	Stop              []string            `json:"stop,omitempty"`
+	User              string              `json:"user,omitempty"`
+	Stream            bool                `json:"stream,omitempty"`
+	StreamOptions     *streamOptions      `json:"stream_options,omitempty"`
+	Tools             []chatTool          `json:"tools,omitempty"`
+	ToolChoice        any                 `json:"tool_choice,omitempty"`
+	ParallelToolCalls *bool               `json:"parallel_tool_calls,omitempty"`
+	ResponseFormat    *chatResponseFormat `json:"response_format,omitempty"`
+	// The extensions of thinking.go.
+	ReasoningEffort   string          `json:"reasoning_effort,omitempty"`
+	Thinking          json.RawMessage `json:"thinking,omitempty"`
+	ContextManagement json.RawMessage `json:"context_management,omitempty"`
+	AnthropicBeta     []string        `json:"anthropic_beta,omitempty"`
 }
 
 type streamOptions struct {
@@ -117,6 +136,9 @@ type chatMessage struct {
 	ToolCalls  []chatToolCall `json:"tool_calls,omitempty"`
 	ToolCallID string         `json:"tool_call_id,omitempty"`
 	IsError    bool           `json:"is_error,omitempty"` // a tool_result's, for an Anthropic key
+	// ThinkingBlocks are an assistant turn's thinking and
+	// redacted_thinking blocks, exactly as the client sent them back.
+	ThinkingBlocks []wire.AnthropicBlock `json:"thinking_blocks,omitempty"`
 }
 
 type chatPart struct {
@@ -164,6 +186,10 @@ func ToChat(body []byte, opts Options) (Translation, error) {
 	if err := refuseUncarried(&r); err != nil {
 		return Translation{}, err
 	}
+	ext, err := readExtensions(&r, opts)
+	if err != nil {
+		return Translation{}, err
+	}
 	switch {
 	case r.Model == nil || *r.Model == "":
 		return Translation{}, required("model")
@@ -196,7 +222,8 @@ func ToChat(body []byte, opts Options) (Translation, error) {
 		}
 	}
 	out := chatRequest{Model: *r.Model, Messages: t.messages, Temperature: r.Temperature, TopP: r.TopP, TopK: r.TopK,
-		Stop: r.StopSequences}
+		Stop: r.StopSequences, ResponseFormat: ext.format, ReasoningEffort: ext.effort, Thinking: ext.thinking, ContextManagement: ext.contextManagement,
+		AnthropicBeta: opts.Betas}
 	if r.MaxTokens != nil {
 		field := "max_tokens"
 		if opts.BoundField != nil {
@@ -235,7 +262,7 @@ func ToChat(body []byte, opts Options) (Translation, error) {
 	if err != nil {
 		return Translation{}, err
 	}
-	return Translation{Chat: chat, Model: *r.Model, Stream: stream, Origins: t.origins, FirstImage: t.firstImage}, nil
+	return Translation{Chat: chat, Model: *r.Model, Stream: stream, Origins: t.origins, FirstImage: t.firstImage, Thinking: ext.thinkingType}, nil
 }
 
 // refuseUncarried refuses, by name, the features the pipeline cannot
@@ -246,10 +273,8 @@ func refuseUncarried(r *request) error {
 		v    jsontext.Value
 		why  string
 	}{
-		{"thinking", r.Thinking, "extended thinking is not supported through Sluice; omit thinking"},
 		{"mcp_servers", r.MCPServers, "MCP servers are not supported through Sluice; call your tools as client tools"},
 		{"container", r.Container, "containers are not supported through Sluice"},
-		{"context_management", r.ContextManagement, "context management is not supported through Sluice"},
 		{"service_tier", r.ServiceTier, "Sluice does not choose a provider's service tier; omit service_tier"},
 	} {
 		if len(f.v) > 0 && f.v.Kind() != 'n' {
@@ -370,6 +395,7 @@ func (t *translator) turn(path string, m turn) error {
 	}
 	var parts []chatPart
 	var calls []chatToolCall
+	var thinking []wire.AnthropicBlock
 	for j, raw := range blocks {
 		bp := at(path+".content", j)
 		typ, err := blockType(raw, bp)
@@ -401,6 +427,18 @@ func (t *translator) turn(path string, m turn) error {
 				return err
 			}
 			t.add(path, msg)
+		case (typ == "thinking" || typ == "redacted_thinking") && role == "assistant":
+			if len(parts) > 0 || len(calls) > 0 {
+				// The chat form keeps an assistant turn's thinking ahead
+				// of its text and tool calls, where Anthropic puts it;
+				// moving a block would change what its signature signs.
+				return unsupported(bp, "'"+typ+"' blocks must come before an assistant message's text and tool_use blocks")
+			}
+			b, err := thinkingBlock(raw, bp, typ)
+			if err != nil {
+				return err
+			}
+			thinking = append(thinking, b)
 		case typ == "":
 			return required(bp + ".type")
 		default:
@@ -409,15 +447,15 @@ func (t *translator) turn(path string, m turn) error {
 	}
 	switch {
 	case len(calls) > 0:
-		msg := chatMessage{Role: role, ToolCalls: calls}
+		msg := chatMessage{Role: role, ToolCalls: calls, ThinkingBlocks: thinking}
 		if len(parts) > 0 {
 			msg.Content = parts
 		}
 		t.add(path, msg)
 	case len(parts) > 0:
-		t.add(path, chatMessage{Role: role, Content: parts})
-	case len(blocks) == 0:
-		t.add(path, chatMessage{Role: role, Content: ""})
+		t.add(path, chatMessage{Role: role, Content: parts, ThinkingBlocks: thinking})
+	case len(blocks) == 0 || len(thinking) > 0:
+		t.add(path, chatMessage{Role: role, Content: "", ThinkingBlocks: thinking})
 	}
 	return nil
 }
@@ -427,10 +465,8 @@ func blockRefusal(typ, role string) string {
 	switch typ {
 	case "image", "tool_result":
 		return "'" + typ + "' blocks belong in user messages"
-	case "tool_use":
-		return "'tool_use' blocks belong in assistant messages"
-	case "thinking", "redacted_thinking":
-		return "'" + typ + "' blocks are not supported: Sluice does not carry extended thinking"
+	case "tool_use", "thinking", "redacted_thinking":
+		return "'" + typ + "' blocks belong in assistant messages"
 	case "document", "search_result":
 		return "'" + typ + "' blocks are not supported through Sluice; send the text as text blocks"
 	}
@@ -615,14 +651,20 @@ func foreign(b wire.AnthropicBlock, typ string) string {
 		"content":       len(b.Content) > 0,
 		"is_error":      b.IsError,
 		"cache_control": len(b.CacheControl) > 0,
+		"thinking":      b.Thinking != nil,
+		"signature":     b.Signature != nil,
+		"data":          b.Data != "",
 	}
 	own := map[string][]string{
-		"text":        {"text", "cache_control"},
-		"image":       {"source", "cache_control"},
-		"tool_use":    {"id", "name", "input"},
-		"tool_result": {"tool_use_id", "content", "is_error", "cache_control"},
+		"text":              {"text", "cache_control"},
+		"image":             {"source", "cache_control"},
+		"tool_use":          {"id", "name", "input"},
+		"tool_result":       {"tool_use_id", "content", "is_error", "cache_control"},
+		"thinking":          {"thinking", "signature"},
+		"redacted_thinking": {"data"},
 	}[typ]
-	for _, f := range []string{"text", "source", "id", "name", "input", "tool_use_id", "content", "is_error", "cache_control"} {
+	for _, f := range []string{"text", "source", "id", "name", "input", "tool_use_id", "content", "is_error", "cache_control",
+		"thinking", "signature", "data"} {
 		if has[f] && !contains(own, f) {
 			return f
 		}

@@ -13,9 +13,12 @@ import (
 // in: nothing of the answer is held back but a line whose end has not
 // come. The events are those Anthropic documents, in its order:
 // message_start, ping, then per content block content_block_start,
-// content_block_delta (text_delta, input_json_delta) and
-// content_block_stop, then message_delta (stop_reason, usage) and
-// message_stop; a stream that breaks ends with an error event.
+// content_block_delta (thinking_delta and signature_delta, text_delta,
+// input_json_delta) and content_block_stop, then message_delta
+// (stop_reason, usage) and message_stop; a stream that breaks ends with
+// an error event. A thinking block opens with the first reasoning text
+// (or signature) and ends with its signature, which Anthropic sends last,
+// or when anything else begins.
 //
 // A Stream is for one goroutine.
 type Stream struct {
@@ -29,6 +32,7 @@ type Stream struct {
 	done    bool // message_stop or an error event was written
 
 	open      int         // the open block's index; -1 when none
+	openKind  string      // the open block's type: text, tool_use or thinking
 	next      int         // the next block's index
 	tools     map[int]int // a chat tool call's index -> its block's index
 	finish    string
@@ -135,6 +139,24 @@ func (s *Stream) handle(line []byte) {
 // choice translates one chunk's choice.
 func (s *Stream) choice(ch chatChoice) {
 	d := ch.Delta
+	if r := d.ReasoningContent; r != nil && *r != "" {
+		s.thinking(*r)
+	}
+	for _, b := range d.ThinkingBlocks {
+		switch b.Type {
+		case "thinking":
+			// LiteLLM repeats a chunk's reasoning text in its block: the
+			// text is taken from the block only when it comes alone.
+			if d.ReasoningContent == nil && b.Thinking != nil && *b.Thinking != "" {
+				s.thinking(*b.Thinking)
+			}
+			if b.Signature != nil && *b.Signature != "" {
+				s.signature(*b.Signature)
+			}
+		case "redacted_thinking":
+			s.redacted(b.Data)
+		}
+	}
 	if text := contentText(d.Content); text != "" {
 		s.text(text)
 	}
@@ -148,7 +170,7 @@ func (s *Stream) choice(ch chatChoice) {
 			block = s.next
 			s.next++
 			s.tools[tc.Index] = block
-			s.open = block
+			s.open, s.openKind = block, "tool_use"
 			s.event("content_block_start", wire.AnthropicEvent{Type: "content_block_start", Index: &block,
 				ContentBlock: &wire.AnthropicBlock{Type: "tool_use", ID: tc.ID, Name: tc.Function.Name, Input: json.RawMessage("{}")}})
 		}
@@ -170,25 +192,49 @@ func (s *Stream) choice(ch chatChoice) {
 // text sends text, in the open text block or a new one.
 func (s *Stream) text(text string) {
 	s.delivered.WriteString(text)
-	if s.open < 0 || s.isTool(s.open) {
-		s.closeBlock()
-		s.open = s.next
-		s.next++
+	if s.openKind != "text" {
 		empty := ""
-		s.event("content_block_start", wire.AnthropicEvent{Type: "content_block_start", Index: &s.open,
-			ContentBlock: &wire.AnthropicBlock{Type: "text", Text: &empty}})
+		s.startBlock("text", wire.AnthropicBlock{Type: "text", Text: &empty})
 	}
 	s.event("content_block_delta", wire.AnthropicEvent{Type: "content_block_delta", Index: &s.open,
 		Delta: &wire.AnthropicDelta{Type: "text_delta", Text: &text}})
 }
 
-func (s *Stream) isTool(block int) bool {
-	for _, b := range s.tools {
-		if b == block {
-			return true
-		}
+// thinking sends reasoning text, in the open thinking block or a new one.
+func (s *Stream) thinking(text string) {
+	s.delivered.WriteString(text)
+	s.openThinking()
+	s.event("content_block_delta", wire.AnthropicEvent{Type: "content_block_delta", Index: &s.open,
+		Delta: &wire.AnthropicDelta{Type: "thinking_delta", Thinking: &text}})
+}
+
+// signature ends a thinking block with its signature (a block whose
+// thinking was omitted is its signature alone).
+func (s *Stream) signature(sig string) {
+	s.openThinking()
+	s.event("content_block_delta", wire.AnthropicEvent{Type: "content_block_delta", Index: &s.open,
+		Delta: &wire.AnthropicDelta{Type: "signature_delta", Signature: &sig}})
+	s.closeBlock()
+}
+
+// redacted sends a redacted_thinking block, whole, as Anthropic does.
+func (s *Stream) redacted(data string) {
+	s.startBlock("redacted_thinking", wire.AnthropicBlock{Type: "redacted_thinking", Data: data})
+	s.closeBlock()
+}
+
+func (s *Stream) openThinking() {
+	if s.openKind != "thinking" {
+		s.startBlock("thinking", thinkingBlockOf("", ""))
 	}
-	return false
+}
+
+// startBlock closes the open block and starts the next.
+func (s *Stream) startBlock(kind string, b wire.AnthropicBlock) {
+	s.closeBlock()
+	s.open, s.openKind = s.next, kind
+	s.next++
+	s.event("content_block_start", wire.AnthropicEvent{Type: "content_block_start", Index: &s.open, ContentBlock: &b})
 }
 
 func (s *Stream) closeBlock() {
@@ -196,7 +242,7 @@ func (s *Stream) closeBlock() {
 		return
 	}
 	s.event("content_block_stop", wire.AnthropicEvent{Type: "content_block_stop", Index: &s.open})
-	s.open = -1
+	s.open, s.openKind = -1, ""
 }
 
 // stop ends the answer: message_delta with the stop reason and what was

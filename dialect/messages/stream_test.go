@@ -79,6 +79,7 @@ data: [DONE]
 func TestStreamTranslatesChunkByChunk(t *testing.T) {
 	whole := feed([]string{chatStream})
 	got := events(t, whole)
+	sameInEveryPiece(t, chatStream, whole)
 	expected := want(t,
 		"message_start", messageStart,
 		"ping", `{"type":"ping"}`,
@@ -97,12 +98,16 @@ func TestStreamTranslatesChunkByChunk(t *testing.T) {
 	if !reflect.DeepEqual(got, expected) {
 		t.Fatalf("events:\n%s", whole)
 	}
+}
 
-	// Whatever pieces the bytes arrive in, the events are the same: a
-	// byte at a time (splitting UTF-8 too), and at random places.
+// sameInEveryPiece holds that whatever pieces a chat stream's bytes arrive
+// in, its events are the same: a byte at a time (splitting UTF-8 too), and
+// at random places.
+func sameInEveryPiece(t *testing.T, stream, whole string) {
+	t.Helper()
 	var bytewise []string
-	for i := range len(chatStream) {
-		bytewise = append(bytewise, chatStream[i:i+1])
+	for i := range len(stream) {
+		bytewise = append(bytewise, stream[i:i+1])
 	}
 	if got := feed(bytewise); got != whole {
 		t.Fatalf("a byte at a time:\n%s", got)
@@ -110,13 +115,85 @@ func TestStreamTranslatesChunkByChunk(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	for range 200 {
 		var pieces []string
-		for rest := chatStream; len(rest) > 0; {
+		for rest := stream; len(rest) > 0; {
 			n := min(len(rest), 1+rng.IntN(40))
 			pieces, rest = append(pieces, rest[:n]), rest[n:]
 		}
 		if got := feed(pieces); got != whole {
 			t.Fatalf("split at %q:\n%s", pieces, got)
 		}
+	}
+}
+
+// A thinking answer as an Anthropic key's format streams it: the thinking
+// text in reasoning_content, each block's signature (or a redacted block)
+// in thinking_blocks, then text and a tool call; and a LiteLLM-style
+// chunk that repeats its text in its block.
+const thinkingStream = `data: {"choices":[{"index":0,"delta":{"role":"assistant","content":""},"finish_reason":null}]}
+
+data: {"choices":[{"index":0,"delta":{"reasoning_content":"The user wants "},"finish_reason":null}]}
+
+data: {"choices":[{"index":0,"delta":{"reasoning_content":"天气."},"finish_reason":null}]}
+
+data: {"choices":[{"index":0,"delta":{"thinking_blocks":[{"type":"thinking","thinking":"","signature":"sig/1+="}]},"finish_reason":null}]}
+
+data: {"choices":[{"index":0,"delta":{"thinking_blocks":[{"type":"redacted_thinking","data":"ZW5j"}]},"finish_reason":null}]}
+
+data: {"choices":[{"index":0,"delta":{"reasoning_content":"Then","thinking_blocks":[{"type":"thinking","thinking":"Then"}]},"finish_reason":null}]}
+
+data: {"choices":[{"index":0,"delta":{"thinking_blocks":[{"type":"thinking","thinking":" check.","signature":"sig-2"}]},"finish_reason":null}]}
+
+data: {"choices":[{"index":0,"delta":{"content":"Checking."},"finish_reason":null}]}
+
+data: {"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"toolu_1","type":"function","function":{"name":"weather","arguments":"{}"}}]},"finish_reason":null}]}
+
+data: {"choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]}
+
+data: {"choices":[],"usage":{"prompt_tokens":50,"completion_tokens":30,"completion_tokens_details":{"reasoning_tokens":20}}}
+
+data: [DONE]
+
+`
+
+func TestStreamCarriesThinkingBlocksBeforeTheText(t *testing.T) {
+	whole := feed([]string{thinkingStream})
+	expected := want(t,
+		"message_start", messageStart,
+		"ping", `{"type":"ping"}`,
+		"content_block_start", `{"type":"content_block_start","index":0,"content_block":{"type":"thinking","thinking":"","signature":""}}`,
+		"content_block_delta", `{"type":"content_block_delta","index":0,"delta":{"type":"thinking_delta","thinking":"The user wants "}}`,
+		"content_block_delta", `{"type":"content_block_delta","index":0,"delta":{"type":"thinking_delta","thinking":"天气."}}`,
+		"content_block_delta", `{"type":"content_block_delta","index":0,"delta":{"type":"signature_delta","signature":"sig/1+="}}`,
+		"content_block_stop", `{"type":"content_block_stop","index":0}`,
+		"content_block_start", `{"type":"content_block_start","index":1,"content_block":{"type":"redacted_thinking","data":"ZW5j"}}`,
+		"content_block_stop", `{"type":"content_block_stop","index":1}`,
+		"content_block_start", `{"type":"content_block_start","index":2,"content_block":{"type":"thinking","thinking":"","signature":""}}`,
+		"content_block_delta", `{"type":"content_block_delta","index":2,"delta":{"type":"thinking_delta","thinking":"Then"}}`,
+		"content_block_delta", `{"type":"content_block_delta","index":2,"delta":{"type":"thinking_delta","thinking":" check."}}`,
+		"content_block_delta", `{"type":"content_block_delta","index":2,"delta":{"type":"signature_delta","signature":"sig-2"}}`,
+		"content_block_stop", `{"type":"content_block_stop","index":2}`,
+		"content_block_start", `{"type":"content_block_start","index":3,"content_block":{"type":"text","text":""}}`,
+		"content_block_delta", `{"type":"content_block_delta","index":3,"delta":{"type":"text_delta","text":"Checking."}}`,
+		"content_block_stop", `{"type":"content_block_stop","index":3}`,
+		"content_block_start", `{"type":"content_block_start","index":4,"content_block":{"type":"tool_use","id":"toolu_1","name":"weather","input":{}}}`,
+		"content_block_delta", `{"type":"content_block_delta","index":4,"delta":{"type":"input_json_delta","partial_json":"{}"}}`,
+		"content_block_stop", `{"type":"content_block_stop","index":4}`,
+		"message_delta", `{"type":"message_delta","delta":{"stop_reason":"tool_use","stop_sequence":null},
+			"usage":{"input_tokens":50,"cache_creation_input_tokens":0,"cache_read_input_tokens":0,"output_tokens":30}}`,
+		"message_stop", `{"type":"message_stop"}`,
+	)
+	if got := events(t, whole); !reflect.DeepEqual(got, expected) {
+		t.Fatalf("events:\n%s", whole)
+	}
+	sameInEveryPiece(t, thinkingStream, whole)
+
+	// Cut short without usage: the thinking shown is output, and counted.
+	cut := `data: {"choices":[{"index":0,"delta":{"reasoning_content":"one two three "},"finish_reason":null}]}` + "\n\n" +
+		`data: {"choices":[{"index":0,"delta":{"content":"four"},"finish_reason":"length"}]}` + "\n\n"
+	tail := events(t, feed([]string{cut}))
+	if final := tail[len(tail)-2]; final.name != "message_delta" ||
+		final.data.(map[string]any)["usage"].(map[string]any)["output_tokens"] != float64(4) {
+		t.Fatalf("the thinking shown was not counted: %v", final)
 	}
 }
 

@@ -33,7 +33,8 @@ import (
 // with input {"text": the last user text} when the request offers tools
 // and its last turn holds no tool_result; "mock reply to tool result: …"
 // after tool results; else "mock reply to: …", cut at max_tokens
-// (stop_reason max_tokens) or before a stop sequence (stop_sequence).
+// (stop_reason max_tokens) or before a stop sequence (stop_sequence);
+// with thinking on, a thinking block before it (anthropic_thinking.go).
 //
 // The prompt cache: the prompt up to its last cache_control breakpoint
 // (tools, then system, then the messages' blocks, Anthropic's order) is
@@ -127,6 +128,9 @@ func (s *Server) anthropic(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	turns, err := checkAnthropic(req)
+	if err == nil {
+		err = checkThinking(req, r.Header.Get("anthropic-beta"), turns)
+	}
 	if err != nil {
 		s.writeAnthropicError(w, http.StatusBadRequest, err.Error())
 		return
@@ -219,6 +223,10 @@ func checkAnthropic(req wire.AnthropicRequest) ([]anthropicTurn, error) {
 				if b.Text == nil || *b.Text == "" {
 					return nil, fmt.Errorf("%s.text: text content blocks must be non-empty", bat)
 				}
+			case "thinking", "redacted_thinking":
+				if m.Role != "assistant" {
+					return nil, fmt.Errorf("%s.type: `%s` blocks are only allowed in assistant messages", bat, b.Type)
+				}
 			case "image", "tool_use", "tool_result":
 			default:
 				return nil, fmt.Errorf("%s.type: unknown block type %q", bat, b.Type)
@@ -308,11 +316,22 @@ func (s *Server) anthropicReply(key string, req wire.AnthropicRequest, turns []a
 		return s
 	}
 	stop := "end_turn"
+	thinkingTokens := 0
+	if t, on, _ := thinkingOf(req); on {
+		about := lastText
+		if hasResult {
+			about = "the tool result " + resultText
+		}
+		var block wire.AnthropicBlock
+		block, thinkingTokens = s.thinkingBlock(t, short(about))
+		msg.Content = append(msg.Content, block)
+		usage.OutputTokensDetails = &wire.AnthropicOutputDetails{ThinkingTokens: thinkingTokens}
+	}
 	if tool, ok := chosenTool(req); ok && !hasResult {
 		input, _ := json.Marshal(map[string]string{"text": short(lastText)})
 		msg.Content = append(msg.Content, wire.AnthropicBlock{Type: "tool_use", ID: "toolu_mock_" + strconv.FormatUint(s.ids.Add(1), 10),
 			Name: tool, Input: input})
-		usage.OutputTokens = s.bill.count(tool + string(input))
+		usage.OutputTokens = thinkingTokens + s.bill.count(tool+string(input))
 		stop = "tool_use"
 	} else {
 		content := "mock reply to: " + short(lastText)
@@ -329,12 +348,15 @@ func (s *Server) anthropicReply(key string, req wire.AnthropicRequest, turns []a
 				break
 			}
 		}
-		completion := s.bill.count(content)
-		if int64(completion) > req.MaxTokens {
-			content, completion, stop, msg.StopSequence = s.bill.truncate(content, int(req.MaxTokens)), int(req.MaxTokens), "max_tokens", nil
+		// The thinking is part of the answer max_tokens bounds.
+		completion, room := s.bill.count(content), max(0, int(req.MaxTokens)-thinkingTokens)
+		if completion > room {
+			content, completion, stop, msg.StopSequence = s.bill.truncate(content, room), room, "max_tokens", nil
 		}
-		msg.Content = append(msg.Content, wire.AnthropicBlock{Type: "text", Text: &content})
-		usage.OutputTokens = completion
+		if content != "" {
+			msg.Content = append(msg.Content, wire.AnthropicBlock{Type: "text", Text: &content})
+		}
+		usage.OutputTokens = thinkingTokens + completion
 	}
 	msg.StopReason, msg.Usage = &stop, usage
 	return msg
@@ -487,6 +509,21 @@ func (s *Server) anthropicStream(w http.ResponseWriter, r *http.Request, msg wir
 			delta = func(p string) *wire.AnthropicDelta {
 				return &wire.AnthropicDelta{Type: "input_json_delta", PartialJSON: &p}
 			}
+		case "thinking":
+			// Started empty, the text in thinking_deltas, the signature
+			// in a signature_delta just before the block stops.
+			empty, empty2 := "", ""
+			block.Thinking, block.Signature = &empty, &empty2
+			if t := deref(b.Thinking); t != "" {
+				pieces = split(t, s.chunks)
+			}
+			pieces = append(pieces, "\x00"+deref(b.Signature))
+			delta = func(p string) *wire.AnthropicDelta {
+				if sig, ok := strings.CutPrefix(p, "\x00"); ok {
+					return &wire.AnthropicDelta{Type: "signature_delta", Signature: &sig}
+				}
+				return &wire.AnthropicDelta{Type: "thinking_delta", Thinking: &p}
+			}
 		}
 		if !send("content_block_start", wire.AnthropicEvent{Type: "content_block_start", Index: &index, ContentBlock: &block}) {
 			return
@@ -507,10 +544,11 @@ func (s *Server) anthropicStream(w http.ResponseWriter, r *http.Request, msg wir
 		Type  string                     `json:"type"`
 		Delta wire.AnthropicMessageDelta `json:"delta"`
 		Usage struct {
-			OutputTokens int `json:"output_tokens"`
+			OutputTokens        int                          `json:"output_tokens"`
+			OutputTokensDetails *wire.AnthropicOutputDetails `json:"output_tokens_details,omitempty"`
 		} `json:"usage"`
 	}{Type: "message_delta", Delta: wire.AnthropicMessageDelta{StopReason: msg.StopReason, StopSequence: msg.StopSequence}}
-	final.Usage.OutputTokens = msg.Usage.OutputTokens
+	final.Usage.OutputTokens, final.Usage.OutputTokensDetails = msg.Usage.OutputTokens, msg.Usage.OutputTokensDetails
 	if !send("message_delta", final) {
 		return
 	}

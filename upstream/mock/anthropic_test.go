@@ -107,3 +107,84 @@ func TestTheAnthropicSpeakerStreamsItsEvents(t *testing.T) {
 		t.Fatalf("%v %q", names, text)
 	}
 }
+
+func TestTheAnthropicSpeakerThinks(t *testing.T) {
+	s := New(Config{Keys: map[string]float64{"sk-a": 0}, StreamChunks: 2})
+	const thinking = `{"model":"m","max_tokens":2000,"thinking":{"type":"enabled","budget_tokens":1024},"messages":[{"role":"user","content":"tell me about rivers"}]}`
+	var msg wire.AnthropicMessage
+	rec := message(t, s, "sk-a", thinking)
+	if err := json.Unmarshal(rec.Body.Bytes(), &msg); err != nil || rec.Code != 200 || len(msg.Content) != 2 || msg.Content[0].Type != "thinking" ||
+		*msg.Content[0].Thinking != "mock thinking about: tell me about rivers" || *msg.Content[1].Text != "mock reply to: tell me about rivers" {
+		t.Fatalf("%d %s", rec.Code, rec.Body.String())
+	}
+	if text, ok := signedText(*msg.Content[0].Signature); !ok || text != *msg.Content[0].Thinking {
+		t.Fatalf("signature %q", *msg.Content[0].Signature)
+	}
+	// Thinking is output: in output_tokens, and said to be thinking.
+	think := Tokens(*msg.Content[0].Thinking)
+	if u := msg.Usage; u.OutputTokensDetails == nil || u.OutputTokensDetails.ThinkingTokens != think ||
+		u.OutputTokens != think+Tokens(*msg.Content[1].Text) {
+		t.Fatalf("usage %+v", u)
+	}
+	// Omitted, the thinking is empty and the signature still carries it.
+	rec = message(t, s, "sk-a", strings.Replace(thinking, `"budget_tokens":1024`, `"budget_tokens":1024,"display":"omitted"`, 1))
+	if err := json.Unmarshal(rec.Body.Bytes(), &msg); err != nil || *msg.Content[0].Thinking != "" {
+		t.Fatalf("omitted: %s", rec.Body.String())
+	}
+	if text, _ := signedText(*msg.Content[0].Signature); text != "mock thinking about: tell me about rivers" {
+		t.Fatalf("omitted signature %q", *msg.Content[0].Signature)
+	}
+
+	// Streamed: the thinking block first, its text in thinking_deltas,
+	// its signature last.
+	rec = message(t, s, "sk-a", strings.Replace(thinking, `"max_tokens":2000`, `"max_tokens":2000,"stream":true`, 1))
+	var names []string
+	var thought, sig string
+	for _, ev := range strings.Split(strings.TrimSpace(rec.Body.String()), "\n\n") {
+		_, data, _ := strings.Cut(ev, "\ndata: ")
+		var e wire.AnthropicEvent
+		if err := json.Unmarshal([]byte(data), &e); err != nil {
+			t.Fatalf("event %q", ev)
+		}
+		name := e.Type
+		if e.Delta != nil && e.Delta.Type != "" {
+			name = e.Delta.Type
+		}
+		if e.ContentBlock != nil {
+			name += ":" + e.ContentBlock.Type
+		}
+		names = append(names, name)
+		if e.Delta != nil {
+			thought += deref(e.Delta.Thinking)
+			sig += deref(e.Delta.Signature)
+		}
+	}
+	want := "message_start ping content_block_start:thinking thinking_delta thinking_delta signature_delta content_block_stop " +
+		"content_block_start:text text_delta text_delta content_block_stop message_delta message_stop"
+	if strings.Join(names, " ") != want || thought != "mock thinking about: tell me about rivers" || sig != thinkingSignature(thought) {
+		t.Fatalf("%v %q %q", names, thought, sig)
+	}
+
+	// What Anthropic refuses of thinking.
+	for _, tc := range []struct{ body, beta, message string }{
+		{strings.Replace(thinking, `"budget_tokens":1024`, `"budget_tokens":1000`, 1), "", "greater than or equal to 1024"},
+		{strings.Replace(thinking, `"max_tokens":2000`, `"max_tokens":1024`, 1), "", "`max_tokens` must be greater than `thinking.budget_tokens`"},
+		{`{"model":"m","max_tokens":50,"context_management":{"edits":[{"type":"clear_thinking_20251015"}]},"messages":[{"role":"user","content":"x"}]}`,
+			"context-management-2025-06-27", "`clear_thinking_20251015` strategy requires `thinking` to be enabled or adaptive"},
+		{`{"model":"m","max_tokens":50,"context_management":{"edits":[]},"messages":[{"role":"user","content":"x"}]}`, "", "context_management: Extra inputs are not permitted"},
+		{`{"model":"m","max_tokens":50,"messages":[{"role":"user","content":"x"},{"role":"assistant","content":[{"type":"thinking","thinking":"t","signature":"forged"}]},{"role":"user","content":"y"}]}`,
+			"", "messages.1.content.0: Invalid `signature` in `thinking` block"},
+	} {
+		hdr := []string{}
+		if tc.beta != "" {
+			hdr = []string{"anthropic-beta", tc.beta}
+		}
+		if e := anthropicErrorOf(t, message(t, s, "sk-a", tc.body, hdr...)); !strings.Contains(e.Message, tc.message) {
+			t.Errorf("%s: %+v", tc.body, e)
+		}
+	}
+	// With interleaved thinking a budget may pass max_tokens.
+	if rec := message(t, s, "sk-a", strings.Replace(thinking, `"max_tokens":2000`, `"max_tokens":1024`, 1), "anthropic-beta", "interleaved-thinking-2025-05-14"); rec.Code != 200 {
+		t.Fatalf("interleaved: %d %s", rec.Code, rec.Body.String())
+	}
+}
