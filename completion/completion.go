@@ -209,7 +209,7 @@ func (p *Pipeline) Complete(ctx context.Context, caller accounts.Caller, req *Re
 	if err := p.checkFrozen(caller, req.Model, req.Queued); err != nil {
 		return Served{}, err
 	}
-	if !caller.MayUseModel(req.Model) {
+	if err := CheckModel(caller, req.Model); err != nil {
 		// Answered as a model that does not exist, costing what one costs
 		// (see the handlers' refused Parse): the token learns nothing of
 		// what else is served, nor of its own list.
@@ -218,7 +218,7 @@ func (p *Pipeline) Complete(ctx context.Context, caller accounts.Caller, req *Re
 				return Served{}, err
 			}
 		}
-		return Served{}, ErrModelNotFound(req.Model)
+		return Served{}, err
 	}
 	err := p.withHistory(ctx, c)
 	var weight int64
@@ -251,6 +251,15 @@ func (p *Pipeline) Complete(ctx context.Context, caller accounts.Caller, req *Re
 	p.saveHistory(after, c, out.reply)
 	p.record(c, out)
 	return out, nil
+}
+
+// CheckModel refuses a model (or alias) the caller's token may not use, in
+// the words of a model that does not exist (ErrModelNotFound).
+func CheckModel(caller accounts.Caller, model string) error {
+	if caller.MayUseModel(model) {
+		return nil
+	}
+	return ErrModelNotFound(model)
 }
 
 // counted is Sluice's own count of an exchange, for a provider (or a cut

@@ -251,7 +251,7 @@ func TestBatchesAndJobsEndToEnd(t *testing.T) {
 		if r := c.call("POST", "/v1/batches", apiKey, `{"input_file_id":"`+outputID+`","endpoint":"/v1/chat/completions","completion_window":"24h"}`, &e); r.StatusCode != 400 || e.Error.Code != "invalid_input_file" {
 			t.Errorf("a batch of an output file: %d %+v", r.StatusCode, e)
 		}
-		if r := c.call("POST", "/v1/batches", apiKey, `{"input_file_id":"`+outputID+`","endpoint":"/v1/embeddings","completion_window":"24h"}`, &e); r.StatusCode != 400 || e.Error.Param != "endpoint" {
+		if r := c.call("POST", "/v1/batches", apiKey, `{"input_file_id":"`+outputID+`","endpoint":"/v1/completions","completion_window":"24h"}`, &e); r.StatusCode != 400 || e.Error.Param != "endpoint" {
 			t.Errorf("another endpoint: %d %+v", r.StatusCode, e)
 		}
 		if r := c.call("POST", "/v1/batches/"+batchID+"/cancel", apiKey, "", &e); r.StatusCode != 409 || e.Error.Code != "batch_not_cancellable" {

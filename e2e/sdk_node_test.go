@@ -14,13 +14,33 @@ import (
 
 // TestOpenAINodeSDK runs testdata/openai-node/check.mjs, which drives Sluice
 // with the official `openai` npm package: a local completion, a provider
-// stream with its usage chunk, and the SDK's retry on our 429. The package
-// comes from TEST_NODE_SDKS_DIR (a directory with node_modules/openai
-// and node_modules/@anthropic-ai/sdk; .ci/run installs pinned versions there); without it the test skips.
+// stream with its usage chunk, a streamed Responses call and a continued
+// one, embeddings (which the SDK asks for in base64), and the SDK's retry
+// on our 429.
 func TestOpenAINodeSDK(t *testing.T) {
+	runNodeSDK(t, "openai-node")
+}
+
+// TestAnthropicNodeSDK runs testdata/anthropic-node/check.mjs, which drives
+// Sluice's Messages API with the official `@anthropic-ai/sdk` npm package:
+// a local answer, streams from an OpenAI-compatible key's model and from
+// an Anthropic key's, a refusal and a 429 as the SDK reads them, and its
+// retry on our 429.
+func TestAnthropicNodeSDK(t *testing.T) {
+	runNodeSDK(t, "anthropic-node")
+}
+
+// runNodeSDK starts Sluice with a mock provider behind an OpenAI-compatible
+// key (gpt-4o-mini) and an Anthropic key (claude-mock), two organizations'
+// tokens (the second's tier holds one request, refilling 5 a second), and
+// runs testdata/<script>/check.mjs against it. The npm packages come from
+// TEST_NODE_SDKS_DIR (a directory with node_modules/openai and
+// node_modules/@anthropic-ai/sdk; .ci/run installs pinned versions there);
+// without it the test skips.
+func runNodeSDK(t *testing.T, script string) {
 	dir := os.Getenv("TEST_NODE_SDKS_DIR")
 	if dir == "" {
-		t.Skip("TEST_NODE_SDKS_DIR is not set: skipping the openai npm SDK test (CI installs the package and sets it)")
+		t.Skip("TEST_NODE_SDKS_DIR is not set: skipping the npm SDK test (CI installs the packages and sets it)")
 	}
 	node, err := exec.LookPath("node")
 	if err != nil {
@@ -33,8 +53,13 @@ func TestOpenAINodeSDK(t *testing.T) {
 	c := client{t, base}
 	var admin, user, key, retryUser, retryKey struct{ Token string }
 	c.call("POST", "/api/auth/login", "", `{"email":"admin@localhost","password":"admin-password"}`, &admin)
-	if r := c.call("POST", "/api/admin/upstreams", admin.Token, `{"name":"mock","base_url":"`+provider.URL+`/v1","api_key":"sk-mock-provider","models":["gpt-4o-mini"]}`, nil); r.StatusCode != 201 {
-		t.Fatalf("add provider: %d", r.StatusCode)
+	for _, k := range []string{
+		`{"name":"mock","base_url":"` + provider.URL + `/v1","api_key":"sk-mock-provider","models":["gpt-4o-mini"]}`,
+		`{"name":"mock-anthropic","provider":"anthropic","base_url":"` + provider.URL + `","api_key":"sk-mock-provider","models":["claude-mock"]}`,
+	} {
+		if r := c.call("POST", "/api/admin/upstreams", admin.Token, k, nil); r.StatusCode != 201 {
+			t.Fatalf("add provider %s: %d", k, r.StatusCode)
+		}
 	}
 	c.call("POST", "/api/auth/signup", "", `{"email":"node@example.com","password":"password123","organization":"Node"}`, &user)
 	c.call("POST", "/api/tokens", user.Token, `{"name":"node"}`, &key)
@@ -58,21 +83,22 @@ func TestOpenAINodeSDK(t *testing.T) {
 		t.Fatalf("tier: %d", r.StatusCode)
 	}
 	// ES modules resolve packages next to the script, so it runs from a copy
-	// in the directory that holds node_modules/openai.
-	src, err := os.ReadFile("testdata/openai-node/check.mjs")
+	// in the directory that holds node_modules.
+	src, err := os.ReadFile("testdata/" + script + "/check.mjs")
 	if err != nil {
 		t.Fatal(err)
 	}
-	script := filepath.Join(dir, "sluice-check-"+strconv.Itoa(os.Getpid())+".mjs")
-	if err := os.WriteFile(script, src, 0o644); err != nil {
+	path := filepath.Join(dir, "sluice-"+script+"-"+strconv.Itoa(os.Getpid())+".mjs")
+	if err := os.WriteFile(path, src, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	defer os.Remove(script)
-	cmd := exec.Command(node, script)
-	cmd.Env = append(os.Environ(), "SLUICE_BASE="+base, "SLUICE_KEY="+key.Token, "SLUICE_RETRY_KEY="+retryKey.Token, "SLUICE_PROVIDER_MODEL=gpt-4o-mini")
+	defer os.Remove(path)
+	cmd := exec.Command(node, path)
+	cmd.Env = append(os.Environ(), "SLUICE_BASE="+base, "SLUICE_KEY="+key.Token, "SLUICE_RETRY_KEY="+retryKey.Token,
+		"SLUICE_PROVIDER_MODEL=gpt-4o-mini", "SLUICE_ANTHROPIC_MODEL=claude-mock")
 	out, err := cmd.CombinedOutput()
 	if err != nil || !strings.Contains(string(out), `"ok":true`) {
-		t.Fatalf("the openai npm SDK against Sluice: %v\n%s", err, out)
+		t.Fatalf("%s against Sluice: %v\n%s", script, err, out)
 	}
-	t.Logf("openai npm SDK: %s", strings.TrimSpace(string(out)))
+	t.Logf("%s: %s", script, strings.TrimSpace(string(out)))
 }

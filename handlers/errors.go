@@ -3,10 +3,12 @@ package handlers
 import (
 	"log/slog"
 	"net/http"
+	"time"
 
 	"github.com/gin-gonic/gin"
 
 	"github.com/sluicehq/sluice/apperr"
+	"github.com/sluicehq/sluice/dialect/messages"
 	"github.com/sluicehq/sluice/wire"
 )
 
@@ -68,4 +70,25 @@ func openAIErrorType(status int) string {
 	default:
 		return "invalid_request_error"
 	}
+}
+
+// writeAnthropicError answers a Messages request with err in Anthropic's
+// shape, {"type":"error","error":{"type","message"},"request_id"}, with
+// the status Anthropic would use: 529 overloaded_error for Sluice's 503,
+// 402 billing_error for spent credit (Anthropic's SDKs retry neither, and
+// x-should-retry says so), the rest as apperr maps them; retry-after and
+// the rate-limit headers (in Anthropic's names, resets as times from now)
+// as on any answer.
+func writeAnthropicError(c *gin.Context, log *slog.Logger, err error, now time.Time) {
+	r := publicError(c, log, err)
+	status := messages.Status(r.Status)
+	if r.Err.Code == apperr.NoCredit {
+		status = http.StatusPaymentRequired
+		c.Header("x-should-retry", "false")
+	}
+	h := c.Writer.Header()
+	messages.RateLimitHeaders(h, now)
+	h.Set("request-id", r.RequestID)
+	c.Abort()
+	c.Data(status, "application/json", messages.ErrorBody(messages.ErrorType(status), r.Message, r.RequestID))
 }

@@ -211,6 +211,8 @@ func TestUpstreamProviderKinds(t *testing.T) {
 		{"azure deployment", `"provider":"azure","base_url":"https://res.openai.azure.com/openai/deployments/d?api-version=2024-10-21"`, 201, "azure", ""},
 		{"azure without api-version", `"provider":"azure","base_url":"https://res.openai.azure.com/openai/deployments/d"`, 422, "", "needs its api-version"},
 		{"unknown kind", `"provider":"bedrock","base_url":"https://example.com"`, 422, "", "provider must be one of openai"},
+		{"anthropic root", `"provider":"anthropic","base_url":"https://api.anthropic.com"`, 201, "anthropic", ""},
+		{"anthropic endpoint", `"provider":"anthropic","base_url":"https://api.anthropic.com/v1/messages"`, 422, "", "is the API root, such as https://api.anthropic.com"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			w := g.do(request{method: "POST", path: "/api/admin/upstreams", bearer: admin,

@@ -107,6 +107,10 @@ func New(log *slog.Logger, ops Ops, d Deps) http.Handler {
 	v1.POST("/responses", a.createResponse)
 	v1.GET("/responses/:id", a.admit, a.getResponse)
 	v1.DELETE("/responses/:id", a.admit, a.deleteResponse)
+	// Anthropic's Messages API, through the same pipeline; counting a
+	// prompt's tokens costs one request and asks no provider.
+	v1.POST("/messages", a.createMessage)
+	v1.POST("/messages/count_tokens", a.admit, a.countMessageTokens)
 	v1.POST("/embeddings", a.embeddings)
 	v1.GET("/models", a.admit, a.listModels)
 	v1.GET("/sessions/:id", a.admit, a.getConversation)
@@ -242,9 +246,13 @@ func v1Routes(r *gin.Engine) []string {
 	return out
 }
 
-// writeErrorFor answers in the shape the path's clients expect.
+// writeErrorFor answers in the shape the path's clients expect. It runs
+// outside any route (no route, a panic), where the API's clock is not at
+// hand: the wall clock dates the rate-limit resets.
 func writeErrorFor(c *gin.Context, log *slog.Logger, err error) {
 	switch path := c.Request.URL.Path; {
+	case messagesPath(path):
+		writeAnthropicError(c, log, err, time.Now())
 	case strings.HasPrefix(path, "/v1/") || path == "/v1":
 		writeOpenAIError(c, log, err)
 	case strings.HasPrefix(path, "/api/") || path == "/api":

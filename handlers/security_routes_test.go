@@ -78,6 +78,8 @@ func routeTable() []routeRow {
 		{method: "POST", route: "/v1/chat/completions", body: chat, want: signedIn(200)},
 		{method: "POST", route: "/v1/embeddings", body: `{"model":"sluice-local","input":"{role}"}`, want: signedIn(200)},
 		{method: "GET", route: "/v1/models", want: signedIn(200)},
+		{method: "POST", route: "/v1/messages", body: `{"model":"sluice-local","max_tokens":50,"messages":[{"role":"user","content":"a couplet for {role}"}]}`, want: signedIn(200)},
+		{method: "POST", route: "/v1/messages/count_tokens", body: `{"model":"sluice-local","messages":[{"role":"user","content":"a couplet for {role}"}]}`, want: signedIn(200)},
 		// Conversations belong to a token: A's member, with another of A's tokens, does not see the owner's.
 		{method: "GET", route: "/v1/sessions/:id", path: "/v1/sessions/{conversation}", want: namesA(404, 200), ownedByA: true},
 		{method: "DELETE", route: "/v1/sessions/:id", path: "/v1/sessions/{conversation}", want: namesA(404, 200), ownedByA: true},
@@ -242,6 +244,11 @@ func checkRouteTable(t *testing.T, db *models.DB, f *tenantFixture) {
 		t.Fatal(err)
 	}
 	rows := routeTable()
+	// A burst for every /v1 row's calls as A's two roles after the
+	// fixture's own: the free tier's 30 is less than the table spends.
+	if w := f.e.do(request{method: "PUT", path: "/api/admin/tiers/free", bearer: f.sessions["admin"], body: `{"capacity":100}`}); w.Code != 200 {
+		t.Fatalf("tier: %d %s", w.Code, w.Body.String())
+	}
 
 	// Every registered route has a row, and every row a route.
 	listed := map[string]bool{}

@@ -287,6 +287,22 @@ func TestTokenModelsAllowList(t *testing.T) {
 				t.Errorf("%s: a refused model's rate-limit headers %q, an unknown one's %q: both cost a request", tt.path, got, want)
 			}
 		}
+		// Anthropic's Messages routes, in their shape.
+		for _, path := range []string{"/v1/messages", "/v1/messages/count_tokens"} {
+			h := map[string]string{"anthropic-version": "2023-06-01"}
+			send := func(key, model string) *httptest.ResponseRecorder {
+				h["x-api-key"] = key
+				return g.do(request{method: "POST", path: path, header: h, body: strings.Replace(localMessage, "sluice-local", model, 1)})
+			}
+			refused, unknown := send(key, "sluice-local"), send(free, "no-such-model")
+			anthropicError(t, refused, 404, "not_found_error", "the model 'sluice-local' does not exist")
+			var a, b struct{ Error struct{ Type, Message string } }
+			_ = json.Unmarshal(refused.Body.Bytes(), &a)
+			_ = json.Unmarshal(unknown.Body.Bytes(), &b)
+			if a.Error.Type != b.Error.Type || a.Error.Message != strings.Replace(b.Error.Message, "no-such-model", "sluice-local", 1) {
+				t.Errorf("%s: refused %s, unknown %s", path, refused.Body.String(), unknown.Body.String())
+			}
+		}
 		if w := g.do(request{method: "POST", path: "/v1/chat/completions", bearer: key, body: gptBody}); w.Code != 200 {
 			t.Errorf("an allowed model: %d %s", w.Code, w.Body.String())
 		}

@@ -22,7 +22,6 @@ import (
 	"github.com/sluicehq/sluice/batches"
 	"github.com/sluicehq/sluice/completion"
 	"github.com/sluicehq/sluice/conversations"
-	"github.com/sluicehq/sluice/respcache"
 	"github.com/sluicehq/sluice/signing"
 	"github.com/sluicehq/sluice/upstream/local"
 )
@@ -44,12 +43,17 @@ const callerKey = "sluice.caller"
 
 func callerOf(c *gin.Context) accounts.Caller { return c.MustGet(callerKey).(accounts.Caller) }
 
-// authenticateToken resolves the bearer API token; failures are 401s with
-// distinct codes. A token that requires signed requests has its signature
+// authenticateToken resolves the API token (apiKey); failures are 401s
+// with distinct codes. A token that requires signed requests has its signature
 // checked here (verifySignature), or, on a route that streams its body,
 // its headers here and its signature by the handler (signatureVerified).
 func (a *api) authenticateToken(c *gin.Context) {
-	caller, err := a.Directory.Authenticate(c.Request.Context(), bearer(c.Request))
+	key := apiKey(c.Request)
+	if key == "" && messagesPath(c.Request.URL.Path) {
+		a.fail(c, errNoMessagesKey)
+		return
+	}
+	caller, err := a.Directory.Authenticate(c.Request.Context(), key)
 	if err == nil && caller.AllowedIPs != nil {
 		err = checkClientAddress(c, caller)
 	}
@@ -207,8 +211,14 @@ func (a *api) chatCompletions(c *gin.Context) {
 		a.createJob(c)
 		return
 	}
+	a.complete(c, a.readChatRequest)
+}
+
+// complete runs the request read by read through the pipeline and
+// answers it in OpenAI's shape.
+func (a *api) complete(c *gin.Context, read func(*gin.Context) (completion.Request, error)) {
 	ctx, caller, sink := c.Request.Context(), callerOf(c), httpSink{c}
-	req, err := a.readChatRequest(c)
+	req, err := read(c)
 	if err != nil {
 		// A malformed request still costs one request (and a frozen token
 		// hears that it is frozen).
@@ -238,12 +248,7 @@ func (a *api) readChatRequest(c *gin.Context) (completion.Request, error) {
 	if err != nil {
 		return req, err
 	}
-	req.ID = requestID(c)
-	req.Priority = c.GetHeader("X-Sluice-Priority")
-	req.CacheMode = c.GetHeader(respcache.HeaderName)
-	if a.Conversations != nil {
-		req.Conversation = c.GetHeader(conversations.HeaderName)
-	}
+	a.gatewayOptions(c, &req)
 	return req, nil
 }
 
@@ -294,11 +299,16 @@ func tooLarge(limit int64) error {
 	return apperr.Field(apperr.TooLarge, "request_too_large", "", "request body is larger than "+strconv.FormatInt(limit, 10)+" bytes")
 }
 
-// fail answers a /v1 request with err in OpenAI's shape, unless the client
-// has already left.
+// fail answers a /v1 request with err in its dialect's shape (Anthropic's
+// on the Messages routes, OpenAI's elsewhere), unless the client has
+// already left.
 func (a *api) fail(c *gin.Context, err error) {
 	if c.Request.Context().Err() != nil {
 		c.Abort()
+		return
+	}
+	if messagesPath(c.Request.URL.Path) {
+		writeAnthropicError(c, a.log, err, a.Now())
 		return
 	}
 	writeOpenAIError(c, a.log, err)

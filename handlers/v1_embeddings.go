@@ -12,23 +12,7 @@ import (
 // X-Sluice-Priority of the gateway's headers applies (no conversations,
 // no response cache, no async jobs: a batch queues embeddings).
 func (a *api) embeddings(c *gin.Context) {
-	ctx, caller, sink := c.Request.Context(), callerOf(c), httpSink{c}
-	req, err := a.readEmbeddingsRequest(c)
-	if err != nil {
-		// A malformed request still costs one request (and a frozen token
-		// hears that it is frozen).
-		if aerr := a.Pipeline.Admit(ctx, caller, requestID(c), sink); aerr != nil {
-			err = aerr
-		}
-		a.fail(c, err)
-		return
-	}
-	served, err := a.Pipeline.Complete(ctx, caller, &req, sink)
-	if err != nil {
-		a.fail(c, err)
-		return
-	}
-	c.Set(servedKey, served)
+	a.complete(c, a.readEmbeddingsRequest)
 }
 
 // readEmbeddingsRequest reads and parses an embeddings request, every

@@ -358,7 +358,7 @@ func TestResponsesExpire(t *testing.T) {
 func TestResponsesRefusedInOpenAIsShape(t *testing.T) {
 	testdb.Each(t, func(t *testing.T, db *models.DB) {
 		e := newEnv(t, db)
-		admin := e.login("admin@example.com", "admin-password")
+		var admin string
 		owner := e.signup("a@example.com", "A")
 		key, _ := e.apiToken(owner)
 		var refused *httptest.ResponseRecorder

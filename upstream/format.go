@@ -58,9 +58,10 @@ type wireFormat interface {
 
 // formats are the wire formats by kind.
 var formats = map[string]wireFormat{
-	KindOpenAI: openAIFormat{},
-	KindGemini: geminiFormat{now: time.Now},
-	KindAzure:  azureFormat{},
+	KindOpenAI:    openAIFormat{},
+	KindAnthropic: anthropicFormat{now: time.Now}, // anthropic.go
+	KindGemini:    geminiFormat{now: time.Now},
+	KindAzure:     azureFormat{},
 }
 
 // Kinds are the kinds of provider the pool can speak to, in the order the
@@ -125,13 +126,26 @@ func postJSON(ctx context.Context, u string, body []byte, stream bool) (*http.Re
 
 // openAIFormat is OpenAI's own API and every compatible one: the base URL
 // is the API root ("https://api.openai.com/v1"), a path prefix such as
-// /openai/v1 and any query kept; nothing is translated.
+// /openai/v1 and any query kept; nothing is translated but the chat
+// form's Anthropic extensions (extensions.go).
 type openAIFormat struct{}
 
 func (openAIFormat) check(*url.URL) error { return nil }
 
+// openAIBody is req's body as an OpenAI-compatible API is sent it.
+func openAIBody(req Request) ([]byte, error) {
+	if req.endpoint() != ChatCompletions {
+		return req.Body, nil
+	}
+	return openAIChatBody(req.Body)
+}
+
 func (openAIFormat) newRequest(ctx context.Context, k *Key, base *url.URL, req Request) (*http.Request, error) {
-	hreq, err := postJSON(ctx, base.JoinPath(req.endpoint()).String(), req.Body, req.Stream)
+	body, err := openAIBody(req)
+	if err != nil {
+		return nil, err
+	}
+	hreq, err := postJSON(ctx, base.JoinPath(req.endpoint()).String(), body, req.Stream)
 	if err != nil {
 		return nil, err
 	}
@@ -164,7 +178,11 @@ func (azureFormat) check(base *url.URL) error {
 }
 
 func (azureFormat) newRequest(ctx context.Context, k *Key, base *url.URL, req Request) (*http.Request, error) {
-	hreq, err := postJSON(ctx, base.JoinPath(req.endpoint()).String(), req.Body, req.Stream)
+	body, err := openAIBody(req)
+	if err != nil {
+		return nil, err
+	}
+	hreq, err := postJSON(ctx, base.JoinPath(req.endpoint()).String(), body, req.Stream)
 	if err != nil {
 		return nil, err
 	}

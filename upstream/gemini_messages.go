@@ -20,6 +20,9 @@ import (
 //     earlier in the conversation (Gemini matches results by name);
 //   - a tool call's thought signature, which Gemini 3 requires back with
 //     its call, travels in the tool call's id (see toolCallID).
+//   - an assistant message's thinking_blocks (Anthropic's signed
+//     thinking, from the Messages dialect) are not read: Gemini has no
+//     input for another model's reasoning (see extensions.go).
 
 // oaMessage is the part of an OpenAI chat message the translation reads.
 type oaMessage struct {

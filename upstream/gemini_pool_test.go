@@ -128,7 +128,7 @@ func TestGeminiToolRoundTrip(t *testing.T) {
 		t.Fatalf("answer %s", resp.Body)
 	}
 	call := first.Choices[0].Message.ToolCalls[0]
-	if call.Function.Name != "get_weather" || call.Function.Arguments != "{}" || !strings.HasPrefix(call.ID, "call_01TEST_0") {
+	if call.Function.Name != "get_weather" || call.Function.Arguments != `{"text":"weather?"}` || !strings.HasPrefix(call.ID, "call_01TEST_0") {
 		t.Fatalf("call %+v", call)
 	}
 	callJSON, _ := json.Marshal(call)

@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/go-json-experiment/json/jsontext"
+
 	"github.com/sluicehq/sluice/apperr"
 )
 
@@ -129,6 +131,7 @@ func geminiRequestBody(req Request) ([]byte, error) {
 	var out geminiRequest
 	gen := &geminiGenerationConfig{}
 	var tc toolSettings
+	var thinkingAsked json.RawMessage
 	// Sorted, so that of two faults the same one is always named.
 	names := make([]string, 0, len(fields))
 	for name := range fields {
@@ -168,6 +171,11 @@ func geminiRequestBody(req Request) ([]byte, error) {
 			err = responseFormat(raw, gen)
 		case "reasoning_effort":
 			gen.ThinkingConfig, err = thinking(req.Model, raw)
+		case "thinking": // Anthropic's, from the Messages dialect: after the loop
+			thinkingAsked = raw
+		case "context_management": // see extensions.go
+			err = inertContextManagement(jsontext.Value(raw))
+		case "anthropic_beta": // see extensions.go
 		case "tools":
 			err = tc.readTools(raw)
 		case "tool_choice":
@@ -208,6 +216,14 @@ func geminiRequestBody(req Request) ([]byte, error) {
 	}
 	if len(out.Contents) == 0 {
 		return nil, invalidField("messages", "messages needs at least one user or assistant message for a Gemini model")
+	}
+	if cfg, err := geminiThinking(req.Model, thinkingAsked); err != nil {
+		return nil, err
+	} else if cfg != nil {
+		if gen.ThinkingConfig != nil {
+			return nil, unsupported("thinking", "thinking.budget_tokens and reasoning_effort both set Gemini's thinking budget: send one")
+		}
+		gen.ThinkingConfig = cfg
 	}
 	var err error
 	if out.Tools, out.ToolConfig, err = tc.gemini(); err != nil {
@@ -343,6 +359,35 @@ func thinking(model string, raw json.RawMessage) (*geminiThinkingConfig, error) 
 		return &geminiThinkingConfig{ThinkingLevel: effort}, nil
 	}
 	return nil, unsupported("reasoning_effort", "reasoning_effort '"+effort+"' is not supported by "+model+": use minimal, low, medium or high")
+}
+
+// geminiThinking translates Anthropic's thinking object: an enabled
+// budget is Gemini's thinking budget, exactly (Gemini 3 still takes one,
+// for compatibility, beside its levels); adaptive thinking is Gemini
+// 2's dynamic budget (-1), and Gemini 3's default; disabled is what a
+// request without thinking asks.
+func geminiThinking(model string, raw json.RawMessage) (*geminiThinkingConfig, error) {
+	if isNull(raw) {
+		return nil, nil
+	}
+	t, err := readThinking(raw)
+	if err != nil {
+		return nil, err
+	}
+	switch t.Type {
+	case "enabled":
+		if t.BudgetTokens == nil {
+			return nil, invalidField("thinking.budget_tokens", "thinking.budget_tokens is required when thinking is enabled")
+		}
+		b := *t.BudgetTokens
+		return &geminiThinkingConfig{ThinkingBudget: &b}, nil
+	case "adaptive":
+		if strings.HasPrefix(strings.TrimPrefix(model, "models/"), "gemini-2") {
+			dynamic := -1
+			return &geminiThinkingConfig{ThinkingBudget: &dynamic}, nil
+		}
+	}
+	return nil, nil
 }
 
 // imageMimeTypes are the types of images sent by address, by extension:

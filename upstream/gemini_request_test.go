@@ -256,7 +256,7 @@ func TestGeminiBaseURLs(t *testing.T) {
 			t.Errorf("%s: %v, want %q", tc.base, err, tc.want)
 		}
 	}
-	if kinds := strings.Join(Kinds(), ","); kinds != "openai,gemini,azure" {
+	if kinds := strings.Join(Kinds(), ","); kinds != "openai,anthropic,gemini,azure" {
 		t.Fatalf("Kinds() = %s", kinds)
 	}
 }

@@ -22,10 +22,12 @@ const maxTapLine = 1 << 20
 // UsageTap passes an OpenAI-style SSE stream through unchanged while reading
 // it on the way: it parses each complete "data: {...}" line, keeps the last
 // "usage" object the provider sent (the final chunk, when the request asked
-// for stream_options.include_usage) and the text delivered so far (delta
-// content, legacy text and tool-call arguments). When a stream ends early
-// (the client disconnected, the provider stalled) and no usage came, the
-// delivered text is what is billed, counted with chat.CountTokens.
+// for stream_options.include_usage), the text delivered so far (delta
+// content, legacy text and tool-call arguments) and the reasoning shown
+// (reasoning_content, the thinking the provider bills as output). When a
+// stream ends early (the client disconnected, the provider stalled) and
+// no usage came, the delivered text and reasoning are what is billed,
+// counted with chat.CountTokens.
 //
 // Read is for one goroutine; the other methods may be called from any.
 type UsageTap struct {
@@ -37,7 +39,8 @@ type UsageTap struct {
 	usage     chat.Usage
 	final     bool
 	delivered strings.Builder
-	finished  atomic.Bool // a choice's finish_reason has passed: the answer is whole
+	reasoning strings.Builder // not part of the reply: kept apart
+	finished  atomic.Bool     // a choice's finish_reason has passed: the answer is whole
 }
 
 // NewUsageTap returns a tap reading from r.
@@ -77,14 +80,21 @@ func (t *UsageTap) Delivered() string {
 	return t.delivered.String()
 }
 
+// Reasoning is the reasoning text that has passed through so far.
+func (t *UsageTap) Reasoning() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.reasoning.String()
+}
+
 // Billed is what to bill for the stream: the provider's count when it sent
-// one, else what counted makes of the delivered text (the prompt's own
-// estimate and the reply's count).
+// one, else what counted makes of the delivered text and reasoning (the
+// prompt's own estimate and the output's count).
 func (t *UsageTap) Billed(counted func(delivered string) chat.Usage) chat.Usage {
 	if u, final := t.Usage(); final {
 		return u
 	}
-	return counted(t.Delivered())
+	return counted(t.Reasoning() + t.Delivered())
 }
 
 // scan splits b into lines, completing the pending one first.
@@ -118,9 +128,10 @@ func (t *UsageTap) scan(b []byte) {
 type sseChunk struct {
 	Choices []struct {
 		Delta struct {
-			Content   string `json:"content"`
-			Refusal   string `json:"refusal"`
-			ToolCalls []struct {
+			Content          string `json:"content"`
+			Refusal          string `json:"refusal"`
+			ReasoningContent string `json:"reasoning_content"`
+			ToolCalls        []struct {
 				Function struct {
 					Arguments string `json:"arguments"`
 				} `json:"function"`
@@ -226,6 +237,7 @@ func (t *UsageTap) handle(line []byte) {
 		}
 		t.delivered.WriteString(ch.Delta.Content)
 		t.delivered.WriteString(ch.Delta.Refusal)
+		t.reasoning.WriteString(ch.Delta.ReasoningContent)
 		t.delivered.WriteString(ch.Text)
 		for _, tc := range ch.Delta.ToolCalls {
 			t.delivered.WriteString(tc.Function.Arguments)

@@ -65,6 +65,21 @@ func TestUsageTap(t *testing.T) {
 	}
 }
 
+// A stream cut short that showed reasoning bills it with the text: it is
+// output the provider generated, kept apart from the reply.
+func TestUsageTapBillsTheReasoningOfACutStream(t *testing.T) {
+	in := "data: {\"choices\":[{\"delta\":{\"reasoning_content\":\"weigh the rivers \"}}]}\n\n" + chunk1
+	tap := NewUsageTap(iotest.OneByteReader(strings.NewReader(in)))
+	if _, err := io.ReadAll(tap); err != nil {
+		t.Fatal(err)
+	}
+	ours := func(d string) chat.Usage { return chat.Usage{PromptTokens: 7, CompletionTokens: chat.CountTokens(d)} }
+	if tap.Delivered() != "Hello" || tap.Reasoning() != "weigh the rivers " ||
+		tap.Billed(ours) != ours("weigh the rivers Hello") {
+		t.Fatalf("delivered %q, reasoning %q, billed %+v", tap.Delivered(), tap.Reasoning(), tap.Billed(ours))
+	}
+}
+
 func TestUsageTapSkipsOverlongLines(t *testing.T) {
 	long := "data: {\"choices\":[{\"delta\":{\"content\":\"" + strings.Repeat("x", maxTapLine) + "\"}}]}\n\n"
 	in := long + chunk1

@@ -107,8 +107,11 @@ func targeter(t target, path, auth string, body []byte) vegeta.Targeter {
 	headers := make([]http.Header, len(t.Keys))
 	for i, k := range t.Keys {
 		headers[i] = http.Header{"Authorization": {"Bearer " + k}, "Content-Type": {"application/json"}}
-		if auth == "x-api-key" {
+		switch auth {
+		case "x-api-key":
 			headers[i] = http.Header{"X-Api-Key": {k}, "Anthropic-Version": {"2023-06-01"}, "Content-Type": {"application/json"}}
+		case "x-goog-api-key":
+			headers[i] = http.Header{"X-Goog-Api-Key": {k}, "Content-Type": {"application/json"}}
 		}
 	}
 	u := t.Base + path

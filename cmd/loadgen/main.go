@@ -235,7 +235,7 @@ func parseFlags(args []string, getenv func(string) string, stdout io.Writer) (co
 	fs.StringVar(&body, "body", "", "request body (JSON, or @file); default a small chat request for -model")
 	fs.StringVar(&model, "model", "gpt-4o-mini", "model of the default body")
 	fs.StringVar(&cfg.path, "path", "/chat/completions", "endpoint under each base URL: /chat/completions, /responses, /embeddings, /messages")
-	fs.StringVar(&cfg.auth, "auth", "bearer", "how the keys are sent: bearer (Authorization: Bearer) or x-api-key (Anthropic's header)")
+	fs.StringVar(&cfg.auth, "auth", "bearer", "how the keys are sent: bearer (Authorization: Bearer), x-api-key (Anthropic's header) or x-goog-api-key (Gemini's)")
 	fs.BoolVar(&stream, "stream", false, "ask for a streamed answer in the default body")
 	fs.DurationVar(&cfg.timeout, "timeout", 30*time.Second, "per-request timeout")
 	fs.StringVar(&cfg.mockStats, "mock-stats", "", "URL of the mock upstream's GET /_stats, to report the 429s the upstream answered per run")
@@ -258,8 +258,8 @@ func parseFlags(args []string, getenv func(string) string, stdout io.Writer) (co
 	if fs.NArg() > 0 {
 		return cfg, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
-	if cfg.auth != "bearer" && cfg.auth != "x-api-key" {
-		return cfg, fmt.Errorf("-auth %q: give bearer or x-api-key", cfg.auth)
+	if cfg.auth != "bearer" && cfg.auth != "x-api-key" && cfg.auth != "x-goog-api-key" {
+		return cfg, fmt.Errorf("-auth %q: give bearer, x-api-key or x-goog-api-key", cfg.auth)
 	}
 	if !strings.HasPrefix(cfg.path, "/") {
 		return cfg, fmt.Errorf("-path %q must start with /", cfg.path)

@@ -222,7 +222,7 @@ func TestTargeterSendsPathAndAuth(t *testing.T) {
 			t.Fatalf("target %s %v", tgt.URL, tgt.Header)
 		}
 	}
-	if _, err := parseFlags([]string{"-direct", "http://127.0.0.1:1/v1", "-direct-key", "k", "-auth", "basic"}, func(string) string { return "" }, io.Discard); err == nil || !strings.Contains(err.Error(), "bearer or x-api-key") {
+	if _, err := parseFlags([]string{"-direct", "http://127.0.0.1:1/v1", "-direct-key", "k", "-auth", "basic"}, func(string) string { return "" }, io.Discard); err == nil || !strings.Contains(err.Error(), "give bearer, x-api-key or x-goog-api-key") {
 		t.Fatalf("-auth basic: %v", err)
 	}
 }

@@ -1,6 +1,10 @@
 // Command mockupstream serves the OpenAI-compatible mock upstream of package
 // upstream/mock, for trying Sluice against a provider that rate-limits,
-// lags and fails on demand, and for the load harness in cmd/loadgen.
+// lags and fails on demand, and for the load harness in cmd/loadgen. It
+// speaks Anthropic's Messages API too, at POST /v1/messages with the same
+// keys as x-api-key: an "anthropic" provider key with the mock's address
+// as its base URL; and Azure OpenAI's deployments, key in api-key: an
+// "azure" key with base URL <address>/openai/deployments/<name>?api-version=2024-10-21.
 //
 //	mockupstream -addr 127.0.0.1:9090 -keys sk-a=25,sk-b=25 -latency 200ms -jitter 50ms
 //

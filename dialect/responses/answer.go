@@ -82,19 +82,32 @@ func NewUsage(input, output, cached int64) Usage {
 	return u
 }
 
-// OutputItem is an item of a Response's output: the assistant's message
-// or one function call.
+// OutputItem is an item of a Response's output: the assistant's message,
+// one function call, or one call of a custom tool.
 type OutputItem struct {
-	Type    string // "message" or "function_call"
+	Type    string // "message", "function_call" or "custom_tool_call"
 	ID      string
 	Status  string        // in_progress, completed, incomplete
 	Content []ContentPart // a message's
-	// A function call's.
+	// A call's. A custom tool's call keeps the chat arguments it came as
+	// (not written: its Input is their text), so a stored conversation
+	// repeats to the model what the model said.
 	CallID, Name, Arguments string
+	Input                   string // a custom tool call's
 }
 
 // MarshalJSON writes the item with the fields of its type.
 func (it OutputItem) MarshalJSON() ([]byte, error) {
+	if it.Type == "custom_tool_call" {
+		return json.Marshal(struct {
+			Type   string `json:"type"`
+			ID     string `json:"id"`
+			Status string `json:"status"`
+			CallID string `json:"call_id"`
+			Name   string `json:"name"`
+			Input  string `json:"input"`
+		}{it.Type, it.ID, it.Status, it.CallID, it.Name, it.Input})
+	}
 	if it.Type == "function_call" {
 		return json.Marshal(struct {
 			Type      string `json:"type"`
@@ -185,6 +198,8 @@ func (d *ids) message() string {
 
 func (d *ids) call(index int) string { return "fc_" + d.base + "_" + strconv.Itoa(index) }
 
+func (d *ids) customCall(index int) string { return "ctc_" + d.base + "_" + strconv.Itoa(index) }
+
 // chatUsage is a chat completion's usage.
 type chatUsage struct {
 	PromptTokens        int64 `json:"prompt_tokens"`
@@ -256,8 +271,7 @@ func (r *Request) Response(meta Meta, completion []byte) (Response, error) {
 		resp.Output = append(resp.Output, msg)
 	}
 	for i, tc := range ch.Message.ToolCalls {
-		resp.Output = append(resp.Output, OutputItem{Type: "function_call", ID: id.call(i), Status: itemStatus,
-			CallID: tc.ID, Name: tc.Function.Name, Arguments: tc.Function.Arguments})
+		resp.Output = append(resp.Output, r.callItem(id, i, itemStatus, tc.ID, tc.Function))
 	}
 	end(&resp, meta, status, details, cc.Usage.usage())
 	return resp, nil
@@ -320,7 +334,7 @@ func assistantOf(resp Response) chatMessage {
 					hasText = true
 				}
 			}
-		case "function_call":
+		case "function_call", "custom_tool_call":
 			m.ToolCalls = append(m.ToolCalls, chatToolCall{ID: it.CallID, Type: "function",
 				Function: chatFunction{Name: it.Name, Arguments: it.Arguments}})
 		}

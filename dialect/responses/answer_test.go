@@ -136,3 +136,17 @@ func TestConversationKeepsInputAndAnswer(t *testing.T) {
 		t.Fatalf("continuation: %s", body)
 	}
 }
+
+// A reasoning summary asked for is echoed, as OpenAI echoes it, though
+// chat completions makes none: the output has no reasoning item.
+func TestResponseEchoesTheReasoningAskedFor(t *testing.T) {
+	resp, err := mustDecode(t, `{"model":"m","input":"hi","reasoning":{"effort":"high","summary":"auto"},"include":["reasoning.encrypted_content"]}`).
+		Response(testMeta, []byte(`{"choices":[{"message":{"content":"Hi."},"finish_reason":"stop"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := json.Marshal(resp)
+	if !strings.Contains(string(b), `"reasoning":{"effort":"high","summary":"auto"}`) || len(resp.Output) != 1 || resp.Output[0].Type != "message" {
+		t.Fatalf("response: %s", b)
+	}
+}

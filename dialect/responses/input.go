@@ -95,10 +95,14 @@ func (r *Request) readItem(raw jsontext.Value, param string) error {
 		return r.readMessage(raw, param)
 	case "function_call":
 		return r.readFunctionCall(raw, param)
-	case "function_call_output":
+	case "function_call_output", "custom_tool_call_output":
 		return r.readFunctionOutput(raw, param)
+	case "custom_tool_call":
+		return r.readCustomToolCall(raw, param)
+	case "reasoning":
+		return readReasoningItem(raw, param)
 	}
-	return unsupported(param+".type", "input item type '"+head.Type+"' is not supported: Sluice carries messages, function_call and function_call_output items")
+	return unsupported(param+".type", "input item type '"+head.Type+"' is not supported: Sluice carries messages, function_call, function_call_output, custom_tool_call and custom_tool_call_output items")
 }
 
 // readMessage translates a message item.
@@ -266,17 +270,23 @@ func (r *Request) readFunctionCall(raw jsontext.Value, param string) error {
 	case fc.Arguments == nil:
 		return missing(param + ".arguments")
 	}
-	call := chatToolCall{ID: *fc.CallID, Type: "function", Function: chatFunction{Name: *fc.Name, Arguments: *fc.Arguments}}
-	if n := len(r.input); n > 0 && r.input[n-1].Role == "assistant" {
-		r.input[n-1].ToolCalls = append(r.input[n-1].ToolCalls, call)
-		return nil
-	}
-	r.add(chatMessage{Role: "assistant", ToolCalls: []chatToolCall{call}}, source{param: param})
+	r.addCall(chatToolCall{ID: *fc.CallID, Type: "function", Function: chatFunction{Name: *fc.Name, Arguments: *fc.Arguments}}, param)
 	return nil
 }
 
-// readFunctionOutput translates a function_call_output item into a tool
-// message.
+// addCall adds a tool call made of the input item at param.
+func (r *Request) addCall(call chatToolCall, param string) {
+	if n := len(r.input); n > 0 && r.input[n-1].Role == "assistant" {
+		r.input[n-1].ToolCalls = append(r.input[n-1].ToolCalls, call)
+		return
+	}
+	r.add(chatMessage{Role: "assistant", ToolCalls: []chatToolCall{call}}, source{param: param})
+}
+
+// readFunctionOutput translates a function_call_output or
+// custom_tool_call_output item into a tool message: chat completions
+// answers a function call and a custom tool's call (a function call
+// there) alike.
 func (r *Request) readFunctionOutput(raw jsontext.Value, param string) error {
 	var fo struct {
 		Type   string         `json:"type"`
@@ -284,9 +294,15 @@ func (r *Request) readFunctionOutput(raw jsontext.Value, param string) error {
 		Status string         `json:"status"`
 		CallID *string        `json:"call_id"`
 		Output jsontext.Value `json:"output"`
+		// Codex names the tool of a custom_tool_call_output; the call id
+		// says the same, so it is read and not sent.
+		Name jsontext.Value `json:"name"`
 	}
 	if err := decode(raw, param, &fo); err != nil {
 		return err
+	}
+	if isSet(fo.Name) && fo.Type != "custom_tool_call_output" {
+		return unsupported(param+".name", "field '"+param+".name' is not supported: Sluice's Responses API runs on chat completions, which cannot carry it")
 	}
 	if fo.CallID == nil || *fo.CallID == "" {
 		return missing(param + ".call_id")
@@ -335,6 +351,39 @@ func (r *Request) readFunctionOutput(raw jsontext.Value, param string) error {
 		return invalid(param+".output", param+".output must be a string or an array of input_text parts")
 	}
 	r.add(msg, source{param: param})
+	return nil
+}
+
+// readReasoningItem reads a reasoning item sent back. Sluice never
+// returns one (chat completions has no reasoning items), so one here was
+// made by another provider: its encrypted content only that provider can
+// read, its id only that provider can look up, and its summary is text
+// the model did not see as such. Those are refused, naming the field,
+// since dropping them would change what the model is told. An item with
+// none of them (a summary-less, content-less item without id, as a
+// client that strips null fields sends) carries nothing and is dropped.
+func readReasoningItem(raw jsontext.Value, param string) error {
+	var it struct {
+		Type             string           `json:"type"`
+		ID               *string          `json:"id"`
+		Status           string           `json:"status"`
+		Summary          []jsontext.Value `json:"summary"`
+		Content          []jsontext.Value `json:"content"`
+		EncryptedContent *string          `json:"encrypted_content"`
+	}
+	if err := decode(raw, param, &it); err != nil {
+		return err
+	}
+	switch {
+	case it.EncryptedContent != nil && *it.EncryptedContent != "":
+		return unsupported(param+".encrypted_content", "encrypted reasoning cannot be carried to chat completions: only the provider that made it can read it (Sluice returns none); leave reasoning items out")
+	case len(it.Summary) > 0:
+		return unsupported(param+".summary", "a reasoning summary cannot be carried to chat completions; leave reasoning items out, or send the summary as a message")
+	case len(it.Content) > 0:
+		return unsupported(param+".content", "reasoning content cannot be carried to chat completions; leave reasoning items out, or send it as a message")
+	case it.ID != nil && *it.ID != "":
+		return unsupported(param+".id", "a reasoning item by id cannot be carried to chat completions: Sluice keeps no reasoning; leave reasoning items out")
+	}
 	return nil
 }
 

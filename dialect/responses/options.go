@@ -3,6 +3,7 @@ package responses
 import (
 	"encoding/json"
 	"strconv"
+	"strings"
 	"unicode/utf8"
 
 	jsonv2 "github.com/go-json-experiment/json"
@@ -11,9 +12,11 @@ import (
 
 // readTools translates function tools from the Responses API's flat shape
 // ({type, name, description, parameters, strict}) to chat completions'
-// nested one, and the tool choice with them. Built-in tools (web search,
-// file search, computer use…) are refused: chat completions has none.
+// nested one, custom tools to the function tools that carry them (see
+// custom.go), and the tool choice with them. Hosted tools (web search,
+// file search, computer use…) are refused: Sluice runs none.
 func (r *Request) readTools(tools []jsontext.Value, choice jsontext.Value) error {
+	names := map[string]int{} // a tool's name -> its index
 	for i, raw := range tools {
 		param := at("tools", i)
 		if raw.Kind() != '{' {
@@ -21,15 +24,30 @@ func (r *Request) readTools(tools []jsontext.Value, choice jsontext.Value) error
 		}
 		var head struct {
 			Type string `json:"type"`
+			Name string `json:"name"`
 		}
 		if err := jsonv2.Unmarshal(raw, &head); err != nil {
 			return decodeError(err, param)
 		}
-		if head.Type != "function" {
-			if head.Type == "" {
-				return missing(param + ".type")
+		if j, ok := names[head.Name]; ok && head.Name != "" && (head.Type == "custom" || r.custom[head.Name]) {
+			// A call names its tool; two tools of one name, one of them
+			// custom, would leave it unknown which item a call becomes.
+			return invalid(param+".name", "tool name '"+head.Name+"' is given twice (tools["+strconv.Itoa(j)+"] has it); a custom tool's name must be its own")
+		}
+		names[head.Name] = i
+		switch head.Type {
+		case "function":
+		case "custom":
+			b, err := r.readCustomTool(raw, param)
+			if err != nil {
+				return err
 			}
-			return unsupported(param+".type", "tool type '"+head.Type+"' is not supported: Sluice carries function tools only")
+			r.chat.Tools = append(r.chat.Tools, b)
+			continue
+		case "":
+			return missing(param + ".type")
+		default:
+			return unsupported(param+".type", hostedTool(head.Type))
 		}
 		var t struct {
 			Type        string         `json:"type"`
@@ -82,8 +100,8 @@ func (r *Request) readTools(tools []jsontext.Value, choice jsontext.Value) error
 		if err := jsonv2.Unmarshal(choice, &head); err != nil {
 			return decodeError(err, "tool_choice")
 		}
-		if head.Type != "function" {
-			return unsupported("tool_choice", "tool_choice of type '"+head.Type+"' is not supported: Sluice carries function tools only")
+		if head.Type != "function" && head.Type != "custom" {
+			return unsupported("tool_choice", "tool_choice of type '"+head.Type+"' is not supported: Sluice carries function and custom tools only")
 		}
 		var c struct {
 			Type string `json:"type"`
@@ -95,6 +113,10 @@ func (r *Request) readTools(tools []jsontext.Value, choice jsontext.Value) error
 		if c.Name == "" {
 			return missing("tool_choice.name")
 		}
+		if head.Type == "custom" && !r.custom[c.Name] {
+			return invalid("tool_choice.name", "tool_choice names custom tool '"+c.Name+"', which tools does not have")
+		}
+		// A custom tool is a function tool to chat completions.
 		r.chat.ToolChoice, _ = json.Marshal(map[string]any{"type": "function", "function": map[string]string{"name": c.Name}})
 		return nil
 	}
@@ -162,8 +184,22 @@ func (r *Request) readText(raw jsontext.Value) error {
 	return invalid("text.format.type", "text.format.type must be one of text, json_object, json_schema")
 }
 
-// readReasoning passes reasoning.effort on as reasoning_effort. Summaries
-// are refused: chat completions returns none.
+// hostedTool says why a tool type is refused: it is one OpenAI runs for
+// the model, and Sluice runs none. Codex sends web_search unless told not
+// to, so its setting is named.
+func hostedTool(typ string) string {
+	msg := "tool type '" + typ + "' is not supported: Sluice runs no hosted tools and carries function and custom tools only; leave it out"
+	if strings.HasPrefix(typ, "web_search") {
+		msg += ` (Codex: set web_search = "disabled" in config.toml)`
+	}
+	return msg
+}
+
+// readReasoning passes reasoning.effort on as reasoning_effort, for the
+// provider's format to carry or refuse. A summary is accepted and echoed
+// but never made: chat completions returns no reasoning items, and OpenAI
+// too may answer a summary request with none, so asking changes nothing
+// of the answer.
 func (r *Request) readReasoning(raw jsontext.Value) error {
 	if !isSet(raw) {
 		return nil
@@ -176,12 +212,21 @@ func (r *Request) readReasoning(raw jsontext.Value) error {
 	if err := decode(raw, "reasoning", &re); err != nil {
 		return err
 	}
-	switch {
-	case re.Summary != nil:
-		return unsupported("reasoning.summary", "reasoning summaries are not supported: chat completions returns none; leave reasoning.summary out")
-	case re.GenerateSummary != nil:
-		return unsupported("reasoning.generate_summary", "reasoning summaries are not supported: chat completions returns none; leave reasoning.generate_summary out")
-	case re.Effort == nil:
+	for _, s := range []struct {
+		param string
+		value *string
+	}{{"reasoning.summary", re.Summary}, {"reasoning.generate_summary", re.GenerateSummary}} {
+		if s.value == nil {
+			continue
+		}
+		switch *s.value {
+		case "auto", "concise", "detailed":
+			r.echo.Reasoning.Summary = s.value
+		default:
+			return invalid(s.param, s.param+" must be one of auto, concise, detailed")
+		}
+	}
+	if re.Effort == nil {
 		return nil
 	}
 	switch *re.Effort {

@@ -7,8 +7,10 @@
 // pipeline and stores responses.
 //
 // What the translation cannot carry is refused, naming the field, never
-// dropped: built-in tools, background runs, include, reasoning summaries
-// and the like answer 400.
+// dropped: hosted tools, background runs, encrypted reasoning sent back,
+// include of extra output data and the like answer 400. What asks only
+// for output chat completions never makes (reasoning summaries, encrypted
+// reasoning in the answer) is accepted and simply not made.
 package responses
 
 import (
@@ -36,9 +38,10 @@ type Request struct {
 	ReasoningEffort string
 
 	instructions *string
-	input        []chatMessage // this request's input, as chat messages
-	sources      []source      // where each input message came from, for errors
-	images       []string      // the params of the input's images
+	input        []chatMessage   // this request's input, as chat messages
+	sources      []source        // where each input message came from, for errors
+	images       []string        // the params of the input's images
+	custom       map[string]bool // the names of the request's custom tools
 	chat         chatOptions
 	echo         echo
 }
@@ -90,11 +93,15 @@ type wireRequest struct {
 	StreamOptions      jsontext.Value   `json:"stream_options"`
 	Store              *bool            `json:"store"`
 	PreviousResponseID *string          `json:"previous_response_id"`
+	// ClientMetadata is a client's telemetry about itself (Codex sends
+	// its installation id): checked, never sent to the model, which it
+	// says nothing to.
+	ClientMetadata jsontext.Value `json:"client_metadata"`
 
 	// Accepted only as what they mean when unset: chat completions cannot
 	// carry more.
 	Background   *bool          `json:"background"`
-	Include      []string       `json:"include"`
+	Include      []string       `json:"include"` // reasoning.encrypted_content only: see refuseUnset
 	Truncation   *string        `json:"truncation"`
 	TopLogprobs  *int64         `json:"top_logprobs"`
 	Conversation jsontext.Value `json:"conversation"`
@@ -152,8 +159,6 @@ func refuseUnset(w *wireRequest) error {
 	switch {
 	case w.Background != nil && *w.Background:
 		return unsupported("background", "background responses are not supported: send the request without background and wait for its answer, or stream it")
-	case len(w.Include) > 0:
-		return unsupported("include", "include is not supported: Sluice returns no extra output data ('"+w.Include[0]+"'); leave include out")
 	case w.Truncation != nil && *w.Truncation != "disabled":
 		return unsupported("truncation", "truncation '"+*w.Truncation+"' is not supported: Sluice never drops input; use 'disabled' or leave it out")
 	case w.TopLogprobs != nil && *w.TopLogprobs != 0:
@@ -164,6 +169,22 @@ func refuseUnset(w *wireRequest) error {
 		return unsupported("prompt", "prompt templates are not supported: send the prompt as input and instructions")
 	case w.MaxToolCalls != nil && *w.MaxToolCalls < 1:
 		return invalid("max_tool_calls", "max_tool_calls must be at least 1")
+	}
+	for _, inc := range w.Include {
+		// Encrypted reasoning is asked for so that a client keeping no
+		// state (store: false, as Codex) can send reasoning items back.
+		// Chat completions returns no reasoning items, so there is none
+		// to include and none to send back: asking is harmless. Every
+		// other include asks for output Sluice cannot make.
+		if inc != "reasoning.encrypted_content" {
+			return unsupported("include", "include '"+inc+"' is not supported: Sluice returns no extra output data; leave it out (only reasoning.encrypted_content is accepted, and Sluice returns no reasoning items)")
+		}
+	}
+	if isSet(w.ClientMetadata) {
+		var md map[string]string
+		if err := decode(w.ClientMetadata, "client_metadata", &md); err != nil {
+			return err
+		}
 	}
 	if isSet(w.StreamOptions) {
 		var so struct {

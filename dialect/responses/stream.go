@@ -1,6 +1,8 @@
 package responses
 
 import (
+	"github.com/sluicehq/sluice/wire"
+
 	"bytes"
 	"encoding/json"
 	"strconv"
@@ -15,7 +17,11 @@ import (
 // response.content_part.done and response.output_item.done; for each
 // function call response.output_item.added,
 // response.function_call_arguments.delta and .done and
-// response.output_item.done; and last response.completed (or
+// response.output_item.done; for each call of a custom tool
+// response.output_item.added, and once its arguments are whole
+// response.custom_tool_call_input.delta (all its input at once: the
+// input is a string inside the JSON arguments, whole only at their end),
+// .done and response.output_item.done; and last response.completed (or
 // response.incomplete, cut by max_output_tokens; or response.failed, the
 // provider's stream broken) with the whole response and its usage. Each
 // event is "event: <type>\ndata: {…,"sequence_number":N}\n\n".
@@ -29,9 +35,9 @@ type Stream struct {
 	resp Response // output and status so far
 
 	seq     int
-	line    []byte // the start of a line whose end has not come
-	data    []byte // the data lines of the event being read
-	out     []byte // events to send, returned by the current call
+	lines   wire.Lines // the stream split into lines
+	data    []byte     // the data lines of the event being read
+	out     []byte     // events to send, returned by the current call
 	message *openMessage
 	calls   map[int]int // a chat tool call's index -> its output index
 	open    []int       // output indexes of function calls not yet done
@@ -74,20 +80,13 @@ func (s *Stream) Response() Response { return s.resp }
 // returns the events it completes; the slice is valid until the next call.
 func (s *Stream) Write(p []byte) []byte {
 	s.out = s.out[:0]
-	for len(p) > 0 && !s.ended && !s.waiting {
-		i := bytes.IndexByte(p, '\n')
-		if i < 0 {
-			s.line = append(s.line, p...)
-			break
-		}
-		line := p[:i]
-		p = p[i+1:]
-		if len(s.line) > 0 {
-			line = append(s.line, line...)
-			s.line = s.line[:0]
-		}
-		s.readLine(bytes.TrimSuffix(line, []byte("\r")))
+	if s.ended || s.waiting {
+		return s.out
 	}
+	s.lines.Feed(p, func(line []byte) bool {
+		s.readLine(line)
+		return !s.ended && !s.waiting
+	})
 	return s.out
 }
 
@@ -97,9 +96,8 @@ func (s *Stream) Write(p []byte) []byte {
 // events, nothing when the stream had ended.
 func (s *Stream) Finish(billed Usage) []byte {
 	s.out = s.out[:0]
-	if len(s.line) > 0 { // a last line without its new line
-		s.readLine(s.line)
-		s.line = s.line[:0]
+	if rest := s.lines.Rest(); rest != nil { // a last line without its new line
+		s.readLine(rest)
 	}
 	if len(s.data) > 0 && !s.ended {
 		s.dispatch()
@@ -274,8 +272,10 @@ func (s *Stream) toolCall(index int, id string, fn chatFunction) {
 		out = len(s.resp.Output)
 		s.calls[index] = out
 		s.open = append(s.open, out)
-		s.resp.Output = append(s.resp.Output, OutputItem{Type: "function_call", ID: s.ids.call(index), Status: "in_progress",
-			CallID: id, Name: fn.Name})
+		// The first piece names the tool (as every OpenAI-compatible
+		// provider sends it), which says whether this is a custom tool's
+		// call.
+		s.resp.Output = append(s.resp.Output, s.req.callItem(s.ids, index, "in_progress", id, chatFunction{Name: fn.Name}))
 		s.emit("response.output_item.added", itemEvent{OutputIndex: out, Item: s.resp.Output[out]})
 	} else {
 		// The id and name come with the first piece; a provider that
@@ -293,6 +293,9 @@ func (s *Stream) toolCall(index int, id string, fn chatFunction) {
 	}
 	item := &s.resp.Output[out]
 	item.Arguments += fn.Arguments
+	if item.Type == "custom_tool_call" {
+		return // its input is read from the whole arguments, in closeAll
+	}
 	s.emit("response.function_call_arguments.delta", argsDeltaEvent{ItemID: item.ID, OutputIndex: out, Delta: fn.Arguments})
 }
 
@@ -310,7 +313,15 @@ func (s *Stream) closeAll() {
 	for _, out := range s.open {
 		item := &s.resp.Output[out]
 		item.Status = status
-		s.emit("response.function_call_arguments.done", argsDoneEvent{ItemID: item.ID, OutputIndex: out, Arguments: item.Arguments})
+		if item.Type == "custom_tool_call" {
+			item.Input = customInput(item.Arguments)
+			if item.Input != "" {
+				s.emit("response.custom_tool_call_input.delta", argsDeltaEvent{ItemID: item.ID, OutputIndex: out, Delta: item.Input})
+			}
+			s.emit("response.custom_tool_call_input.done", inputDoneEvent{ItemID: item.ID, OutputIndex: out, Input: item.Input})
+		} else {
+			s.emit("response.function_call_arguments.done", argsDoneEvent{ItemID: item.ID, OutputIndex: out, Arguments: item.Arguments})
+		}
 		s.emit("response.output_item.done", itemEvent{OutputIndex: out, Item: *item})
 	}
 	s.open = s.open[:0]
@@ -387,6 +398,11 @@ type (
 		ItemID      string `json:"item_id"`
 		OutputIndex int    `json:"output_index"`
 		Arguments   string `json:"arguments"`
+	}
+	inputDoneEvent struct {
+		ItemID      string `json:"item_id"`
+		OutputIndex int    `json:"output_index"`
+		Input       string `json:"input"`
 	}
 )
 

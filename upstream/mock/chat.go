@@ -31,6 +31,33 @@ type chatRequest struct {
 	StreamOptions       *struct {
 		IncludeUsage bool `json:"include_usage"`
 	} `json:"stream_options"`
+	Tools []struct {
+		Function struct {
+			Name string `json:"name"`
+		} `json:"function"`
+	} `json:"tools"`
+	ToolChoice json.RawMessage `json:"tool_choice"`
+}
+
+// toolToCall is the tool the mock calls instead of answering: the named
+// tool_choice, else the first tool, unless tool_choice is "none" or the
+// last message already is a tool's result.
+func (req chatRequest) toolToCall() string {
+	if len(req.Tools) == 0 || len(req.Messages) > 0 && req.Messages[len(req.Messages)-1].Role == "tool" {
+		return ""
+	}
+	var choice struct {
+		Function struct {
+			Name string `json:"name"`
+		} `json:"function"`
+	}
+	switch {
+	case string(req.ToolChoice) == `"none"`:
+		return ""
+	case json.Unmarshal(req.ToolChoice, &choice) == nil && choice.Function.Name != "":
+		return choice.Function.Name
+	}
+	return req.Tools[0].Function.Name
 }
 
 // chatMessage holds content as either a string or an array of parts.
@@ -73,6 +100,8 @@ type reply struct {
 	created int64
 	model   string
 	content string
+	call    string // the tool called instead of content; "" for none
+	args    string // its arguments: {"text": the start of the last user message}
 	finish  string
 	usage   usage
 }
@@ -111,7 +140,15 @@ func (s *Server) reply(req chatRequest, body []byte, answer int) reply {
 			prompt += len(strings.Fields(m.text()))
 		}
 	}
+	call, args := req.toolToCall(), ""
+	if call != "" {
+		b, _ := json.Marshal(map[string]string{"text": last})
+		args = string(b)
+		content, finish, completion = "", "tool_calls", s.bill.count(call+args)
+	}
 	return reply{
+		call:    call,
+		args:    args,
 		id:      "chatcmpl-mock-" + strconv.FormatUint(s.ids.Add(1), 10),
 		created: s.now().Unix(),
 		model:   req.Model,
@@ -206,11 +243,34 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, completion(rep))
 }
 
+// toolCall is a tool call, whole or (in a stream) its first delta.
+type toolCall struct {
+	Index    *int   `json:"index,omitempty"`
+	ID       string `json:"id,omitempty"`
+	Type     string `json:"type,omitempty"`
+	Function struct {
+		Name      string `json:"name,omitempty"`
+		Arguments string `json:"arguments"`
+	} `json:"function"`
+}
+
+// callOf is rep's tool call, with the reply's id as the call's.
+func callOf(rep reply, index *int) toolCall {
+	tc := toolCall{Index: index, ID: "call_" + rep.id, Type: "function"}
+	tc.Function.Name, tc.Function.Arguments = rep.call, rep.args
+	return tc
+}
+
 // completion is the chat.completion body of a reply.
 func completion(rep reply) any {
+	content, calls := &rep.content, []toolCall(nil)
+	if rep.call != "" {
+		content, calls = nil, []toolCall{callOf(rep, nil)}
+	}
 	type message struct {
-		Role    string `json:"role"`
-		Content string `json:"content"`
+		Role      string     `json:"role"`
+		Content   *string    `json:"content"`
+		ToolCalls []toolCall `json:"tool_calls,omitempty"`
 	}
 	type choice struct {
 		Index        int     `json:"index"`
@@ -226,15 +286,16 @@ func completion(rep reply) any {
 		Usage   usage    `json:"usage"`
 	}{
 		ID: rep.id, Object: "chat.completion", Created: rep.created, Model: rep.model,
-		Choices: []choice{{Message: message{Role: "assistant", Content: rep.content}, FinishReason: rep.finish}},
+		Choices: []choice{{Message: message{Role: "assistant", Content: content, ToolCalls: calls}, FinishReason: rep.finish}},
 		Usage:   rep.usage,
 	}
 }
 
 // delta is the changing part of a chat.completion.chunk.
 type delta struct {
-	Role    string  `json:"role,omitempty"`
-	Content *string `json:"content,omitempty"`
+	Role      string     `json:"role,omitempty"`
+	Content   *string    `json:"content,omitempty"`
+	ToolCalls []toolCall `json:"tool_calls,omitempty"`
 }
 
 type chunkChoice struct {
@@ -291,7 +352,16 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, rep reply, inclu
 		<-r.Context().Done()
 		return
 	}
+	if rep.call != "" {
+		zero := 0
+		if !send(base(chunkChoice{Delta: delta{ToolCalls: []toolCall{callOf(rep, &zero)}}})) {
+			return
+		}
+	}
 	for i, piece := range split(rep.content, s.chunks) {
+		if piece == "" {
+			continue
+		}
 		if i > 0 && !sleep(r.Context(), s.cfg.ChunkDelay) {
 			return
 		}

@@ -2,8 +2,10 @@ package mock
 
 import (
 	"bytes"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"image"
 	"io"
 	"net/http"
 	"strconv"
@@ -23,7 +25,10 @@ import (
 // and the start of the last user text, cut at maxOutputTokens
 // (finishReason MAX_TOKENS); when the request declares functions and
 // its last turn is not a function's result, it calls the first function
-// it may call, with no arguments.
+// it may call, with the arguments {"text": the start of the last user
+// text}. The prompt is billed as its texts,
+// calls, results and declarations, and each inline image as Gemini bills
+// one (geminiImageTokens).
 
 // geminiRequest is the part of a generateContent request the mock reads.
 type geminiRequest struct {
@@ -52,7 +57,11 @@ type geminiContent struct {
 }
 
 type geminiPart struct {
-	Text         string `json:"text,omitempty"`
+	Text       string `json:"text,omitempty"`
+	InlineData *struct {
+		MimeType string `json:"mimeType"`
+		Data     string `json:"data"`
+	} `json:"inlineData,omitempty"`
 	FunctionCall *struct {
 		Name string          `json:"name"`
 		Args json.RawMessage `json:"args"`
@@ -206,6 +215,9 @@ func (s *Server) geminiReply(req geminiRequest) (geminiCandidate, geminiUsage) {
 		answered = false
 		for _, p := range c.Parts {
 			prompt += s.bill.count(p.Text)
+			if p.InlineData != nil && strings.HasPrefix(p.InlineData.MimeType, "image/") {
+				prompt += geminiImageTokens(p.InlineData.Data)
+			}
 			if p.FunctionCall != nil {
 				prompt += s.bill.count(p.FunctionCall.Name) + s.bill.count(string(p.FunctionCall.Args))
 			}
@@ -235,17 +247,18 @@ func (s *Server) geminiReply(req geminiRequest) (geminiCandidate, geminiUsage) {
 	}
 	cand := geminiCandidate{Content: geminiContent{Role: "model"}, FinishReason: "STOP"}
 	completion := 0
+	if r := []rune(last); len(r) > 40 {
+		last = string(r[:40])
+	}
 	if len(callable) > 0 && !answered {
+		args, _ := json.Marshal(map[string]string{"text": last})
 		part := geminiPart{FunctionCall: &struct {
 			Name string          `json:"name"`
 			Args json.RawMessage `json:"args"`
-		}{callable[0], json.RawMessage(`{}`)}}
+		}{callable[0], args}}
 		cand.Content.Parts = []geminiPart{part}
-		completion = s.bill.count(callable[0]) + 1
+		completion = s.bill.count(callable[0] + string(args))
 	} else {
-		if r := []rune(last); len(r) > 40 {
-			last = string(r[:40])
-		}
 		text := "mock reply to: " + last
 		completion = s.bill.count(text)
 		if g := req.GenerationConfig; g != nil && g.MaxOutputTokens != nil && *g.MaxOutputTokens >= 1 && completion > *g.MaxOutputTokens {
@@ -254,6 +267,17 @@ func (s *Server) geminiReply(req geminiRequest) (geminiCandidate, geminiUsage) {
 		cand.Content.Parts = []geminiPart{{Text: text}}
 	}
 	return cand, geminiUsage{PromptTokenCount: prompt, CandidatesTokenCount: completion, TotalTokenCount: prompt + completion}
+}
+
+// geminiImageTokens is what Gemini bills for an inline image: 258 tokens
+// when neither side is over 384 pixels, else 258 for each 768-pixel tile
+// it is cut into (258 for one it cannot read).
+func geminiImageTokens(data string) int {
+	cfg, _, err := image.DecodeConfig(base64.NewDecoder(base64.StdEncoding, strings.NewReader(data)))
+	if err != nil || cfg.Width <= 384 && cfg.Height <= 384 {
+		return 258
+	}
+	return 258 * ((cfg.Width + 767) / 768) * ((cfg.Height + 767) / 768)
 }
 
 // geminiStream writes cand as Gemini's server-sent events, CRLF-ended as

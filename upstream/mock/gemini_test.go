@@ -1,7 +1,11 @@
 package mock
 
 import (
+	"bytes"
+	"encoding/base64"
 	"encoding/json"
+	"image"
+	"image/png"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -119,13 +123,45 @@ func TestGeminiAnswer(t *testing.T) {
 	}
 }
 
+// An inline image is billed as Gemini bills it: 258 tokens up to 384
+// pixels a side, 258 a 768-pixel tile above.
+func TestGeminiBillsInlineImages(t *testing.T) {
+	s := New(Config{Keys: map[string]float64{"k": 0}})
+	prompt := func(parts string) int {
+		t.Helper()
+		rec := doGemini(t, s, geminiPath, "k", `{"contents":[{"role":"user","parts":[{"text":"what is this?"}`+parts+`]}]}`)
+		if rec.Code != 200 {
+			t.Fatalf("%d %s", rec.Code, rec.Body)
+		}
+		return geminiAnswerOf(t, rec.Body.String()).UsageMetadata.PromptTokenCount
+	}
+	inline := func(w, h int) string {
+		var b bytes.Buffer
+		if err := png.Encode(&b, image.NewGray(image.Rect(0, 0, w, h))); err != nil {
+			t.Fatal(err)
+		}
+		return `,{"inlineData":{"mimeType":"image/png","data":"` + base64.StdEncoding.EncodeToString(b.Bytes()) + `"}}`
+	}
+	text := prompt("")
+	for _, c := range []struct {
+		w, h, tokens int
+	}{{40, 30, 258}, {384, 384, 258}, {385, 100, 258}, {800, 1600, 258 * 2 * 3}} {
+		if got := prompt(inline(c.w, c.h)) - text; got != c.tokens {
+			t.Errorf("a %d×%d image billed %d tokens, want %d", c.w, c.h, got, c.tokens)
+		}
+	}
+	if got := prompt(inline(40, 30)+inline(40, 30)) - text; got != 2*258 {
+		t.Errorf("two images billed %d tokens", got)
+	}
+}
+
 // A request with functions gets a call of the first one it may call; once
 // the last turn is a function's result, a text answer.
 func TestGeminiFunctionCall(t *testing.T) {
 	s := New(Config{Keys: map[string]float64{"k": 0}})
 	tools := `"tools":[{"functionDeclarations":[{"name":"get_weather"},{"name":"get_time"}]}]`
 	a := geminiAnswerOf(t, doGemini(t, s, geminiPath, "k", `{"contents":[{"role":"user","parts":[{"text":"weather?"}]}],`+tools+`}`).Body.String())
-	if fc := a.Candidates[0].Content.Parts[0].FunctionCall; fc == nil || fc.Name != "get_weather" || string(fc.Args) != "{}" {
+	if fc := a.Candidates[0].Content.Parts[0].FunctionCall; fc == nil || fc.Name != "get_weather" || string(fc.Args) != `{"text":"weather?"}` {
 		t.Fatalf("answer %+v", a)
 	}
 	a = geminiAnswerOf(t, doGemini(t, s, geminiPath, "k", `{"contents":[{"role":"user","parts":[{"text":"weather?"}]}],`+tools+

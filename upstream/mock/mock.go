@@ -9,8 +9,12 @@
 // both work as base URLs):
 //
 //	POST .../chat/completions  chat completion; stream:true answers SSE
+//	POST .../openai/deployments/{deployment}/chat/completions?api-version=...
+//	                           the same as Azure OpenAI serves it: the key in
+//	                           api-key, the api-version required (see authorize)
 //	POST .../v1beta/models/{model}:generateContent, :streamGenerateContent?alt=sse
 //	                           Gemini's API, key in x-goog-api-key (see gemini.go)
+//	POST .../messages          Anthropic's Messages API (see anthropic.go), x-api-key auth
 //	POST .../embeddings        embeddings, floats or base64, with usage
 //	GET  .../models            the model list
 //	GET  .../_stats            Stats as JSON (no auth), for load harnesses
@@ -105,6 +109,9 @@ type Server struct {
 
 	rngMu sync.Mutex
 	rng   *rand.Rand
+
+	cacheMu sync.Mutex
+	cached  map[string]bool // prompt prefixes in the Anthropic speaker's prompt cache
 }
 
 // keyState is one API key's bucket and counters.
@@ -148,6 +155,7 @@ func New(cfg Config) *Server {
 		chunks: cfg.StreamChunks,
 		bill:   newBiller(cfg.Billing),
 		rng:    rand.New(rand.NewPCG(uint64(cfg.Seed), 0x5eed)),
+		cached: map[string]bool{},
 	}
 	if s.now == nil {
 		s.now = time.Now
@@ -185,6 +193,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.gemini(w, r, path)
 	case strings.HasSuffix(path, "/chat/completions"):
 		s.chat(w, r)
+	case strings.HasSuffix(path, "/messages"):
+		s.anthropic(w, r)
 	case strings.HasSuffix(path, "/embeddings"):
 		s.embeddings(w, r)
 	case strings.HasSuffix(path, "/models"):
@@ -197,7 +207,22 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // authorize returns the caller's key state, or answers 401 and returns nil.
+// Under an Azure OpenAI deployment's path the key comes in api-key, not
+// Authorization, and a request without its api-version is 404 "Resource
+// not found", as Azure answers both.
 func (s *Server) authorize(w http.ResponseWriter, r *http.Request) *keyState {
+	if strings.Contains(r.URL.Path, "/openai/deployments/") {
+		if r.URL.Query().Get("api-version") == "" {
+			writeError(w, http.StatusNotFound, "Resource not found")
+			return nil
+		}
+		if ks := s.keys[r.Header.Get("api-key")]; ks != nil {
+			return ks
+		}
+		writeError(w, http.StatusUnauthorized, "Access denied due to invalid subscription key or wrong API endpoint. "+
+			"Make sure to provide a valid key for an active subscription and use a correct regional API endpoint for your resource.")
+		return nil
+	}
 	auth := r.Header.Get("Authorization")
 	key, ok := strings.CutPrefix(auth, "Bearer ")
 	if ks := s.keys[strings.TrimSpace(key)]; ok && ks != nil {

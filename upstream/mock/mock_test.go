@@ -286,6 +286,86 @@ func TestCompletion(t *testing.T) {
 	}
 }
 
+// TestChatCallsATool: offered tools, the mock calls the chosen one (the
+// named tool_choice, else the first) with {"text": the start of the last
+// user message}, whole and streamed, billed as the call's name and
+// arguments; "none", or a last message that is a tool's result, gets text.
+func TestChatCallsATool(t *testing.T) {
+	s := New(Config{Keys: map[string]float64{"sk-a": 0}})
+	const ask = "write a spring couplet about good fortune and long life please"
+	tools := `"tools":[{"type":"function","function":{"name":"lookup"}},{"type":"function","function":{"name":"other"}}]`
+	user := `{"role":"user","content":"` + ask + `"}`
+	args := `{"text":"` + ask[:40] + `"}`
+	type call struct {
+		ID       string
+		Function struct{ Name, Arguments string }
+	}
+	answer := func(extra, msgs string) (string, []call, string, usage) {
+		t.Helper()
+		rec := do(t, s, "POST", "/v1/chat/completions", "sk-a", `{"model":"m","messages":[`+msgs+`],`+tools+extra+`}`)
+		var got struct {
+			Choices []struct {
+				Message struct {
+					Content   *string
+					ToolCalls []call `json:"tool_calls"`
+				}
+				FinishReason string `json:"finish_reason"`
+			}
+			Usage usage
+		}
+		if err := json.Unmarshal(rec.Body.Bytes(), &got); err != nil || rec.Code != 200 || len(got.Choices) != 1 {
+			t.Fatalf("%d %s", rec.Code, rec.Body)
+		}
+		c := got.Choices[0]
+		content := ""
+		if c.Message.Content != nil {
+			content = *c.Message.Content
+		}
+		return content, c.Message.ToolCalls, c.FinishReason, got.Usage
+	}
+	for _, tc := range []struct{ name, extra, tool string }{
+		{"the first", "", "lookup"},
+		{"the chosen", `,"tool_choice":{"type":"function","function":{"name":"other"}}`, "other"},
+	} {
+		content, calls, finish, u := answer(tc.extra, user)
+		if content != "" || finish != "tool_calls" || len(calls) != 1 || calls[0].Function.Name != tc.tool ||
+			calls[0].Function.Arguments != args || calls[0].ID == "" || u.CompletionTokens != Tokens(tc.tool+args) {
+			t.Errorf("%s: %q %+v %s %+v", tc.name, content, calls, finish, u)
+		}
+	}
+	if content, calls, finish, _ := answer(`,"tool_choice":"none"`, user); len(calls) != 0 || finish != "stop" || content != "mock reply to: "+ask[:40] {
+		t.Errorf("tool_choice none: %q %+v %s", content, calls, finish)
+	}
+	result := user + `,{"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function","function":{"name":"lookup","arguments":"{}"}}]},` +
+		`{"role":"tool","tool_call_id":"c1","content":"found"}`
+	if content, calls, finish, _ := answer("", result); len(calls) != 0 || finish != "stop" || content != "mock reply to: "+ask[:40] {
+		t.Errorf("after the result: %q %+v %s", content, calls, finish)
+	}
+
+	rec := do(t, s, "POST", "/v1/chat/completions", "sk-a", `{"model":"m","stream":true,"messages":[`+user+`],`+tools+`}`)
+	var streamed []string
+	for _, data := range events(t, rec.Body) {
+		if data == "[DONE]" {
+			continue
+		}
+		var c chunk
+		if err := json.Unmarshal([]byte(data), &c); err != nil {
+			t.Fatalf("chunk %s: %v", data, err)
+		}
+		for _, ch := range c.Choices {
+			for _, tc := range ch.Delta.ToolCalls {
+				streamed = append(streamed, tc.Function.Name+tc.Function.Arguments)
+			}
+			if ch.FinishReason != nil {
+				streamed = append(streamed, *ch.FinishReason)
+			}
+		}
+	}
+	if strings.Join(streamed, " ") != "lookup"+args+" tool_calls" {
+		t.Errorf("streamed %v", streamed)
+	}
+}
+
 // events reads an SSE body into its data payloads, checking the framing.
 func events(t *testing.T, body io.Reader) []string {
 	t.Helper()
@@ -380,7 +460,7 @@ func TestPathPrefix(t *testing.T) {
 	}{
 		{"POST", "/v1/chat/completions", 200},
 		{"POST", "/chat/completions", 200},
-		{"POST", "/openai/deployments/x/v1/chat/completions", 200},
+		{"POST", "/x/openai/v1/chat/completions", 200},
 		{"POST", "/v1/chat/completions/", 200},
 		{"GET", "/v1/models", 200},
 		{"GET", "/proxy/v1/models/", 200},
@@ -394,6 +474,54 @@ func TestPathPrefix(t *testing.T) {
 		if rec := do(t, s, tt.method, tt.path, "sk-a", chatBody); rec.Code != tt.status {
 			t.Errorf("%s %s: %d, want %d: %s", tt.method, tt.path, rec.Code, tt.status, rec.Body)
 		}
+	}
+}
+
+// TestAzureDeployments: under an Azure OpenAI deployment's path the mock
+// serves chat completions, whole and streamed, with the key in api-key
+// and the api-version required, as Azure does; Bearer is not its key.
+func TestAzureDeployments(t *testing.T) {
+	s := New(Config{Keys: map[string]float64{"sk-a": 0}})
+	const path = "/openai/deployments/gpt-4o-mini/chat/completions"
+	tests := []struct {
+		name, path string
+		hdr        []string
+		status     int
+		message    string
+	}{
+		{"api-key", path + "?api-version=2024-10-21", []string{"api-key", "sk-a"}, 200, ""},
+		{"no api-version", path, []string{"api-key", "sk-a"}, 404, "Resource not found"},
+		{"unknown key", path + "?api-version=2024-10-21", []string{"api-key", "sk-b"}, 401, "Access denied due to invalid subscription key"},
+		{"bearer", path + "?api-version=2024-10-21", []string{"Authorization", "Bearer sk-a"}, 401, "Access denied due to invalid subscription key"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rec := do(t, s, "POST", tt.path, "", chatBody, tt.hdr...)
+			if rec.Code != tt.status {
+				t.Fatalf("%d, want %d: %s", rec.Code, tt.status, rec.Body)
+			}
+			if tt.message != "" {
+				if e := errorOf(t, rec); !strings.Contains(e.Error.Message, tt.message) {
+					t.Fatalf("error %+v, want %q", e.Error, tt.message)
+				}
+				return
+			}
+			var c struct {
+				Choices []struct {
+					Message struct{ Content string }
+				}
+			}
+			if err := json.Unmarshal(rec.Body.Bytes(), &c); err != nil || len(c.Choices) != 1 ||
+				c.Choices[0].Message.Content != "mock reply to: "+"write a spring couplet about good fortune and long life please"[:40] {
+				t.Fatalf("answer %s", rec.Body)
+			}
+		})
+	}
+	stream := strings.Replace(chatBody, "{", `{"stream":true,`, 1)
+	rec := do(t, s, "POST", path+"?api-version=2024-10-21", "", stream, "api-key", "sk-a")
+	if rec.Code != 200 || !strings.HasPrefix(rec.Header().Get("Content-Type"), "text/event-stream") ||
+		!strings.HasSuffix(rec.Body.String(), "data: [DONE]\n\n") {
+		t.Fatalf("stream %d %v: %s", rec.Code, rec.Header(), rec.Body)
 	}
 }
 
