@@ -296,7 +296,9 @@ func TestTokenModelsAllowList(t *testing.T) {
 			}
 			refused, unknown := send(key, "sluice-local"), send(free, "no-such-model")
 			anthropicError(t, refused, 404, "not_found_error", "the model 'sluice-local' does not exist")
-			var a, b struct{ Error struct{ Type, Message string } }
+			var a, b struct {
+				Error struct{ Type, Message string }
+			}
 			_ = json.Unmarshal(refused.Body.Bytes(), &a)
 			_ = json.Unmarshal(unknown.Body.Bytes(), &b)
 			if a.Error.Type != b.Error.Type || a.Error.Message != strings.Replace(b.Error.Message, "no-such-model", "sluice-local", 1) {
