@@ -275,6 +275,7 @@ func TestTokenModelsAllowList(t *testing.T) {
 			{"/v1/chat/completions", `{"model":"sluice-local","stream":true,"messages":[{"role":"user","content":"hello"}]}`},
 			{"/v1/responses", `{"model":"sluice-local","input":"hello"}`},
 			{"/v1/embeddings", `{"model":"sluice-local","input":"hello"}`},
+			{"/v1/jobs", chatBody}, // refused when queued, not when it runs
 		} {
 			refused := g.do(request{method: "POST", path: tt.path, bearer: key, body: tt.body})
 			unknown := g.do(request{method: "POST", path: tt.path, bearer: free, body: strings.Replace(tt.body, "sluice-local", "no-such-model", 1)})

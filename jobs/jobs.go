@@ -485,7 +485,13 @@ var (
 // given back when the job finishes; with none left it is refused (429
 // queue_full, counted as a rejection) and nothing is queued.
 func (q *Queue) Enqueue(ctx context.Context, p *completion.Pipeline, caller accounts.Caller, body []byte, priority, callbackURL string) (Job, error) {
-	if err := Check(p, ChatCompletions, body); err != nil {
+	req, err := checked(p, ChatCompletions, body)
+	if err == nil {
+		// Refused now, as a live request would be, rather than failing
+		// when it runs.
+		err = completion.CheckModel(caller, req.Model)
+	}
+	if err != nil {
 		return Job{}, err
 	}
 	args := Args{OrgID: caller.OrgID, TokenID: caller.TokenID, Body: body, Priority: priority, CallbackURL: callbackURL}
@@ -515,14 +521,20 @@ const (
 // "" too, or Embeddings): it must parse as a live request would (so a bad
 // request fails now, not later), and may not stream.
 func Check(p *completion.Pipeline, endpoint string, body []byte) error {
+	_, err := checked(p, endpoint, body)
+	return err
+}
+
+// checked is Check, with the request it parsed.
+func checked(p *completion.Pipeline, endpoint string, body []byte) (completion.Request, error) {
 	req, err := parse(p, endpoint, body)
 	if err != nil {
-		return err
+		return req, err
 	}
 	if req.Stream {
-		return errNoStreams
+		return req, errNoStreams
 	}
-	return nil
+	return req, nil
 }
 
 // parse reads body as a request to endpoint.
