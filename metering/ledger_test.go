@@ -2,6 +2,9 @@ package metering
 
 import (
 	"context"
+	"errors"
+	"io"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -289,4 +292,42 @@ func TestLedgerHoldsOnBothAreAtomic(t *testing.T) {
 			}
 		}
 	})
+}
+
+// downLedger is a shared ledger that does not answer.
+type downLedger struct{ Ledger }
+
+var errLedgerDown = errors.New("dial tcp 127.0.0.1:6379: connect: connection refused")
+
+func (downLedger) Reserve(context.Context, time.Time, money.Amount, ...Hold) ([]Balance, bool, error) {
+	return nil, false, errLedgerDown
+}
+
+func (downLedger) Settle(context.Context, time.Time, money.Amount, ...Release) ([]Balance, error) {
+	return nil, errLedgerDown
+}
+
+func (downLedger) Balance(context.Context, Account, time.Time) (Balance, error) { return Balance{}, errLedgerDown }
+
+// While the shared ledger is down, each node reserves within its share of
+// every limit of a request: its organization's and its token's.
+func TestFallbackLedgerSharesEveryLimit(t *testing.T) {
+	ctx := context.Background()
+	seed := func(context.Context, Account, time.Time) (money.Amount, error) { return 0, nil }
+	l := NewFallbackLedger(downLedger{}, seed, 2, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	holds := []Hold{{Account: OrgAccount(1), Limit: 10 * money.Dollar}, {Account: TokenAccount(1, 5), Limit: 4 * money.Dollar}}
+	admitted := 0
+	for range 5 {
+		if _, ok, err := l.Reserve(ctx, nov, money.Dollar, holds...); err != nil {
+			t.Fatal(err)
+		} else if ok {
+			admitted++
+		}
+	}
+	if admitted != 2 || !l.Degraded() {
+		t.Fatalf("admitted %d (degraded %v), want 2: half of the token's 4.00", admitted, l.Degraded())
+	}
+	if b, _ := l.local.Balance(ctx, OrgAccount(1), nov); b.Reserved != 2*money.Dollar {
+		t.Fatalf("the organization's local balance holds %s, want 2.00: the token's refusals held nothing on it", b.Reserved)
+	}
 }
