@@ -307,7 +307,9 @@ func (downLedger) Settle(context.Context, time.Time, money.Amount, ...Release) (
 	return nil, errLedgerDown
 }
 
-func (downLedger) Balance(context.Context, Account, time.Time) (Balance, error) { return Balance{}, errLedgerDown }
+func (downLedger) Balance(context.Context, Account, time.Time) (Balance, error) {
+	return Balance{}, errLedgerDown
+}
 
 // While the shared ledger is down, each node reserves within its share of
 // every limit of a request: its organization's and its token's.
