@@ -16,7 +16,6 @@ import (
 
 	"github.com/sluicehq/sluice/apperr"
 	"github.com/sluicehq/sluice/cluster"
-	"github.com/sluicehq/sluice/metering"
 	"github.com/sluicehq/sluice/models"
 )
 
@@ -27,7 +26,7 @@ type Service struct {
 	bus        cluster.Bus
 	throttle   *LoginThrottle
 	signups    *SignupThrottle // nil: signups are not throttled
-	ledger     metering.Ledger // budgets; nil: no token's balance is brought up to date
+	ledger     Balances // budgets; nil: no token's balance is brought up to date
 	ledgerLog  *slog.Logger
 	bcryptCost int
 	dummyHash  []byte // compared against for unknown emails, so timing does not reveal them
@@ -42,9 +41,16 @@ func WithSignupThrottle(t *SignupThrottle) ServiceOption {
 	return func(s *Service) { s.signups = t }
 }
 
+// Balances is what the service needs of the budget ledger
+// (metering.Ledger): a token's balance brought up to what the store has
+// billed it.
+type Balances interface {
+	Resync(ctx context.Context, a models.LedgerAccount, period time.Time) error
+}
+
 // WithLedger has a token given a monthly budget brought up to date in
 // ledger (see UpdateToken); a failure to is logged to log.
-func WithLedger(ledger metering.Ledger, log *slog.Logger) ServiceOption {
+func WithLedger(ledger Balances, log *slog.Logger) ServiceOption {
 	return func(s *Service) { s.ledger, s.ledgerLog = ledger, log }
 }
 

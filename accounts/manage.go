@@ -8,7 +8,6 @@ import (
 
 	"github.com/sluicehq/sluice/apperr"
 	"github.com/sluicehq/sluice/cluster"
-	"github.com/sluicehq/sluice/metering"
 	"github.com/sluicehq/sluice/models"
 	"github.com/sluicehq/sluice/quota"
 	"github.com/sluicehq/sluice/signing"
@@ -92,7 +91,7 @@ func (s *Service) UpdateToken(ctx context.Context, u models.User, id int64, p mo
 	s.dir.ForgetToken(t.Hash)
 	s.publish(ctx, cluster.Event{Kind: cluster.TokenChanged, Hash: t.Hash})
 	if p.MonthlyBudget.Set && t.MonthlyBudget != nil && s.ledger != nil {
-		if err := s.ledger.Resync(ctx, metering.TokenAccount(t.OrgID, t.ID), s.dir.now()); err != nil {
+		if err := s.ledger.Resync(ctx, models.LedgerAccount{OrgID: t.OrgID, TokenID: t.ID}, s.dir.now()); err != nil {
 			s.ledgerLog.Warn("bringing a token's budget balance up to the store failed; the balance is kept as it was",
 				"token_id", t.ID, "err", err)
 		}

@@ -140,7 +140,8 @@ func newEnv(t testing.TB, db *models.DB) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	acc, err := accounts.NewService(store, dir, cluster.None{}, accounts.NewLoginThrottle(clk.Now), 4)
+	ledger := metering.NewMemoryLedger(metering.StoreSeed(store))
+	acc, err := accounts.NewService(store, dir, cluster.None{}, accounts.NewLoginThrottle(clk.Now), 4, accounts.WithLedger(ledger, discardLog()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -156,7 +157,6 @@ func newEnv(t testing.TB, db *models.DB) *env {
 	cfg := defaults(t)
 	recorder := storeRecorder{store}
 	prices := metering.NewPriceBook()
-	ledger := metering.NewMemoryLedger(metering.StoreSeed(store))
 	webhooks := webhook.NewSender(webhook.Options{Hosts: webhook.Hosts{"127.0.0.1", "hooks.example.com"}, Now: clk.Now,
 		// hooks.example.com is public, without asking DNS; 127.0.0.1 is
 		// allowed by name and refused by address.

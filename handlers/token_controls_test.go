@@ -504,6 +504,38 @@ func TestTokenBudget(t *testing.T) {
 	})
 }
 
+// A budget set again on a token counts what the token spent while it had
+// none: its balance is brought up to what the rollups billed it.
+func TestTokenBudgetSetAgainCountsWhatWasSpent(t *testing.T) {
+	e := newEnv(t, testdb.SQLite(t))
+	_, owner := budgetEnv(t, e)
+	key, id := e.controlledToken(owner, `{"name":"capped","monthly_budget":"1.00"}`)
+	patch := func(body string) {
+		t.Helper()
+		if w := e.do(request{method: "PATCH", path: "/api/tokens/" + strconv.FormatInt(id, 10), bearer: owner, body: body}); w.Code != 200 {
+			t.Fatalf("patch %s: %d %s", body, w.Code, w.Body.String())
+		}
+	}
+	ask := func() int {
+		return e.do(request{method: "POST", path: "/v1/chat/completions", bearer: key, body: budgetBody}).Code
+	}
+	if c := ask(); c != 200 { // 164 microdollars, on the token's balance
+		t.Fatalf("first: %d", c)
+	}
+	patch(`{"monthly_budget":null}`)
+	for range 2 { // 328 more, untracked on the token's balance
+		if c := ask(); c != 200 {
+			t.Fatalf("without a budget: %d", c)
+		}
+	}
+	// 492 spent + a worst case of 209 passes 600: refused. Without the
+	// resync the balance would say 164, and admit it.
+	patch(`{"monthly_budget":"0.0006"}`)
+	if c := ask(); c != 429 {
+		t.Fatalf("with the budget set again: %d, want 429", c)
+	}
+}
+
 // A token's budget holds across gateway instances: two nodes on one
 // database (its ledger rows, as a cluster without Redis keeps them) or on
 // one Redis, twenty requests at once with room for one request's worst
