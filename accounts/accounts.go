@@ -26,7 +26,7 @@ type Service struct {
 	bus        cluster.Bus
 	throttle   *LoginThrottle
 	signups    *SignupThrottle // nil: signups are not throttled
-	ledger     Balances // budgets; nil: no token's balance is brought up to date
+	ledger     Balances        // budgets; nil: no token's balance is brought up to date
 	ledgerLog  *slog.Logger
 	bcryptCost int
 	dummyHash  []byte // compared against for unknown emails, so timing does not reveal them
