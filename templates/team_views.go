@@ -124,10 +124,11 @@ func invitationBadgeClass(status string) string {
 	}
 }
 
-// tokensWord is "1 API token" or "3 API tokens".
-func tokensWord(n int) string {
-	if n == 1 {
-		return "1 API token"
+// activeWord says how many of a member's tokens still work: "none
+// active", "1 active".
+func activeWord(n int) string {
+	if n == 0 {
+		return "none active"
 	}
-	return fmt.Sprintf("%d API tokens", n)
+	return fmt.Sprintf("%d active", n)
 }
