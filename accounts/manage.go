@@ -20,7 +20,7 @@ const MaxTokenDays = 3650
 // expiresInDays 0 means it never expires. The plain text is returned once.
 // Members and owners alike may.
 func (s *Service) CreateToken(ctx context.Context, m models.Member, name string, expiresInDays int) (models.APIToken, string, error) {
-	if err := needOrganization(m); err != nil {
+	if err := NeedOrganization(m); err != nil {
 		return models.APIToken{}, "", err
 	}
 	name = strings.TrimSpace(name)
@@ -38,7 +38,7 @@ func (s *Service) CreateToken(ctx context.Context, m models.Member, name string,
 // Tokens lists the tokens of m's organization m may manage: an owner every
 // one, a member their own.
 func (s *Service) Tokens(ctx context.Context, m models.Member) ([]models.APIToken, error) {
-	if err := needOrganization(m); err != nil {
+	if err := NeedOrganization(m); err != nil {
 		return nil, err
 	}
 	ts, err := s.store.APITokens(ctx, m.OrgID)
@@ -58,7 +58,7 @@ func (s *Service) Tokens(ctx context.Context, m models.Member) ([]models.APIToke
 // organization: an owner any, a member only one they created. Another
 // organization's token is not found.
 func (s *Service) manageableToken(ctx context.Context, m models.Member, id int64, what string) error {
-	if err := needOrganization(m); err != nil {
+	if err := NeedOrganization(m); err != nil {
 		return err
 	}
 	if m.IsOwner() {

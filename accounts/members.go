@@ -8,10 +8,10 @@ import (
 	"github.com/sluicehq/sluice/models"
 )
 
-// needOrganization refuses work in an organization from a user who
+// NeedOrganization refuses work in an organization from a user who
 // belongs to none (removed from their last one): they may still sign in,
 // list their organizations (none) and accept an invitation.
-func needOrganization(m models.Member) error {
+func NeedOrganization(m models.Member) error {
 	if !m.HasOrganization() {
 		return apperr.WithReason(apperr.Forbidden, "no_organization",
 			"you belong to no organization: ask an owner to invite you, then open the invitation's link")
@@ -19,13 +19,11 @@ func needOrganization(m models.Member) error {
 	return nil
 }
 
-// NeedOrganization is needOrganization for the HTTP layers' guards.
-func NeedOrganization(m models.Member) error { return needOrganization(m) }
-
-// needOwner refuses a member an owner's work before anything is read; the
-// stores check again inside their transactions, where it counts.
-func needOwner(m models.Member, what string) error {
-	if err := needOrganization(m); err != nil {
+// NeedOwner refuses a member an owner's work before anything is read
+// (what says what is refused: "set its budget"); the stores check again
+// inside their transactions, where it counts.
+func NeedOwner(m models.Member, what string) error {
+	if err := NeedOrganization(m); err != nil {
 		return err
 	}
 	if !m.IsOwner() {
@@ -34,14 +32,10 @@ func needOwner(m models.Member, what string) error {
 	return nil
 }
 
-// NeedOwner is needOwner for the HTTP layers' guards: what says what is
-// refused ("set its budget").
-func NeedOwner(m models.Member, what string) error { return needOwner(m, what) }
-
 // Invite asks email into m's organization as role ("" is member) and
 // returns the invitation with its code, shown this once. Owners only.
 func (s *Service) Invite(ctx context.Context, m models.Member, email string, role models.Role) (models.Invitation, string, error) {
-	if err := needOwner(m, "invite people"); err != nil {
+	if err := NeedOwner(m, "invite people"); err != nil {
 		return models.Invitation{}, "", err
 	}
 	email = strings.TrimSpace(email)
@@ -57,7 +51,7 @@ func (s *Service) Invite(ctx context.Context, m models.Member, email string, rol
 // Invitations lists m's organization's recent invitations. Owners only:
 // they carry addresses of people who are not members (yet).
 func (s *Service) Invitations(ctx context.Context, m models.Member) ([]models.OrgInvitation, error) {
-	if err := needOwner(m, "see invitations"); err != nil {
+	if err := NeedOwner(m, "see invitations"); err != nil {
 		return nil, err
 	}
 	return s.store.Invitations(ctx, m.OrgID)
@@ -66,7 +60,7 @@ func (s *Service) Invitations(ctx context.Context, m models.Member) ([]models.Or
 // RevokeInvitation ends a pending invitation of m's organization: its link
 // stops working at once. Owners only.
 func (s *Service) RevokeInvitation(ctx context.Context, m models.Member, id int64) (models.Invitation, error) {
-	if err := needOwner(m, "revoke invitations"); err != nil {
+	if err := NeedOwner(m, "revoke invitations"); err != nil {
 		return models.Invitation{}, err
 	}
 	return s.store.RevokeInvitation(ctx, m, id)
@@ -81,7 +75,7 @@ func (s *Service) AcceptInvitation(ctx context.Context, u models.User, code stri
 
 // Members lists m's organization's members; any member may read them.
 func (s *Service) Members(ctx context.Context, m models.Member) ([]models.OrgMember, error) {
-	if err := needOrganization(m); err != nil {
+	if err := NeedOrganization(m); err != nil {
 		return nil, err
 	}
 	return s.store.Members(ctx, m.OrgID)
@@ -90,7 +84,7 @@ func (s *Service) Members(ctx context.Context, m models.Member) ([]models.OrgMem
 // SetMemberRole makes a member of m's organization a member or an owner.
 // Owners only; the last owner stays one.
 func (s *Service) SetMemberRole(ctx context.Context, m models.Member, userID int64, role models.Role) (models.OrgMember, error) {
-	if err := needOwner(m, "change members' roles"); err != nil {
+	if err := NeedOwner(m, "change members' roles"); err != nil {
 		return models.OrgMember{}, err
 	}
 	return s.store.SetMemberRole(ctx, m, userID, role)
@@ -103,10 +97,10 @@ func (s *Service) SetMemberRole(ctx context.Context, m models.Member, userID int
 // node's gateway, as RevokeToken does. The last owner cannot go.
 func (s *Service) RemoveMember(ctx context.Context, m models.Member, userID int64) (models.Removal, error) {
 	if userID != m.ID {
-		if err := needOwner(m, "remove members"); err != nil {
+		if err := NeedOwner(m, "remove members"); err != nil {
 			return models.Removal{}, err
 		}
-	} else if err := needOrganization(m); err != nil {
+	} else if err := NeedOrganization(m); err != nil {
 		return models.Removal{}, err
 	}
 	r, err := s.store.RemoveMember(ctx, m, userID)

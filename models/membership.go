@@ -112,9 +112,10 @@ func lockOrganization(tx *gorm.DB, orgID int64) error {
 	return nil
 }
 
-// requireOwner checks, inside tx and after lockOrganization, that actor is
-// still an owner of orgID: what their session said at the start of the
-// request may have changed since.
+// requireOwner checks, inside tx (after lockOrganization where an
+// invariant rests on it), that actor is still an owner of their
+// organization: what their session said at the start of the request may
+// have changed since.
 func requireOwner(tx *gorm.DB, actor Member, what string) error {
 	var n int64
 	err := tx.Model(&Membership{}).Where("org_id = ? AND user_id = ? AND role = ?", actor.OrgID, actor.ID, RoleOwner).Count(&n).Error
