@@ -97,18 +97,56 @@ func validateOrgName(name string) error {
 	return nil
 }
 
-// Signup creates an organization on the free tier with the user as owner.
-// Signups from one client address are throttled (SignupThrottle).
-func (s *Service) Signup(ctx context.Context, email, password, orgName, clientIP string) (models.User, models.Organization, error) {
-	email = strings.TrimSpace(email)
-	if err := ValidateEmail(email); err != nil {
-		return models.User{}, models.Organization{}, err
-	}
-	if err := ValidatePassword(password); err != nil {
-		return models.User{}, models.Organization{}, err
+// Signup creates an organization on the free tier with the user as owner,
+// and returns them acting in it. Signups from one client address are
+// throttled (SignupThrottle).
+func (s *Service) Signup(ctx context.Context, email, password, orgName, clientIP string) (models.Member, models.Organization, error) {
+	if err := checkCredentials(email, password); err != nil {
+		return models.Member{}, models.Organization{}, err
 	}
 	if err := validateOrgName(orgName); err != nil {
-		return models.User{}, models.Organization{}, err
+		return models.Member{}, models.Organization{}, err
+	}
+	return s.signup(ctx, email, password, clientIP, func(hash string) (models.Organization, models.Member, error) {
+		return s.store.CreateOrganizationWithOwner(ctx, strings.TrimSpace(orgName), "free", strings.TrimSpace(email), hash, models.RoleMember)
+	})
+}
+
+// SignupByInvitation creates an account through an invitation: the user
+// joins the invitation's organization with its role instead of creating
+// one, and the code is used up. The email must be the one invited.
+func (s *Service) SignupByInvitation(ctx context.Context, email, password, code, clientIP string) (models.Member, models.Organization, error) {
+	if err := checkCredentials(email, password); err != nil {
+		return models.Member{}, models.Organization{}, err
+	}
+	// Checked before the throttle and the hash, so a stale link costs
+	// neither; the transaction below checks again as it uses the code.
+	inv, err := s.store.InvitationByCode(ctx, code)
+	if err != nil {
+		return models.Member{}, models.Organization{}, err
+	}
+	if err := inv.Usable(s.store.Now(), email); err != nil {
+		return models.Member{}, models.Organization{}, err
+	}
+	return s.signup(ctx, email, password, clientIP, func(hash string) (models.Organization, models.Member, error) {
+		return s.store.CreateInvitedUser(ctx, code, strings.TrimSpace(email), hash)
+	})
+}
+
+// checkCredentials checks a signup's email and password.
+func checkCredentials(email, password string) error {
+	if err := ValidateEmail(strings.TrimSpace(email)); err != nil {
+		return err
+	}
+	return ValidatePassword(password)
+}
+
+// signup throttles, hashes the password and creates the account with
+// create.
+func (s *Service) signup(ctx context.Context, email, password, clientIP string,
+	create func(hash string) (models.Organization, models.Member, error)) (models.Member, models.Organization, error) {
+	if err := checkCredentials(email, password); err != nil {
+		return models.Member{}, models.Organization{}, err
 	}
 	// The throttle counts every signup that passed the checks above,
 	// whatever becomes of it: one refused because the email is taken
@@ -119,35 +157,36 @@ func (s *Service) Signup(ctx context.Context, email, password, orgName, clientIP
 	// One that fails on our side (the database unreachable) is given back.
 	giveBack, err := s.signups.take(ctx, clientIP)
 	if err != nil {
-		return models.User{}, models.Organization{}, err
+		return models.Member{}, models.Organization{}, err
 	}
 	hash, err := bcrypt.GenerateFromPassword([]byte(password), s.bcryptCost)
 	if err != nil {
 		giveBack()
-		return models.User{}, models.Organization{}, apperr.Wrap(err, "hash password")
+		return models.Member{}, models.Organization{}, apperr.Wrap(err, "hash password")
 	}
-	o, u, err := s.store.CreateOrganizationWithOwner(ctx, strings.TrimSpace(orgName), "free", email, string(hash), models.RoleOwner)
+	o, m, err := create(string(hash))
 	if err != nil && apperr.Status(apperr.CodeOf(err)) >= 500 {
 		giveBack()
 	}
-	return u, o, err
+	return m, o, err
 }
 
-// Login checks a password. Failures for one email from one address are
-// slowed down: after a few, further attempts wait, doubling each time.
-func (s *Service) Login(ctx context.Context, email, password, clientIP string) (models.User, error) {
+// Login checks a password and returns the user acting where their sign-in
+// starts (Store.StartingMember). Failures for one email from one address
+// are slowed down: after a few, further attempts wait, doubling each time.
+func (s *Service) Login(ctx context.Context, email, password, clientIP string) (models.Member, error) {
 	key := models.NormalizeEmail(email) + "|" + clientIP
 	if wait := s.throttle.Wait(key); wait > 0 {
 		secs := int(wait.Round(time.Second) / time.Second)
 		if secs < 1 {
 			secs = 1
 		}
-		return models.User{}, &apperr.Error{Code: apperr.RateLimited, Reason: "login_throttled",
+		return models.Member{}, &apperr.Error{Code: apperr.RateLimited, Reason: "login_throttled",
 			Message: "too many failed sign-ins; try again in " + plural(secs, "second")}
 	}
 	u, err := s.store.UserByEmail(ctx, email)
 	if err != nil && apperr.CodeOf(err) != apperr.NotFound {
-		return models.User{}, err
+		return models.Member{}, err
 	}
 	hash := s.dummyHash
 	if err == nil {
@@ -155,10 +194,10 @@ func (s *Service) Login(ctx context.Context, email, password, clientIP string) (
 	}
 	if bcrypt.CompareHashAndPassword(hash, []byte(password)) != nil || err != nil {
 		s.throttle.Fail(key)
-		return models.User{}, apperr.WithReason(apperr.Unauthorized, "invalid_credentials", "email or password is wrong")
+		return models.Member{}, apperr.WithReason(apperr.Unauthorized, "invalid_credentials", "email or password is wrong")
 	}
 	s.throttle.Succeed(key)
-	return u, nil
+	return s.store.StartingMember(ctx, u)
 }
 
 // EnsureAdmin creates the first admin account when there is none. With an

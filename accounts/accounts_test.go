@@ -117,7 +117,7 @@ func TestSignupCreatesOwnerOnFreeTier(t *testing.T) {
 			t.Fatalf("stored org %+v %v", stored, err)
 		}
 		su, err := e.store.UserByEmail(ctx, "ada@example.com")
-		if err != nil || su.ID != u.ID || su.Role != models.RoleOwner {
+		if err != nil || su.ID != u.ID || su.AccountRole != models.RoleMember || su.LastOrgID != o.ID {
 			t.Fatalf("stored user %+v %v", su, err)
 		}
 		// Only a bcrypt hash is stored, at the service's cost.
@@ -380,7 +380,7 @@ func TestAdminOnlyChanges(t *testing.T) {
 		owner, org := e.signup(t, "ada@example.com")
 		member := owner
 		member.Role = models.RoleMember
-		for _, u := range []models.User{owner, member} {
+		for _, u := range []models.User{owner.User, member.User} {
 			_, err := e.svc.UpdateTier(ctx, u, "free", models.TierSettings{Capacity: 1_000_000, RefillPerSec: 1000})
 			wantErr(t, err, apperr.Forbidden, "")
 			_, err = e.svc.SetOrganizationTier(ctx, u, org.ID, "premium")

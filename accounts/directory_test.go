@@ -15,7 +15,7 @@ import (
 
 // token creates an API token through the service and returns it with its
 // plain text.
-func (e *env) token(t *testing.T, u models.User, name string) (models.APIToken, string) {
+func (e *env) token(t *testing.T, u models.Member, name string) (models.APIToken, string) {
 	t.Helper()
 	tok, secret, err := e.svc.CreateToken(ctx, u, name, 0)
 	if err != nil {
@@ -184,7 +184,7 @@ func TestDirectoryCachesUntilTTL(t *testing.T) {
 		}
 
 		// Revoked behind the directory's back: the cache still says yes...
-		if _, err := e.store.RevokeAPIToken(ctx, ada, org.ID, tok.ID); err != nil {
+		if _, err := e.store.RevokeAPIToken(ctx, ada.User, org.ID, tok.ID); err != nil {
 			t.Fatal(err)
 		}
 		for _, step := range []time.Duration{0, dirTTL / 2, dirTTL/2 - time.Nanosecond} {

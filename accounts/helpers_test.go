@@ -49,7 +49,7 @@ func newEnv(t *testing.T, db *models.DB) *env {
 }
 
 // signup creates an owner of a free organization with password "password1".
-func (e *env) signup(t *testing.T, email string) (models.User, models.Organization) {
+func (e *env) signup(t *testing.T, email string) (models.Member, models.Organization) {
 	t.Helper()
 	u, o, err := e.svc.Signup(ctx, email, "password1", "Org of "+email, "192.0.2.1")
 	if err != nil {

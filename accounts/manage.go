@@ -16,10 +16,11 @@ import (
 // MaxTokenDays bounds an API token's optional lifetime.
 const MaxTokenDays = 3650
 
-// CreateToken issues an API token for u's organization; expiresInDays 0
-// means it never expires. The plain text is returned once.
-func (s *Service) CreateToken(ctx context.Context, u models.User, name string, expiresInDays int) (models.APIToken, string, error) {
-	return s.IssueToken(ctx, u, TokenSettings{Name: name, ExpiresInDays: expiresInDays})
+// CreateToken issues an API token for m in m's organization;
+// expiresInDays 0 means it never expires. The plain text is returned once.
+// Members and owners alike may.
+func (s *Service) CreateToken(ctx context.Context, m models.Member, name string, expiresInDays int) (models.APIToken, string, error) {
+	return s.IssueToken(ctx, m, TokenSettings{Name: name, ExpiresInDays: expiresInDays})
 }
 
 // TokenSettings are what a new token is made with.
@@ -32,10 +33,13 @@ type TokenSettings struct {
 	Controls      models.TokenControls
 }
 
-// IssueToken issues an API token for u's organization with its settings
-// and controls (checked: see models.TokenControls.Check). The plain text
-// is returned once.
-func (s *Service) IssueToken(ctx context.Context, u models.User, in TokenSettings) (models.APIToken, string, error) {
+// IssueToken issues an API token for m in m's organization with its
+// settings and controls (checked: see models.TokenControls.Check). The
+// plain text is returned once. Members and owners alike may.
+func (s *Service) IssueToken(ctx context.Context, m models.Member, in TokenSettings) (models.APIToken, string, error) {
+	if err := NeedOrganization(m); err != nil {
+		return models.APIToken{}, "", err
+	}
 	name := strings.TrimSpace(in.Name)
 	if in.ExpiresInDays < 0 || in.ExpiresInDays > MaxTokenDays {
 		return models.APIToken{}, "", apperr.New(apperr.Unprocessable, "expires_in_days must be from 0 (never) to %d", MaxTokenDays)
@@ -53,7 +57,7 @@ func (s *Service) IssueToken(ctx context.Context, u models.User, in TokenSetting
 		t := time.Now().UTC().AddDate(0, 0, in.ExpiresInDays)
 		expires = &t
 	}
-	return s.store.CreateAPITokenWith(ctx, u.OrgID, u.ID, name, expires, in.Controls)
+	return s.store.CreateAPITokenWith(ctx, m.OrgID, m.ID, name, expires, in.Controls)
 }
 
 // checkExpiry bounds an expiry set as a time: after now, and no later than
@@ -71,12 +75,15 @@ func (s *Service) checkExpiry(t time.Time) error {
 	return nil
 }
 
-// UpdateToken changes one of u's organization's tokens (an owner's any,
+// UpdateToken changes one of m's organization's tokens (an owner's any,
 // a member's only their own) and makes every node's gateway see the change
 // with its next request, as a revocation does. Setting a monthly budget
 // brings the token's ledger balance up to what the store has billed it
 // (its spending went untracked while it had none).
-func (s *Service) UpdateToken(ctx context.Context, u models.User, id int64, p models.TokenPatch) (models.APIToken, error) {
+func (s *Service) UpdateToken(ctx context.Context, m models.Member, id int64, p models.TokenPatch) (models.APIToken, error) {
+	if err := NeedOrganization(m); err != nil {
+		return models.APIToken{}, err
+	}
 	if p.ExpiresAt.Set && p.ExpiresAt.To != nil {
 		if err := s.checkExpiry(*p.ExpiresAt.To); err != nil {
 			return models.APIToken{}, err
@@ -84,7 +91,7 @@ func (s *Service) UpdateToken(ctx context.Context, u models.User, id int64, p mo
 		utc := p.ExpiresAt.To.UTC()
 		p.ExpiresAt.To = &utc
 	}
-	t, err := s.store.UpdateAPIToken(ctx, u, u.OrgID, id, p)
+	t, err := s.store.UpdateAPIToken(ctx, m, m.OrgID, id, p)
 	if err != nil {
 		return t, err
 	}
@@ -99,22 +106,68 @@ func (s *Service) UpdateToken(ctx context.Context, u models.User, id int64, p mo
 	return t, nil
 }
 
-// RevokeToken revokes one of u's organization's tokens and makes the
-// gateway forget it at once.
-func (s *Service) RevokeToken(ctx context.Context, u models.User, id int64) (models.APIToken, error) {
-	t, err := s.store.RevokeAPIToken(ctx, u, u.OrgID, id)
+// Tokens lists the tokens of m's organization m may manage: an owner every
+// one, a member their own.
+func (s *Service) Tokens(ctx context.Context, m models.Member) ([]models.APIToken, error) {
+	if err := NeedOrganization(m); err != nil {
+		return nil, err
+	}
+	ts, err := s.store.APITokens(ctx, m.OrgID)
+	if err != nil || m.IsOwner() {
+		return ts, err
+	}
+	own := ts[:0]
+	for _, t := range ts {
+		if t.UserID == m.ID {
+			own = append(own, t)
+		}
+	}
+	return own, nil
+}
+
+// manageableToken checks that m may change token id of their
+// organization: an owner any, a member only one they created. Another
+// organization's token is not found.
+func (s *Service) manageableToken(ctx context.Context, m models.Member, id int64, what string) error {
+	if err := NeedOrganization(m); err != nil {
+		return err
+	}
+	if m.IsOwner() {
+		return nil
+	}
+	t, err := s.store.OrganizationAPIToken(ctx, m.OrgID, id)
+	if err != nil {
+		return err
+	}
+	if t.UserID != m.ID {
+		return apperr.WithReason(apperr.Forbidden, "not_your_token",
+			"members may "+what+" only the tokens they created; ask an owner to "+what+" this one")
+	}
+	return nil
+}
+
+// RevokeToken revokes one of m's organization's tokens (an owner's pick, or
+// a member's own) and makes the gateway forget it at once.
+func (s *Service) RevokeToken(ctx context.Context, m models.Member, id int64) (models.APIToken, error) {
+	if err := s.manageableToken(ctx, m, id, "revoke"); err != nil {
+		return models.APIToken{}, err
+	}
+	t, err := s.store.RevokeAPIToken(ctx, m.User, m.OrgID, id)
 	if err == nil {
-		s.dir.ForgetToken(t.Hash)
-		s.publish(ctx, cluster.Event{Kind: cluster.TokenChanged, Hash: t.Hash})
+		s.forgetTokens(ctx, t.Hash)
 	}
 	return t, err
 }
 
-// SetTokenSigning makes one of u's organization's tokens require signed
-// requests, with a new signing secret it returns (shown this once; asking
-// again replaces it), or take unsigned ones again (required false, secret
-// ""). Every node's gateway sees the change with its next request.
-func (s *Service) SetTokenSigning(ctx context.Context, u models.User, id int64, required bool) (t models.APIToken, secret string, err error) {
+// SetTokenSigning makes one of m's organization's tokens (an owner's pick,
+// or a member's own) require signed requests, with a new signing secret it
+// returns (shown this once; asking again replaces it), or take unsigned
+// ones again (required false, secret ""). Every node's gateway sees the
+// change with its next request.
+func (s *Service) SetTokenSigning(ctx context.Context, m models.Member, id int64, required bool) (t models.APIToken, secret string, err error) {
+	if err := s.manageableToken(ctx, m, id, "change signing of"); err != nil {
+		return t, "", err
+	}
 	var seal func(int64) string
 	if required {
 		if s.dir.box == nil {
@@ -123,13 +176,21 @@ func (s *Service) SetTokenSigning(ctx context.Context, u models.User, id int64, 
 		secret = signing.NewSecret()
 		seal = func(tokenID int64) string { return s.dir.box.Seal(secret, signingSealContext(tokenID)) }
 	}
-	t, err = s.store.SetTokenSigning(ctx, u, u.OrgID, id, seal)
+	t, err = s.store.SetTokenSigning(ctx, m.User, m.OrgID, id, seal)
 	if err != nil {
 		return t, "", err
 	}
-	s.dir.ForgetToken(t.Hash)
-	s.publish(ctx, cluster.Event{Kind: cluster.TokenChanged, Hash: t.Hash})
+	s.forgetTokens(ctx, t.Hash)
 	return t, secret, nil
+}
+
+// forgetTokens makes this node's gateway and every other node's forget the
+// tokens of hashes at once.
+func (s *Service) forgetTokens(ctx context.Context, hashes ...string) {
+	for _, h := range hashes {
+		s.dir.ForgetToken(h)
+		s.publish(ctx, cluster.Event{Kind: cluster.TokenChanged, Hash: h})
+	}
 }
 
 // UpdateTier changes a tier's settings; the next API request, on every

@@ -34,11 +34,13 @@ type Sessions struct {
 	now    func() time.Time
 }
 
-// SessionStore keeps the open sessions; *models.Store is one. Resume reads
-// it on every authenticated request, in place of reading the user.
+// SessionStore keeps the open sessions and the organization each acts in;
+// *models.Store is one. Resume reads it on every authenticated request, in
+// place of reading the user and their membership.
 type SessionStore interface {
 	CreateLoginSession(ctx context.Context, s models.LoginSession) error
-	LoginSessionUser(ctx context.Context, id string, userID int64) (models.User, error)
+	LoginSessionMember(ctx context.Context, id string, userID int64) (models.Member, error)
+	SetLoginSessionOrganization(ctx context.Context, id string, u models.User, orgID int64) (models.Member, error)
 	RevokeLoginSession(ctx context.Context, id string, userID int64, at time.Time) error
 }
 
@@ -62,36 +64,58 @@ type session struct {
 	id     string // the jti
 }
 
-// Start signs u in: a new session, with a fresh id, recorded in store so it
-// can be ended before it expires. Signing in never reuses a session.
-func (s *Sessions) Start(ctx context.Context, store SessionStore, u models.User) (token string, expires time.Time, err error) {
-	token, claims, err := s.issue(u)
+// Start signs m in: a new session, with a fresh id, acting in m's
+// organization (none when m has none), recorded in store so it can be
+// ended before it expires. Signing in never reuses a session.
+func (s *Sessions) Start(ctx context.Context, store SessionStore, m models.Member) (token string, expires time.Time, err error) {
+	token, claims, err := s.issue(m.User)
 	if err != nil {
 		return "", time.Time{}, err
 	}
 	expires = claims.ExpiresAt.Time
-	err = store.CreateLoginSession(ctx, models.LoginSession{ID: storedID(claims.ID), UserID: u.ID,
-		CreatedAt: claims.IssuedAt.Time, ExpiresAt: expires})
+	ls := models.LoginSession{ID: storedID(claims.ID), UserID: m.ID, CreatedAt: claims.IssuedAt.Time, ExpiresAt: expires}
+	if m.HasOrganization() {
+		ls.OrgID = &m.OrgID
+	}
+	err = store.CreateLoginSession(ctx, ls)
 	if err != nil {
 		return "", time.Time{}, err
 	}
 	return token, expires, nil
 }
 
-// Resume returns the user of a session token that is valid (see Parse) and
-// still open in store. A refused token is an Unauthorized error with reason
-// invalid_session; a store failure is returned as it is, so a database
-// outage is never taken for a signed-out visitor, nor for a signed-in one.
-func (s *Sessions) Resume(ctx context.Context, store SessionStore, token string) (models.User, error) {
+// Resume returns who a session token that is valid (see Parse) and still
+// open in store is: its user acting in the session's organization, with
+// their role there as it is now. A refused token is an Unauthorized error
+// with reason invalid_session; a store failure is returned as it is, so a
+// database outage is never taken for a signed-out visitor, nor for a
+// signed-in one.
+func (s *Sessions) Resume(ctx context.Context, store SessionStore, token string) (models.Member, error) {
 	sess, err := s.parse(token)
 	if err != nil {
-		return models.User{}, err
+		return models.Member{}, err
 	}
-	u, err := store.LoginSessionUser(ctx, storedID(sess.id), sess.userID)
+	m, err := store.LoginSessionMember(ctx, storedID(sess.id), sess.userID)
 	if apperr.CodeOf(err) == apperr.NotFound {
-		return models.User{}, invalidSession()
+		return models.Member{}, invalidSession()
 	}
-	return u, err
+	return m, err
+}
+
+// SwitchOrganization makes the session of token act in orgID from its next
+// request on, on every node (the session's row says where it acts); the
+// token itself stays the same. An organization the user does not belong
+// to is not found.
+func (s *Sessions) SwitchOrganization(ctx context.Context, store SessionStore, token string, u models.User, orgID int64) (models.Member, error) {
+	sess, err := s.parse(token)
+	if err != nil || sess.userID != u.ID {
+		return models.Member{}, invalidSession()
+	}
+	m, err := store.SetLoginSessionOrganization(ctx, storedID(sess.id), u, orgID)
+	if e := apperr.As(err); err != nil && e.Code == apperr.NotFound && e.Reason != "organization_not_found" {
+		return models.Member{}, invalidSession() // the session ended meanwhile
+	}
+	return m, err
 }
 
 // End signs the session of token out on the server: from now on no node

@@ -74,7 +74,7 @@ func TestSessionsEndOnTheServer(t *testing.T) {
 
 		// A well-signed token that was never started (an old one, or one
 		// minted by whoever learnt the secret) is no session.
-		minted, _, err := nodeA.Issue(ada)
+		minted, _, err := nodeA.Issue(ada.User)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -215,13 +215,13 @@ func (s *Service) Budget(ctx context.Context, orgID int64) (BudgetState, error) 
 	return st, err
 }
 
-// SetBudget sets or removes u's organization's monthly budget. Owners and
-// admins may; the change applies to the next request on every node.
-func (s *Service) SetBudget(ctx context.Context, u models.User, b models.Budget) (BudgetState, error) {
-	if u.Role != models.RoleOwner && !u.IsAdmin() {
-		return BudgetState{}, apperr.New(apperr.Forbidden, "only the organization's owner may set its budget")
+// SetBudget sets or removes u's organization's monthly budget. Its owners
+// may; the change applies to the next request on every node.
+func (s *Service) SetBudget(ctx context.Context, u models.Member, b models.Budget) (BudgetState, error) {
+	if err := accounts.NeedOwner(u, "set its budget"); err != nil {
+		return BudgetState{}, err
 	}
-	if _, err := s.store.SetBudget(ctx, u, u.OrgID, b); err != nil {
+	if _, err := s.store.SetBudget(ctx, u.User, u.OrgID, b); err != nil {
 		return BudgetState{}, err
 	}
 	s.orgChanged(ctx, u.OrgID)
@@ -229,33 +229,33 @@ func (s *Service) SetBudget(ctx context.Context, u models.User, b models.Budget)
 }
 
 // SetTimeZone sets the IANA zone u's organization's days are counted in.
-func (s *Service) SetTimeZone(ctx context.Context, u models.User, zone string) error {
-	if u.Role != models.RoleOwner && !u.IsAdmin() {
-		return apperr.New(apperr.Forbidden, "only the organization's owner may set its time zone")
+func (s *Service) SetTimeZone(ctx context.Context, u models.Member, zone string) error {
+	if err := accounts.NeedOwner(u, "set its time zone"); err != nil {
+		return err
 	}
 	if _, err := time.LoadLocation(zone); err != nil || zone == "" || zone == "Local" {
 		return apperr.Field(apperr.Invalid, "invalid_time_zone", "time_zone", fmt.Sprintf("%q is not an IANA time zone such as Europe/Berlin or Asia/Shanghai", zone))
 	}
-	_, err := s.store.SetTimeZone(ctx, u, u.OrgID, zone)
+	_, err := s.store.SetTimeZone(ctx, u.User, u.OrgID, zone)
 	return err
 }
 
 // SetWebhook sets where u's organization's budget alerts are posted, on a
 // host the operator allows, and returns the signing secret, shown this
 // once. An empty url turns alerts by webhook off.
-func (s *Service) SetWebhook(ctx context.Context, u models.User, url string) (string, error) {
-	if u.Role != models.RoleOwner && !u.IsAdmin() {
-		return "", apperr.New(apperr.Forbidden, "only the organization's owner may set its webhook")
+func (s *Service) SetWebhook(ctx context.Context, u models.Member, url string) (string, error) {
+	if err := accounts.NeedOwner(u, "set its webhook"); err != nil {
+		return "", err
 	}
 	if url == "" {
-		_, err := s.store.SetWebhook(ctx, u, u.OrgID, "", "")
+		_, err := s.store.SetWebhook(ctx, u.User, u.OrgID, "", "")
 		return "", err
 	}
 	if err := s.webhooks.Check(ctx, url); err != nil {
 		return "", apperr.Field(apperr.Invalid, "webhook_not_allowed", "webhook_url", err.Error())
 	}
 	secret := webhook.NewSecret()
-	_, err := s.store.SetWebhook(ctx, u, u.OrgID, url, s.box.Seal(secret, webhookSealContext))
+	_, err := s.store.SetWebhook(ctx, u.User, u.OrgID, url, s.box.Seal(secret, webhookSealContext))
 	return secret, err
 }
 
@@ -313,8 +313,12 @@ func sortRows(rows []PriceRow) {
 	slices.SortFunc(rows, func(a, b PriceRow) int { return strings.Compare(a.Model, b.Model) })
 }
 
-// RequestUpgrade files u's organization's request to move to tier.
-func (s *Service) RequestUpgrade(ctx context.Context, u models.User, tier, note string) (models.UpgradeRequest, error) {
+// RequestUpgrade files u's organization's request to move to tier; its
+// owners may.
+func (s *Service) RequestUpgrade(ctx context.Context, u models.Member, tier, note string) (models.UpgradeRequest, error) {
+	if err := accounts.NeedOwner(u, "request an upgrade"); err != nil {
+		return models.UpgradeRequest{}, err
+	}
 	if tier == "" {
 		return models.UpgradeRequest{}, apperr.Field(apperr.Invalid, "missing_tier", "tier", "tier is required")
 	}

@@ -59,7 +59,8 @@ func newFixture(t *testing.T, db *models.DB, start time.Time) *fixture {
 				return []netip.Addr{netip.MustParseAddr("93.184.216.34")}, nil
 			}}),
 		Log: slog.New(slog.DiscardHandler), Now: clk.Now})
-	_, f.admin, err = store.CreateOrganizationWithOwner(ctx, "Ops", "premium", "ops@example.com", "h", models.RoleAdmin)
+	_, admin, err := store.CreateOrganizationWithOwner(ctx, "Ops", "premium", "ops@example.com", "h", models.RoleAdmin)
+	f.admin = admin.User
 	if err != nil {
 		t.Fatal(err)
 	}

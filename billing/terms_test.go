@@ -25,7 +25,7 @@ type change struct {
 }
 
 // apply makes the change at its time.
-func (f *fixture) apply(org models.Organization, owner models.User, c change) {
+func (f *fixture) apply(org models.Organization, owner models.Member, c change) {
 	f.t.Helper()
 	ctx := context.Background()
 	f.to(c.at)
@@ -351,7 +351,7 @@ func TestTheBlockingCreditLimitIsTheProratedCredit(t *testing.T) {
 		ctx := context.Background()
 		nov := day(2026, 11, 1, 0, 0)
 		f := newFixture(t, db, nov)
-		f.apply(models.Organization{}, models.User{}, change{at: nov, tier: "free", credit: "10"})
+		f.apply(models.Organization{}, models.Member{}, change{at: nov, tier: "free", credit: "10"})
 		org, owner, _ := f.store.CreateOrganizationWithOwner(ctx, "Acme", "free", "owner@acme.example", "h", models.RoleOwner)
 		_, secret, err := f.store.CreateAPIToken(ctx, org.ID, owner.ID, "t", nil)
 		if err != nil {

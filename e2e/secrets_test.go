@@ -188,6 +188,24 @@ func scenario(t *testing.T, env map[string]string, secrets *secretList) string {
 	}
 	expect(c.call("PUT", "/api/organization", login.Token, `{"webhook_url":"`+hooks.URL+`/budget"}`, &webhook), 200, "set a webhook")
 	secrets.add("webhook signing secret", webhook.Secret)
+	// Invitations: a code signed up through, one accepted by a signed-in
+	// user (its code in the request's path), one left pending.
+	invite := func(email string) string {
+		t.Helper()
+		var inv struct{ Code string }
+		expect(c.call("POST", "/api/organization/invitations", login.Token, `{"email":"`+email+`"}`, &inv), 201, "invite "+email)
+		return secrets.add("invitation code for "+email, inv.Code)
+	}
+	var joined, carol struct{ Token string }
+	bobPassword := secrets.add("invitee's password", "pw-"+rand.Text())
+	expect(c.call("POST", "/api/auth/signup", "", `{"email":"bob@example.com","password":"`+bobPassword+`","invitation":"`+invite("bob@example.com")+`"}`, &joined),
+		201, "sign up through an invitation")
+	secrets.add("invitee's session", joined.Token)
+	carolPassword := secrets.add("second invitee's password", "pw-"+rand.Text())
+	expect(c.call("POST", "/api/auth/signup", "", `{"email":"carol@example.com","password":"`+carolPassword+`","organization":"Carol's"}`, &carol), 201, "carol signs up")
+	secrets.add("second invitee's session", carol.Token)
+	expect(c.call("POST", "/api/invitations/"+invite("carol@example.com")+"/accept", carol.Token, "", nil), 200, "accept an invitation")
+	invite("dan@example.com")
 	expect(c.call("PUT", "/api/budget", login.Token, `{"monthly_limit":"0.000001","hard_stop":false}`, nil), 200, "set a budget")
 	expect(c.call("PUT", "/api/admin/prices/gpt-4o-mini", admin.Token, `{"input_per_mtok":"1","output_per_mtok":"1","cached_input_per_mtok":"1"}`, nil), 200, "price")
 

@@ -53,16 +53,14 @@ func TestRoleTable(t *testing.T) {
 	owner := e.signup("owner@example.com", "Acme")
 	u, _ := e.store.UserByEmail(t.Context(), "owner@example.com")
 	hash, _ := bcrypt.GenerateFromPassword([]byte("password123"), bcrypt.MinCost)
-	if err := db.Gorm.Create(&models.User{OrgID: u.OrgID, Email: "member@example.com", PasswordHash: string(hash), Role: models.RoleMember}).Error; err != nil {
-		t.Fatal(err)
-	}
+	testdb.AddMember(t, db, u.LastOrgID, "member@example.com", string(hash), models.RoleMember)
 	sessions := map[string]string{
 		"anonymous": "",
 		"member":    e.login("member@example.com", "password123"),
 		"owner":     owner,
 		"admin":     e.login("admin@example.com", "admin-password"),
 	}
-	org := itoa(u.OrgID)
+	org := itoa(u.LastOrgID)
 	jsonRoutes := []struct{ method, path, body string }{
 		{"GET", "/api/admin/tiers", ""},
 		{"PUT", "/api/admin/tiers/free", `{"capacity":30}`},

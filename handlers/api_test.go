@@ -35,9 +35,9 @@ func newFixture(t *testing.T, e *env) fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.memberOrgID = u.OrgID
+	f.memberOrgID = u.LastOrgID
 	past := time.Now().Add(-time.Hour)
-	_, f.expired, err = e.store.CreateAPIToken(ctx, u.OrgID, u.ID, "old", &past)
+	_, f.expired, err = e.store.CreateAPIToken(ctx, u.LastOrgID, u.ID, "old", &past)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -96,7 +96,7 @@ func TestTierChangesTakeEffectOnTheNextRequest(t *testing.T) {
 			t.Fatalf("after tier edit: limit %q", w.Header().Get("x-ratelimit-limit-requests"))
 		}
 		u, _ := e.store.UserByEmail(t.Context(), "a@example.com")
-		w = e.do(request{method: "PUT", path: "/api/admin/organizations/" + itoa(u.OrgID) + "/tier", bearer: admin, body: `{"tier":"premium"}`})
+		w = e.do(request{method: "PUT", path: "/api/admin/organizations/" + itoa(u.LastOrgID) + "/tier", bearer: admin, body: `{"tier":"premium"}`})
 		if w.Code != 200 || !strings.Contains(w.Body.String(), `"tier":"premium"`) {
 			t.Fatalf("move org: %d %s", w.Code, w.Body.String())
 		}

@@ -43,9 +43,7 @@ func TestBillingAPI(t *testing.T) {
 		otherKey, _ := e.apiToken(other)
 		u, _ := e.store.UserByEmail(ctx, "owner@example.com")
 		hash, _ := bcrypt.GenerateFromPassword([]byte("password123"), bcrypt.MinCost)
-		if err := db.Gorm.Create(&models.User{OrgID: u.OrgID, Email: "member@example.com", PasswordHash: string(hash), Role: models.RoleMember}).Error; err != nil {
-			t.Fatal(err)
-		}
+		testdb.AddMember(t, db, u.LastOrgID, "member@example.com", string(hash), models.RoleMember)
 		member := e.login("member@example.com", "password123")
 
 		// Prices: admins only, decimal strings, flagged when missing.
@@ -109,7 +107,7 @@ func TestBillingAPI(t *testing.T) {
 			t.Fatalf("budget: %d %s", w.Code, w.Body.String())
 		}
 		expectError(t, e.do(request{method: "PUT", path: "/api/budget", bearer: member, body: `{"monthly_limit":"5.00"}`}),
-			403, "forbidden", "only the organization's owner may set its budget")
+			403, "owner_required", "only the organization's owners may set its budget")
 		expectError(t, e.do(request{method: "PUT", path: "/api/budget", bearer: owner, body: `{"monthly_limit":5}`}),
 			400, "invalid_amount", `monthly_limit must be a decimal string of dollars such as "10.00", or null`)
 		w = e.do(request{method: "PUT", path: "/api/budget", bearer: owner, body: `{"monthly_limit":"0.0001","hard_stop":true}`})

@@ -160,7 +160,7 @@ func orgOf(t *testing.T, e *env, email string) int64 {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return u.OrgID
+	return u.LastOrgID
 }
 
 func TestFallbackWhenProvidersAreDown(t *testing.T) {

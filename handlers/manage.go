@@ -51,7 +51,32 @@ func (m *manage) requireAdmin(c *gin.Context) {
 	c.Next()
 }
 
-func currentUser(c *gin.Context) models.User { return c.MustGet(userKey).(models.User) }
+// requireOrganization lets through only a user acting in an organization:
+// one removed from their last organization may still sign in, list their
+// organizations and accept an invitation, and nothing else.
+func (m *manage) requireOrganization(c *gin.Context) {
+	if err := accounts.NeedOrganization(currentUser(c)); err != nil {
+		writeAPIError(c, m.log, err)
+		return
+	}
+	c.Next()
+}
+
+// ownersMay lets only the organization's owners through, saying what is
+// theirs to do ("set its budget"), before a body is read.
+func (m *manage) ownersMay(what string) gin.HandlerFunc {
+	return func(c *gin.Context) {
+		if err := accounts.NeedOwner(currentUser(c), what); err != nil {
+			writeAPIError(c, m.log, err)
+			return
+		}
+		c.Next()
+	}
+}
+
+// currentUser is who the session is: its user acting in the session's
+// organization, with their role there.
+func currentUser(c *gin.Context) models.Member { return c.MustGet(userKey).(models.Member) }
 
 // decode reads a strict JSON body: unknown fields are errors, because a
 // misspelt setting silently ignored is worse than a 400.
@@ -97,23 +122,40 @@ type orgOut struct {
 	CreatedAt time.Time `json:"created_at"`
 }
 
-func toUserOut(u models.User) userOut { return userOut{ID: u.ID, Email: u.Email, Role: u.Role} }
+func toUserOut(u models.Member) userOut { return userOut{ID: u.ID, Email: u.Email, Role: u.Role} }
 
 func toOrgOut(o models.Organization) orgOut {
 	return orgOut{ID: o.ID, Name: o.Name, Tier: o.Tier.Name, CreatedAt: o.CreatedAt}
 }
 
+// signup answers POST /api/auth/signup {email, password, organization}:
+// a new organization with the user as its owner; with {invitation: code}
+// instead of an organization, the user joins the invitation's.
 func (m *manage) signup(c *gin.Context) {
 	var in struct {
 		Email        string `json:"email"`
 		Password     string `json:"password"`
 		Organization string `json:"organization"`
+		Invitation   string `json:"invitation"`
 	}
 	if err := m.decode(c, &in); err != nil {
 		writeAPIError(c, m.log, err)
 		return
 	}
-	u, o, err := m.Accounts.Signup(c.Request.Context(), in.Email, in.Password, in.Organization, c.ClientIP())
+	var (
+		u   models.Member
+		o   models.Organization
+		err error
+	)
+	switch {
+	case in.Invitation != "" && in.Organization != "":
+		err = apperr.Field(apperr.Unprocessable, "organization_with_invitation", "organization",
+			"leave organization out when signing up with an invitation: you join the invitation's organization")
+	case in.Invitation != "":
+		u, o, err = m.Accounts.SignupByInvitation(c.Request.Context(), in.Email, in.Password, in.Invitation, c.ClientIP())
+	default:
+		u, o, err = m.Accounts.Signup(c.Request.Context(), in.Email, in.Password, in.Organization, c.ClientIP())
+	}
 	if err != nil {
 		writeAPIError(c, m.log, err)
 		return
@@ -340,7 +382,7 @@ func (m *manage) updateToken(c *gin.Context) {
 }
 
 func (m *manage) listTokens(c *gin.Context) {
-	ts, err := m.Store.APITokens(c.Request.Context(), currentUser(c).OrgID)
+	ts, err := m.Accounts.Tokens(c.Request.Context(), currentUser(c))
 	if err != nil {
 		writeAPIError(c, m.log, err)
 		return
@@ -462,7 +504,7 @@ func (m *manage) setOrganizationTier(c *gin.Context) {
 		writeAPIError(c, m.log, apperr.New(apperr.Unprocessable, "tier is required"))
 		return
 	}
-	o, err := m.Accounts.SetOrganizationTier(c.Request.Context(), currentUser(c), id, in.Tier)
+	o, err := m.Accounts.SetOrganizationTier(c.Request.Context(), currentUser(c).User, id, in.Tier)
 	if err != nil {
 		writeAPIError(c, m.log, err)
 		return

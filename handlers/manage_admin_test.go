@@ -89,17 +89,17 @@ func TestAdminOrganizationsAPI(t *testing.T) {
 			}
 		}
 		u, _ := e.store.UserByEmail(ctx, "ada@acme.example")
-		if err := e.store.AddRejections(ctx, []models.Rejections{{OrgID: u.OrgID, TokenID: tokID, Hour: e.clock.Now(), Requests: 1}}); err != nil {
+		if err := e.store.AddRejections(ctx, []models.Rejections{{OrgID: u.LastOrgID, TokenID: tokID, Hour: e.clock.Now(), Requests: 1}}); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := e.store.CreateFreeze(ctx, models.Freeze{TokenID: tokID, OrgID: u.OrgID, Reason: "r", WindowCount: 20,
+		if _, err := e.store.CreateFreeze(ctx, models.Freeze{TokenID: tokID, OrgID: u.LastOrgID, Reason: "r", WindowCount: 20,
 			FrozenFrom: e.clock.Now(), FrozenUntil: e.clock.Now().Add(time.Hour)}); err != nil {
 			t.Fatal(err)
 		}
 		for i := range 55 {
 			e.signup(fmt.Sprintf("o%d@example.com", i), fmt.Sprintf("Org %02d", i))
 		}
-		month, err := e.store.UsageInMonth(ctx, u.OrgID, e.clock.Now())
+		month, err := e.store.UsageInMonth(ctx, u.LastOrgID, e.clock.Now())
 		if err != nil || month.Cost == 0 {
 			t.Fatalf("acme's month: %+v %v", month, err)
 		}
@@ -159,7 +159,7 @@ func TestEveryAdminAPIActionIsAudited(t *testing.T) {
 		_, tokID := e.apiToken(acme)
 		ada, _ := e.store.UserByEmail(ctx, "ada@acme.example")
 		bob, _ := e.store.UserByEmail(ctx, "bob@example.com")
-		f, err := e.store.CreateFreeze(ctx, models.Freeze{TokenID: tokID, OrgID: ada.OrgID, Reason: "r", WindowCount: 20,
+		f, err := e.store.CreateFreeze(ctx, models.Freeze{TokenID: tokID, OrgID: ada.LastOrgID, Reason: "r", WindowCount: 20,
 			FrozenFrom: e.clock.Now(), FrozenUntil: e.clock.Now().Add(time.Hour)})
 		if err != nil {
 			t.Fatal(err)
@@ -180,7 +180,7 @@ func TestEveryAdminAPIActionIsAudited(t *testing.T) {
 			{"tier.update", "PUT", "/api/admin/tiers/free", `{"capacity":31}`, func() string { return "free" }},
 			{"tier.create", "POST", "/api/admin/tiers", `{"name":"team","capacity":5,"refill_per_sec":1,"monthly_fee":"9.00"}`, func() string { return "team" }},
 			{"tier.delete", "DELETE", "/api/admin/tiers/team", "", func() string { return "team" }},
-			{"organization.tier", "PUT", "/api/admin/organizations/" + itoa(bob.OrgID) + "/tier", `{"tier":"premium"}`, func() string { return itoa(bob.OrgID) }},
+			{"organization.tier", "PUT", "/api/admin/organizations/" + itoa(bob.LastOrgID) + "/tier", `{"tier":"premium"}`, func() string { return itoa(bob.LastOrgID) }},
 			{"token.unfreeze", "DELETE", "/api/admin/freezes/" + itoa(f.ID), "", func() string { return itoa(tokID) }},
 			{"price.set", "PUT", "/api/admin/prices/gpt-4o", `{"input_per_mtok":"2.50","output_per_mtok":"10"}`, func() string { return "gpt-4o" }},
 			{"upgrade.approved", "POST", "/api/admin/upgrade-requests/" + itoa(ra) + "/approve", "", func() string { return itoa(ra) }},
@@ -214,7 +214,7 @@ func TestEveryAdminAPIActionIsAudited(t *testing.T) {
 			}
 		}
 		// An organization's move is in its own trail.
-		w := e.do(request{method: "GET", path: "/api/admin/audit?organization_id=" + itoa(bob.OrgID), bearer: admin})
+		w := e.do(request{method: "GET", path: "/api/admin/audit?organization_id=" + itoa(bob.LastOrgID), bearer: admin})
 		var page auditPage
 		if json.Unmarshal(w.Body.Bytes(), &page) != nil || len(page.Data) < 2 || page.Data[0].Action != "upgrade.declined" ||
 			page.Data[1].Action != "organization.tier" {

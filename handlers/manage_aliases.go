@@ -82,7 +82,7 @@ func (m *manage) createAlias(c *gin.Context) {
 	}
 	a := models.ModelAliasInput{Name: in.Name}
 	in.apply(&a)
-	out, err := m.Aliases.Create(c.Request.Context(), currentUser(c), a)
+	out, err := m.Aliases.Create(c.Request.Context(), currentUser(c).User, a)
 	if err != nil {
 		writeAPIError(c, m.log, err)
 		return
@@ -126,7 +126,7 @@ func (m *manage) updateAlias(c *gin.Context) {
 	}
 	a := models.ModelAliasInput{Name: name, Targets: cur.Targets, Fallbacks: cur.Fallbacks}
 	in.apply(&a)
-	out, err := m.Aliases.Update(ctx, currentUser(c), name, a)
+	out, err := m.Aliases.Update(ctx, currentUser(c).User, name, a)
 	if err != nil {
 		writeAPIError(c, m.log, err)
 		return
@@ -136,7 +136,7 @@ func (m *manage) updateAlias(c *gin.Context) {
 
 func (m *manage) deleteAlias(c *gin.Context) {
 	name := c.Param("name")
-	if err := m.Aliases.Delete(c.Request.Context(), currentUser(c), name); err != nil {
+	if err := m.Aliases.Delete(c.Request.Context(), currentUser(c).User, name); err != nil {
 		writeAPIError(c, m.log, err)
 		return
 	}

@@ -75,7 +75,7 @@ func (m *manage) setPrice(c *gin.Context) {
 		return
 	}
 	model := strings.TrimPrefix(c.Param("model"), "/")
-	p, err := m.Billing.SetPrice(c.Request.Context(), currentUser(c), model, billing.PriceInput{Input: in.Input, Output: in.Output,
+	p, err := m.Billing.SetPrice(c.Request.Context(), currentUser(c).User, model, billing.PriceInput{Input: in.Input, Output: in.Output,
 		CachedInput: in.CachedInput, CacheCreation: in.CacheCreation, Reasoning: in.Reasoning})
 	if err != nil {
 		writeAPIError(c, m.log, err)
@@ -417,7 +417,7 @@ func (m *manage) decideUpgrade(approve bool) gin.HandlerFunc {
 			writeAPIError(c, m.log, err)
 			return
 		}
-		r, err := m.Billing.DecideUpgrade(c.Request.Context(), currentUser(c), id, approve)
+		r, err := m.Billing.DecideUpgrade(c.Request.Context(), currentUser(c).User, id, approve)
 		if err != nil {
 			writeAPIError(c, m.log, err)
 			return

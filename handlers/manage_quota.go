@@ -60,7 +60,7 @@ func (m *manage) liftFreeze(c *gin.Context) {
 		writeAPIError(c, m.log, err)
 		return
 	}
-	f, err := m.Accounts.LiftFreeze(c.Request.Context(), currentUser(c), id)
+	f, err := m.Accounts.LiftFreeze(c.Request.Context(), currentUser(c).User, id)
 	if err != nil {
 		writeAPIError(c, m.log, err)
 		return

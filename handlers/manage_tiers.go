@@ -126,7 +126,7 @@ func (m *manage) updateTier(c *gin.Context) {
 		writeAPIError(c, m.log, err)
 		return
 	}
-	t, err := m.Accounts.UpdateTier(ctx, currentUser(c), cur.Name, l)
+	t, err := m.Accounts.UpdateTier(ctx, currentUser(c).User, cur.Name, l)
 	if err != nil {
 		writeAPIError(c, m.log, err)
 		return
@@ -155,7 +155,7 @@ func (m *manage) createTier(c *gin.Context) {
 		writeAPIError(c, m.log, err)
 		return
 	}
-	t, err := m.Accounts.CreateTier(c.Request.Context(), currentUser(c), in.Name, l)
+	t, err := m.Accounts.CreateTier(c.Request.Context(), currentUser(c).User, in.Name, l)
 	if err != nil {
 		writeAPIError(c, m.log, err)
 		return
@@ -166,7 +166,7 @@ func (m *manage) createTier(c *gin.Context) {
 // deleteTier removes a tier no organization is on.
 func (m *manage) deleteTier(c *gin.Context) {
 	name := c.Param("name")
-	if err := m.Accounts.DeleteTier(c.Request.Context(), currentUser(c), name); err != nil {
+	if err := m.Accounts.DeleteTier(c.Request.Context(), currentUser(c).User, name); err != nil {
 		writeAPIError(c, m.log, err)
 		return
 	}

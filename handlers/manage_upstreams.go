@@ -129,7 +129,7 @@ func (m *manage) createUpstream(c *gin.Context) {
 		writeAPIError(c, m.log, err)
 		return
 	}
-	k, err := m.Providers.Create(c.Request.Context(), currentUser(c), models.UpstreamKeyInput{
+	k, err := m.Providers.Create(c.Request.Context(), currentUser(c).User, models.UpstreamKeyInput{
 		Name: in.Name, Provider: in.Provider, BaseURL: in.BaseURL, APIKey: in.APIKey, Weight: weight, RPM: rpm, TPM: tpm, Models: in.Models})
 	if err != nil {
 		writeAPIError(c, m.log, err)
@@ -158,7 +158,7 @@ func (m *manage) deleteUpstream(c *gin.Context) {
 		writeAPIError(c, m.log, err)
 		return
 	}
-	if err := m.Providers.Delete(c.Request.Context(), currentUser(c), id); err != nil {
+	if err := m.Providers.Delete(c.Request.Context(), currentUser(c).User, id); err != nil {
 		writeAPIError(c, m.log, err)
 		return
 	}

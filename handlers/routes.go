@@ -141,22 +141,35 @@ func New(log *slog.Logger, ops Ops, d Deps) http.Handler {
 	r.POST("/api/auth/login", m.login)
 	authed := r.Group("/api", m.authenticateSession)
 	authed.POST("/auth/logout", m.logout)
-	authed.POST("/tokens", m.createToken)
-	authed.GET("/tokens", m.listTokens)
-	authed.PATCH("/tokens/:id", m.updateToken)
-	authed.DELETE("/tokens/:id", m.revokeToken)
-	authed.PUT("/tokens/:id/signing", m.setTokenSigning)
-	authed.GET("/usage", m.usage)
-	authed.GET("/usage/series", m.usageSeries)
-	authed.GET("/freezes", m.myFreezes)
-	authed.GET("/budget", m.getBudget)
-	authed.PUT("/budget", m.putBudget)
-	authed.PUT("/organization", m.putOrganization)
-	authed.GET("/invoices", m.listInvoices)
-	authed.GET("/invoices/:id", m.getInvoice)
-	authed.GET("/invoices/:id/csv", m.invoiceCSV)
-	authed.GET("/upgrade-requests", m.listUpgrades)
-	authed.POST("/upgrade-requests", m.requestUpgrade)
+	// A user who belongs to no organization may still see that, and join one.
+	authed.GET("/organizations", m.listOrganizations)
+	authed.PUT("/session/organization", m.switchOrganization)
+	authed.POST("/invitations/:code/accept", m.acceptInvitation)
+	// The session's organization: members use it, owners manage it (the
+	// services check again who may, inside their transactions).
+	org := authed.Group("", m.requireOrganization)
+	org.POST("/tokens", m.createToken)
+	org.GET("/tokens", m.listTokens)                  // a member's own; every token for owners
+	org.PATCH("/tokens/:id", m.updateToken)           // a member's own; any for owners
+	org.DELETE("/tokens/:id", m.revokeToken)          // a member's own; any for owners
+	org.PUT("/tokens/:id/signing", m.setTokenSigning) // a member's own; any for owners
+	org.GET("/usage", m.usage)
+	org.GET("/usage/series", m.usageSeries)
+	org.GET("/freezes", m.myFreezes)
+	org.GET("/budget", m.getBudget)
+	org.PUT("/budget", m.ownersMay("set its budget"), m.putBudget)
+	org.PUT("/organization", m.ownersMay("change its settings"), m.putOrganization)
+	org.GET("/organization/members", m.listMembers)
+	org.PUT("/organization/members/:user_id", m.ownersMay("change members' roles"), m.setMemberRole)
+	org.DELETE("/organization/members/:user_id", m.removeMember) // owners, or a member leaving
+	org.POST("/organization/invitations", m.ownersMay("invite people"), m.createInvitation)
+	org.GET("/organization/invitations", m.ownersMay("see invitations"), m.listInvitations)
+	org.DELETE("/organization/invitations/:id", m.ownersMay("revoke invitations"), m.revokeInvitation)
+	org.GET("/invoices", m.listInvoices)
+	org.GET("/invoices/:id", m.getInvoice)
+	org.GET("/invoices/:id/csv", m.invoiceCSV)
+	org.GET("/upgrade-requests", m.ownersMay("see upgrade requests"), m.listUpgrades)
+	org.POST("/upgrade-requests", m.ownersMay("request an upgrade"), m.requestUpgrade)
 	admin := authed.Group("/admin", m.requireAdmin)
 	admin.GET("/tiers", m.listTiers)
 	admin.POST("/tiers", m.createTier)
@@ -192,7 +205,16 @@ func New(log *slog.Logger, ops Ops, d Deps) http.Handler {
 	b.GET("/signup", p.SignupForm)
 	b.POST("/signup", p.Signup)
 	b.POST("/logout", p.Logout)
+	// An invitation's link: anyone holding it may see whom it invites.
+	b.GET("/invitations/:code", p.Invitation)
 	member := b.Group("/", p.RequireUser)
+	member.POST("/invitations/:code/accept", p.AcceptInvitation)
+	member.POST("/session/organization", p.SwitchOrganization)
+	member.GET("/organization", p.Team) // the member list for everyone in it; management for owners
+	member.POST("/organization/invitations", p.Invite)
+	member.POST("/organization/invitations/:id/revoke", p.RevokeInvitation)
+	member.POST("/organization/members/:user_id/role", p.SetMemberRole)
+	member.POST("/organization/members/:user_id/remove", p.RemoveMember) // owners, or a member leaving
 	member.GET("/dashboard", p.Dashboard)
 	member.GET("/tokens", p.Tokens)
 	member.POST("/tokens", p.CreateToken)

@@ -112,8 +112,9 @@ func routeTable() []routeRow {
 		// A token's controls: an owner changes any of the organization's, a member only the ones they created (this one is the owner's).
 		{method: "PATCH", route: "/api/tokens/:id", path: "/api/tokens/{tokenToEdit}", body: `{"requests_per_minute":10,"models":["sluice-local"]}`,
 			want: namesA(403, 200), ownedByA: true},
-		{method: "DELETE", route: "/api/tokens/:id", path: "/api/tokens/{tokenToRevoke}", want: namesA(200, 200), ownedByA: true},
-		{method: "PUT", route: "/api/tokens/:id/signing", path: "/api/tokens/{tokenToSign}/signing", body: `{"required":true}`, want: namesA(200, 200), ownedByA: true},
+		// The owner's tokens: A's member may change only their own (handler tests show they may).
+		{method: "DELETE", route: "/api/tokens/:id", path: "/api/tokens/{tokenToRevoke}", want: namesA(403, 200), ownedByA: true},
+		{method: "PUT", route: "/api/tokens/:id/signing", path: "/api/tokens/{tokenToSign}/signing", body: `{"required":true}`, want: namesA(403, 200), ownedByA: true},
 		{method: "GET", route: "/api/usage", want: signedIn(200)},
 		{method: "GET", route: "/api/usage/series", want: signedIn(200)},
 		{method: "GET", route: "/api/freezes", want: signedIn(200)},
@@ -123,9 +124,24 @@ func routeTable() []routeRow {
 		{method: "GET", route: "/api/invoices", want: signedIn(200)},
 		{method: "GET", route: "/api/invoices/:id", path: "/api/invoices/{invoice}", want: namesA(200, 200), ownedByA: true},
 		{method: "GET", route: "/api/invoices/:id/csv", path: "/api/invoices/{invoice}/csv", want: namesA(200, 200), ownedByA: true},
-		{method: "GET", route: "/api/upgrade-requests", want: signedIn(200)},
-		// Members may ask too; one pending request per organization; the admin's is on premium already.
-		{method: "POST", route: "/api/upgrade-requests", body: `{"tier":"premium","note":"{role}"}`, want: st(401, 409, 409, 422, 409, 409)},
+		// Upgrades are the owners'; one pending request per organization; the admin's is on premium already.
+		{method: "GET", route: "/api/upgrade-requests", want: ownerOnly(200)},
+		{method: "POST", route: "/api/upgrade-requests", body: `{"tier":"premium","note":"{role}"}`, want: st(401, 403, 409, 422, 403, 409)},
+
+		// Teams. Everyone in an organization reads its members; owners manage them and invite.
+		{method: "GET", route: "/api/organizations", want: signedIn(200)},
+		{method: "PUT", route: "/api/session/organization", body: `{"id":{orgA}}`, want: namesA(200, 200), ownedByA: true},
+		{method: "GET", route: "/api/organization/members", want: signedIn(200)},
+		{method: "PUT", route: "/api/organization/members/:user_id", path: "/api/organization/members/{secondOwnerA}", body: `{"role":"member"}`,
+			want: st(401, 403, 404, 404, 403, 200), ownedByA: true},
+		{method: "DELETE", route: "/api/organization/members/:user_id", path: "/api/organization/members/{leavingA}",
+			want: st(401, 403, 404, 404, 403, 200), ownedByA: true},
+		{method: "POST", route: "/api/organization/invitations", body: `{"email":"{role}@invited.example","role":"member"}`, want: ownerOnly(201)},
+		{method: "GET", route: "/api/organization/invitations", want: ownerOnly(200)},
+		{method: "DELETE", route: "/api/organization/invitations/:id", path: "/api/organization/invitations/{invitationToRevoke}",
+			want: st(401, 403, 404, 404, 403, 200), ownedByA: true},
+		// Capybara invites A's owner: only that address may accept.
+		{method: "POST", route: "/api/invitations/:code/accept", path: "/api/invitations/{invitationForOwnerA}/accept", want: st(401, 403, 403, 403, 403, 200)},
 
 		{method: "GET", route: "/api/admin/tiers", want: adminAPI(200)},
 		{method: "POST", route: "/api/admin/tiers", body: `{"name":"tier-{role}","capacity":5,"refill_per_sec":1}`, want: adminAPI(201)},
@@ -166,16 +182,31 @@ func routeTable() []routeRow {
 		{method: "POST", route: "/tokens", form: url.Values{"name": {"page token of {role}"}}, want: signedInPage(201)},
 		{method: "POST", route: "/tokens/:id", path: "/tokens/{pageTokenToEdit}", form: url.Values{"name": {"edited by {role}"}, "requests_per_minute": {"10"}},
 			want: pageNamesA(403, 303), ownedByA: true},
-		{method: "POST", route: "/tokens/:id/revoke", path: "/tokens/{pageTokenToRevoke}/revoke", form: url.Values{}, want: pageNamesA(303, 303), ownedByA: true},
-		{method: "POST", route: "/tokens/:id/signing", path: "/tokens/{tokenToSign}/signing", form: url.Values{"required": {"true"}}, want: pageNamesA(200, 200), ownedByA: true},
+		{method: "POST", route: "/tokens/:id/revoke", path: "/tokens/{pageTokenToRevoke}/revoke", form: url.Values{}, want: pageNamesA(403, 303), ownedByA: true},
+		{method: "POST", route: "/tokens/:id/signing", path: "/tokens/{tokenToSign}/signing", form: url.Values{"required": {"true"}}, want: pageNamesA(403, 200), ownedByA: true},
 		{method: "GET", route: "/invoices/:id/csv", path: "/invoices/{invoice}/csv", want: pageNamesA(200, 200), ownedByA: true},
 		{method: "GET", route: "/files/:id", path: "/files/{file}", want: pageNamesA(200, 200), ownedByA: true},
 		{method: "GET", route: "/jobs/:id/result", path: "/jobs/{job}/result", want: pageNamesA(404, 404), ownedByA: true}, // queued: no result yet
 		{method: "POST", route: "/billing/budget", form: url.Values{"monthly_limit": {"20.00"}}, want: st(303, 403, 303, 303, 403, 303)},
 		{method: "POST", route: "/billing/time-zone", form: url.Values{"time_zone": {"Asia/Tokyo"}}, want: st(303, 403, 303, 303, 403, 303)},
 		{method: "POST", route: "/billing/webhook", form: url.Values{"webhook_url": {""}}, want: st(303, 403, 303, 303, 403, 303)},
-		// By now the admin declined B's request and moved A back to free: each member's request is new, the owner's a second.
-		{method: "POST", route: "/billing/upgrade", form: url.Values{"tier": {"premium"}}, want: st(303, 303, 409, 422, 303, 409)},
+		// By now the admin declined B's request and moved A back to free: each owner's request is new.
+		{method: "POST", route: "/billing/upgrade", form: url.Values{"tier": {"premium"}}, want: st(303, 403, 303, 422, 403, 303)},
+		{method: "GET", route: "/organization", want: signedInPage(200)},
+		{method: "POST", route: "/organization/invitations", form: url.Values{"email": {"{role}@pageinvited.example"}, "role": {"member"}},
+			want: st(303, 403, 201, 201, 403, 201)},
+		{method: "POST", route: "/organization/invitations/:id/revoke", path: "/organization/invitations/{pageInvitationToRevoke}/revoke", form: url.Values{},
+			want: st(303, 403, 404, 404, 403, 303), ownedByA: true},
+		{method: "POST", route: "/organization/members/:user_id/role", path: "/organization/members/{pageSecondOwnerA}/role", form: url.Values{"role": {"member"}},
+			want: st(303, 403, 404, 404, 403, 303), ownedByA: true},
+		{method: "POST", route: "/organization/members/:user_id/remove", path: "/organization/members/{pageLeavingA}/remove", form: url.Values{},
+			want: st(303, 403, 404, 404, 403, 303), ownedByA: true},
+		{method: "POST", route: "/session/organization", form: url.Values{"id": {"{orgA}"}}, want: pageNamesA(303, 303), ownedByA: true},
+		// An invitation's page is anyone's who holds its link; Capybara's names nothing of A's.
+		{method: "GET", route: "/invitations/:code", path: "/invitations/{invitationForGuest}", want: anyone(200)},
+		// Capybara invites B's owner, who accepts first (and so acts in Capybara from here on, where B's owner is refused
+		// anyway); the others find it used.
+		{method: "POST", route: "/invitations/:code/accept", path: "/invitations/{invitationForOwnerB}/accept", form: url.Values{}, want: st(303, 403, 303, 409, 409, 409)},
 
 		{method: "GET", route: "/admin", want: adminPage(303)},
 		{method: "GET", route: "/admin/organizations", want: adminPage(200)},
@@ -398,10 +429,8 @@ func newTenantFixture(t *testing.T, db *models.DB) *tenantFixture {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := db.Gorm.Create(&models.User{OrgID: u.OrgID, Email: member, PasswordHash: string(hash), Role: models.RoleMember}).Error; err != nil {
-			t.Fatal(err)
-		}
-		return itoa(u.OrgID), owner
+		testdb.AddMember(t, db, u.LastOrgID, member, string(hash), models.RoleMember)
+		return itoa(u.LastOrgID), owner
 	}
 	f.ids["orgA"], _ = org("owner@aardvark.example", "member@aardvark.example", "Aardvark Analytics")
 	org("owner@zebra.example", "member@zebra.example", "Zebra Zoology")
@@ -492,7 +521,8 @@ func newTenantFixture(t *testing.T, db *models.DB) *tenantFixture {
 		return fmt.Sprint(decode(t, w)["id"])
 	}
 	f.ids["upgradeA"], f.ids["upgradeB"] = upgrade(ownerA), upgrade(f.sessions["ownerB"])
-	f.ids["upgradeC"] = upgrade(e.signup("owner@capybara.example", "Capybara"))
+	capybara := e.signup("owner@capybara.example", "Capybara")
+	f.ids["upgradeC"] = upgrade(capybara)
 	f.ids["upgradeD"] = upgrade(e.signup("owner@dingo.example", "Dingo"))
 
 	for _, name := range []string{"freezeAPI", "freezePage"} {
@@ -527,6 +557,34 @@ func newTenantFixture(t *testing.T, db *models.DB) *tenantFixture {
 			t.Fatal(err)
 		}
 	}
+
+	// A's other members, to demote and to remove; the leaving ones are signed
+	// in, which their removal ends (A holds as many tokens as its tier allows
+	// by the time the table runs, so theirs are in the members' own tests).
+	orgA := int64(0)
+	fmt.Sscan(f.ids["orgA"], &orgA)
+	for name, role := range map[string]models.Role{"secondOwnerA": models.RoleOwner, "pageSecondOwnerA": models.RoleOwner,
+		"leavingA": models.RoleMember, "pageLeavingA": models.RoleMember} {
+		email := strings.ToLower(name) + "@aardvark.example"
+		m := testdb.AddMember(t, db, orgA, email, string(hash), role)
+		f.ids[name] = itoa(m.ID)
+		if role == models.RoleMember {
+			e.login(email, "password123")
+		}
+	}
+	invite := func(session, email string) (string, string) {
+		w := e.do(request{method: "POST", path: "/api/organization/invitations", bearer: session, body: `{"email":"` + email + `","role":"member"}`})
+		if w.Code != 201 {
+			t.Fatalf("invite %s: %d %s", email, w.Code, w.Body.String())
+		}
+		m := decode(t, w)
+		return fmt.Sprint(m["id"]), m["code"].(string)
+	}
+	f.ids["invitationToRevoke"], _ = invite(ownerA, "revoked@aardvark.example")
+	f.ids["pageInvitationToRevoke"], _ = invite(ownerA, "page-revoked@aardvark.example")
+	_, f.ids["invitationForOwnerA"] = invite(capybara, "owner@aardvark.example")
+	_, f.ids["invitationForOwnerB"] = invite(capybara, "owner@zebra.example")
+	_, f.ids["invitationForGuest"] = invite(capybara, "guest@capybara.example")
 
 	f.markers = []string{"aardvark", f.tokens["ownerA"][:20], f.tokens["memberA"][:20]}
 	return f

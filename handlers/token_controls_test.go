@@ -134,10 +134,7 @@ func TestTokenPatch(t *testing.T) {
 		owner := e.signup("owner@example.com", "A")
 		stranger := e.signup("b@example.com", "B")
 		ownerUser, _ := e.store.UserByEmail(context.Background(), "owner@example.com")
-		if err := db.Gorm.Create(&models.User{OrgID: ownerUser.OrgID, Email: "member@example.com", PasswordHash: ownerUser.PasswordHash,
-			Role: models.RoleMember}).Error; err != nil {
-			t.Fatal(err)
-		}
+		testdb.AddMember(t, db, ownerUser.LastOrgID, "member@example.com", ownerUser.PasswordHash, models.RoleMember)
 		member := e.login("member@example.com", "password123")
 		key, id := e.controlledToken(owner, `{"name":"ci","models":["sluice-local"],"requests_per_minute":10}`)
 		_, memberID := e.controlledToken(member, `{"name":"mine"}`)
@@ -465,7 +462,7 @@ func TestTokenBudget(t *testing.T) {
 		}
 		ctx := context.Background()
 		u, _ := e.store.UserByEmail(ctx, "a@example.com")
-		tokBal, err := e.pipe.Ledger.Balance(ctx, metering.TokenAccount(u.OrgID, id), e.clock.Now())
+		tokBal, err := e.pipe.Ledger.Balance(ctx, metering.TokenAccount(u.LastOrgID, id), e.clock.Now())
 		if err != nil || tokBal.Reserved != 0 || tokBal.Spent == 0 || tokBal.Spent >= 209*money.Amount(1e6) {
 			t.Fatalf("the token's balance after one request: %+v %v (settled at the real cost, below the worst case)", tokBal, err)
 		}
@@ -492,12 +489,12 @@ func TestTokenBudget(t *testing.T) {
 				wideID = int64(m["id"].(float64))
 			}
 		}
-		if b, err := e.pipe.Ledger.Balance(ctx, metering.TokenAccount(u.OrgID, wideID), e.clock.Now()); err != nil || b != (metering.Balance{}) {
+		if b, err := e.pipe.Ledger.Balance(ctx, metering.TokenAccount(u.LastOrgID, wideID), e.clock.Now()); err != nil || b != (metering.Balance{}) {
 			t.Fatalf("a refusal by the organization's budget left %+v on the token's (%v)", b, err)
 		}
 		// Both settle at the real cost: the organization spent what the token did.
-		orgBal, _ := e.pipe.Ledger.Balance(ctx, metering.OrgAccount(u.OrgID), e.clock.Now())
-		tokBal, _ = e.pipe.Ledger.Balance(ctx, metering.TokenAccount(u.OrgID, id), e.clock.Now())
+		orgBal, _ := e.pipe.Ledger.Balance(ctx, metering.OrgAccount(u.LastOrgID), e.clock.Now())
+		tokBal, _ = e.pipe.Ledger.Balance(ctx, metering.TokenAccount(u.LastOrgID, id), e.clock.Now())
 		if orgBal.Spent != tokBal.Spent || orgBal.Reserved != 0 || tokBal.Reserved != 0 {
 			t.Fatalf("organization %+v, token %+v: both spent the one request", orgBal, tokBal)
 		}

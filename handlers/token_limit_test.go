@@ -137,5 +137,5 @@ func currentOrg(t *testing.T, e *env, email string) int64 {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return u.OrgID
+	return u.LastOrgID
 }

@@ -602,7 +602,7 @@ func TestAResponseIsStoredBeforeItsAnswer(t *testing.T) {
 		w := &storedAtWrite{ResponseRecorder: httptest.NewRecorder(), check: c.last}
 		w.stored = func() bool {
 			id := "resp_" + strings.TrimPrefix(w.Header().Get("X-Request-Id"), "req_")
-			_, err := e.store.StoredResponse(context.Background(), u.OrgID, id, e.clock.Now())
+			_, err := e.store.StoredResponse(context.Background(), u.LastOrgID, id, e.clock.Now())
 			return err == nil
 		}
 		e.h.ServeHTTP(w, req)

@@ -632,7 +632,7 @@ func TestARevokedTokensJobFails(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		owner := models.User{ID: f.caller.UserID, OrgID: f.caller.OrgID}
+		owner := models.User{ID: f.caller.UserID}
 		if _, err := f.store.RevokeAPIToken(ctx, owner, f.caller.OrgID, f.tokenID); err != nil {
 			t.Fatal(err)
 		}

@@ -418,8 +418,10 @@ func TestFileChunksMigration(t *testing.T) {
 				t.Fatalf("no *_file_chunks.sql in %s", d)
 			}
 			s := models.NewStore(db)
-			o, _, err := s.CreateOrganizationWithOwner(ctx, "Files", "free", "files@example.com", "h", models.RoleOwner)
-			if err != nil {
+			// By hand: the store writes tables later migrations make.
+			var o models.Organization
+			if err := db.Gorm.Raw(`INSERT INTO organizations (name, tier_id, created_at)
+				VALUES ('Files', (SELECT id FROM tiers WHERE name = 'free'), ?) RETURNING id`, time.Now().UTC()).Scan(&o.ID).Error; err != nil {
 				t.Fatal(err)
 			}
 			big := make([]byte, 3*256<<10+1000)
@@ -460,6 +462,106 @@ func TestFileChunksMigration(t *testing.T) {
 			}
 			if err := db.Gorm.Exec("SELECT content FROM batch_files").Error; err == nil {
 				t.Error("batch_files still has its content column")
+			}
+		})
+	}
+}
+
+// TestMembershipsMigration applies 0019 (memberships) to a database at the
+// version before it: every user's organization and role become a
+// membership (an admin owns the organization it was made in and stays an
+// admin), users.role keeps only who is an admin, and open sessions keep
+// working in their user's organization.
+func TestMembershipsMigration(t *testing.T) {
+	for _, dialect := range []string{"sqlite", "postgres"} {
+		t.Run(dialect, func(t *testing.T) {
+			ctx := context.Background()
+			var db *models.DB
+			var err error
+			if dialect == "sqlite" {
+				db, err = models.Open(ctx, "", filepath.Join(t.TempDir(), "sluice.db"))
+			} else {
+				db, err = models.Open(ctx, testdb.PostgresURL(t), "")
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { db.Close() })
+			sqlDB, _ := db.SQL()
+			d := migrations.Dialect(db.Dialect)
+			all, err := migrations.List(d)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := migrations.Current(ctx, sqlDB); err != nil {
+				t.Fatal(err)
+			}
+			var target migrations.Migration
+			for _, m := range all {
+				if strings.HasSuffix(m.Name, "_memberships.sql") {
+					target = m
+					break
+				}
+				if _, err := sqlDB.ExecContext(ctx, m.SQL); err != nil {
+					t.Fatalf("%s: %v", m.Name, err)
+				}
+				if err := db.Gorm.Exec("INSERT INTO schema_migrations (version, name) VALUES (?, ?)", m.Version, m.Name).Error; err != nil {
+					t.Fatal(err)
+				}
+			}
+			if target.Version == 0 {
+				t.Fatalf("no *_memberships.sql in %s", d)
+			}
+			joined := time.Date(2026, 2, 1, 10, 0, 0, 0, time.UTC)
+			exec := func(q string, args ...any) int64 {
+				t.Helper()
+				var id int64
+				if err := db.Gorm.Raw(q+" RETURNING id", args...).Scan(&id).Error; err != nil {
+					t.Fatalf("%s: %v", q, err)
+				}
+				return id
+			}
+			acme := exec(`INSERT INTO organizations (name, tier_id, created_at) VALUES ('Acme', (SELECT id FROM tiers WHERE name = 'free'), ?)`, joined)
+			ops := exec(`INSERT INTO organizations (name, tier_id, created_at) VALUES ('Ops', (SELECT id FROM tiers WHERE name = 'premium'), ?)`, joined)
+			user := func(org int64, email, role string) int64 {
+				return exec(`INSERT INTO users (org_id, email, password_hash, role, created_at) VALUES (?, ?, 'h', ?, ?)`, org, email, role, joined)
+			}
+			owner, member, admin := user(acme, "owner@acme.example", "owner"), user(acme, "member@acme.example", "member"), user(ops, "ops@example.com", "admin")
+			if err := db.Gorm.Exec(`INSERT INTO login_sessions (id, user_id, created_at, expires_at) VALUES ('open', ?, ?, ?)`,
+				member, time.Now().UTC(), time.Now().UTC().Add(time.Hour)).Error; err != nil {
+				t.Fatal(err)
+			}
+
+			applied, err := migrations.Apply(ctx, sqlDB, d)
+			if err != nil || len(applied) == 0 || applied[0] != target.Version {
+				t.Fatalf("apply from the version before %s: %v %v", target.Name, applied, err)
+			}
+			s := models.NewStore(db)
+			for _, c := range []struct {
+				user, org int64
+				role      models.Role
+				admin     bool
+			}{{owner, acme, models.RoleOwner, false}, {member, acme, models.RoleMember, false}, {admin, ops, models.RoleOwner, true}} {
+				u, err := s.User(ctx, c.user)
+				if err != nil {
+					t.Fatal(err)
+				}
+				m, err := s.StartingMember(ctx, u)
+				if err != nil || m.OrgID != c.org || m.Role != c.role || u.IsAdmin() != c.admin || u.LastOrgID != c.org {
+					t.Errorf("%s: %+v %v, want org %d as %s (admin %v)", u.Email, m, err, c.org, c.role, c.admin)
+				}
+				if !c.admin && u.AccountRole != models.RoleMember {
+					t.Errorf("%s: users.role %q, want member (roles in organizations are memberships')", u.Email, u.AccountRole)
+				}
+			}
+			if ms, err := s.Members(ctx, acme); err != nil || len(ms) != 2 || !ms[0].JoinedAt.Equal(joined) {
+				t.Errorf("Acme's members: %+v %v", ms, err)
+			}
+			if m, err := s.LoginSessionMember(ctx, "open", member); err != nil || m.OrgID != acme || m.Role != models.RoleMember {
+				t.Errorf("the open session: %+v %v", m, err)
+			}
+			if err := db.Gorm.Exec(`INSERT INTO memberships (org_id, user_id, role, created_at) VALUES (?, ?, 'admin', ?)`, ops, owner, joined).Error; err == nil {
+				t.Error("a membership with the admin role was stored")
 			}
 		})
 	}

@@ -194,8 +194,8 @@ func (s *Store) OrganizationOverview(ctx context.Context, q OverviewQuery) (Over
 		)
 		SELECT o.id, o.name, t.name AS tier, o.created_at, COALESCE(m.cost, 0) AS spend, COALESCE(m.requests, 0) AS requests,
 			COALESCE(m.rejected, 0) AS rejected, COALESCE(f.n, 0) AS active_freezes, `+total+` AS total,
-			COALESCE((SELECT u.email FROM users u WHERE u.org_id = o.id
-				ORDER BY CASE u.role WHEN 'owner' THEN 0 WHEN 'admin' THEN 1 ELSE 2 END, u.id LIMIT 1), '') AS owner_email
+			COALESCE((SELECT u.email FROM memberships mb JOIN users u ON u.id = mb.user_id WHERE mb.org_id = o.id
+				ORDER BY CASE mb.role WHEN 'owner' THEN 0 ELSE 1 END, mb.created_at, u.id LIMIT 1), '') AS owner_email
 		FROM ranked r
 		JOIN organizations o ON o.id = r.ov_id
 		JOIN tiers t ON t.id = o.tier_id
@@ -233,7 +233,7 @@ func overviewSearch(search string) (string, []any) {
 	// and an estimate that high switches on its JIT compiler, which costs
 	// more than the whole query.
 	return ` WHERE (lower(o.name) LIKE ? ESCAPE '\'
-			OR o.id IN (SELECT u.org_id FROM users u WHERE lower(u.email) LIKE ? ESCAPE '\'))`,
+			OR o.id IN (SELECT mb.org_id FROM memberships mb JOIN users u ON u.id = mb.user_id WHERE lower(u.email) LIKE ? ESCAPE '\'))`,
 		[]any{pattern, pattern}
 }
 
@@ -242,13 +242,10 @@ func escapeLike(s string) string {
 	return strings.NewReplacer(`\`, `\\`, `%`, `\%`, `_`, `\_`).Replace(s)
 }
 
-// OrganizationUsers lists an organization's users, owners first, for the
+// OrganizationUsers lists an organization's members, owners first, for the
 // admin's organization page.
-func (s *Store) OrganizationUsers(ctx context.Context, orgID int64) ([]User, error) {
-	var us []User
-	err := s.db.WithContext(ctx).Where("org_id = ?", orgID).
-		Order("CASE role WHEN 'owner' THEN 0 WHEN 'admin' THEN 1 ELSE 2 END, id").Find(&us).Error
-	return us, dbErr(err, "users")
+func (s *Store) OrganizationUsers(ctx context.Context, orgID int64) ([]OrgMember, error) {
+	return s.Members(ctx, orgID)
 }
 
 // PendingUpgrade is an upgrade request waiting for an admin, with who asked.

@@ -47,9 +47,11 @@ func TestAdminQueriesAt10kOrganizations(t *testing.T) {
 				now() - g * interval '7 minutes'
 			FROM generate_series(1, 10000) g`,
 		`INSERT INTO users (org_id, email, password_hash, role, created_at)
-			SELECT id, 'owner' || id || '@customer' || (id % 97) || '.example', 'h', 'owner', created_at FROM organizations`,
+			SELECT id, 'owner' || id || '@customer' || (id % 97) || '.example', 'h', 'member', created_at FROM organizations`,
 		`INSERT INTO users (org_id, email, password_hash, role, created_at)
 			SELECT id, 'dev' || id || '@customer' || (id % 97) || '.example', 'h', 'member', created_at FROM organizations WHERE id % 3 = 0`,
+		`INSERT INTO memberships (org_id, user_id, role, created_at)
+			SELECT org_id, id, CASE WHEN email LIKE 'owner%' THEN 'owner' ELSE 'member' END, created_at FROM users`,
 		`INSERT INTO api_tokens (org_id, user_id, name, prefix, hash, created_at)
 			SELECT org_id, id, 't', 'sk_sluice_abcdef', md5('tok' || id), created_at FROM users`,
 		`INSERT INTO usage_monthly (period, org_id, requests, rejected, tokens, cost)

@@ -19,14 +19,14 @@ import (
 type overviewFixture struct {
 	now                                time.Time
 	acme, globex, initech, umbrella    models.Organization
-	acmeOwner, globexOwner, initechOwn models.User
+	acmeOwner, globexOwner, initechOwn models.Member
 }
 
 func newOverviewFixture(t *testing.T, db *models.DB) overviewFixture {
 	t.Helper()
 	s := models.NewStore(db)
 	f := overviewFixture{now: time.Date(2027, time.March, 15, 12, 0, 0, 0, time.UTC)}
-	mk := func(name, tier, email string, created time.Time) (models.Organization, models.User) {
+	mk := func(name, tier, email string, created time.Time) (models.Organization, models.Member) {
 		o, u, err := s.CreateOrganizationWithOwner(ctx, name, tier, email, "h", models.RoleOwner)
 		if err != nil {
 			t.Fatal(err)
@@ -44,12 +44,9 @@ func newOverviewFixture(t *testing.T, db *models.DB) overviewFixture {
 	f.initech, f.initechOwn = mk("Initech", "free", "bill@initech.example", day(4))
 	f.umbrella, _ = mk("Umbrella 100%_off", "premium", "alice@umbrella.example", day(2))
 	// A member of Initech whose email search should find too.
-	if err := db.Gorm.Exec(`INSERT INTO users (org_id, email, password_hash, role, created_at) VALUES (?, ?, 'h', 'member', ?)`,
-		f.initech.ID, "milton@stapler.example", f.now).Error; err != nil {
-		t.Fatal(err)
-	}
+	testdb.AddMember(t, db, f.initech.ID, "milton@stapler.example", "h", models.RoleMember)
 
-	token := func(o models.Organization, u models.User) models.APIToken {
+	token := func(o models.Organization, u models.Member) models.APIToken {
 		tok, _, err := s.CreateAPIToken(ctx, o.ID, u.ID, "t", nil)
 		if err != nil {
 			t.Fatal(err)
@@ -93,7 +90,7 @@ func newOverviewFixture(t *testing.T, db *models.DB) overviewFixture {
 			t.Fatal(err)
 		}
 		if lift {
-			if _, err := s.LiftFreeze(ctx, f.globexOwner, fr.ID); err != nil {
+			if _, err := s.LiftFreeze(ctx, f.globexOwner.User, fr.ID); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -296,7 +293,7 @@ func TestPendingUpgradesAndTierUsage(t *testing.T) {
 		if _, err := s.RequestUpgrade(ctx, f.globexOwner, "free", ""); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := s.DecideUpgrade(ctx, f.globexOwner, r.ID, false); err != nil {
+		if _, err := s.DecideUpgrade(ctx, f.globexOwner.User, r.ID, false); err != nil {
 			t.Fatal(err)
 		}
 		ups, total, err := s.PendingUpgrades(ctx, 1)
@@ -343,13 +340,13 @@ func TestAuditEntriesFilter(t *testing.T) {
 		free, _ := s.TierByName(ctx, "free")
 		settings := free.Settings()
 		settings.Capacity = 31
-		if _, err := s.UpdateTier(ctx, admin, "free", settings); err != nil {
+		if _, err := s.UpdateTier(ctx, admin.User, "free", settings); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := s.SetOrganizationTier(ctx, admin, acme.ID, "premium"); err != nil {
+		if _, err := s.SetOrganizationTier(ctx, admin.User, acme.ID, "premium"); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := s.SetModelPrice(ctx, admin, models.ModelPrice{Model: "m", InputPerMTok: 1}, time.Now()); err != nil {
+		if _, err := s.SetModelPrice(ctx, admin.User, models.ModelPrice{Model: "m", InputPerMTok: 1}, time.Now()); err != nil {
 			t.Fatal(err)
 		}
 		// Entries at known times, for the range filter: one a day.

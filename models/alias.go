@@ -266,7 +266,7 @@ func (s *Store) CreateModelAlias(ctx context.Context, admin User, in ModelAliasI
 		if err := tx.Create(&a).Error; err != nil {
 			return dbErr(err, "alias "+a.Name)
 		}
-		return audit(tx, admin.OrgID, admin.ID, "alias.create", a.Name, a.Describe())
+		return audit(tx, admin.LastOrgID, admin.ID, "alias.create", a.Name, a.Describe())
 	})
 	a.UpdatedByEmail = admin.Email
 	return a, dbErr(err, "alias")
@@ -296,7 +296,7 @@ func (s *Store) UpdateModelAlias(ctx context.Context, admin User, name string, i
 		if err := tx.Model(&a).Select("targets", "fallbacks", "updated_at", "updated_by").UpdateColumns(&a).Error; err != nil {
 			return dbErr(err, "alias "+name)
 		}
-		return audit(tx, admin.OrgID, admin.ID, "alias.update", name, before+" -> "+a.Describe())
+		return audit(tx, admin.LastOrgID, admin.ID, "alias.update", name, before+" -> "+a.Describe())
 	})
 	a.UpdatedByEmail = admin.Email
 	return a, err
@@ -316,7 +316,7 @@ func (s *Store) DeleteModelAlias(ctx context.Context, admin User, name string) e
 		if err := tx.Delete(&a).Error; err != nil {
 			return dbErr(err, "alias "+name)
 		}
-		return audit(tx, admin.OrgID, admin.ID, "alias.delete", name, a.Describe())
+		return audit(tx, admin.LastOrgID, admin.ID, "alias.delete", name, a.Describe())
 	})
 }
 

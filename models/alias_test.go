@@ -21,13 +21,13 @@ func aliasStore(t *testing.T, db *models.DB, clk *clocktest.Clock) (*models.Stor
 		t.Fatal(err)
 	}
 	for name, ms := range map[string][]string{"openai": {"gpt-4o-mini", "gpt-4o"}, "anthropic": {"claude-3-5-haiku"}} {
-		_, err := s.CreateUpstreamKey(ctx, admin, models.UpstreamKeyInput{Name: name, BaseURL: "https://api.example.com/v1",
+		_, err := s.CreateUpstreamKey(ctx, admin.User, models.UpstreamKeyInput{Name: name, BaseURL: "https://api.example.com/v1",
 			APIKey: "sk-test-" + name, Weight: 1, Models: ms}, func(p string) string { return "sealed:" + p })
 		if err != nil {
 			t.Fatal(err)
 		}
 	}
-	return s, admin
+	return s, admin.User
 }
 
 // TestModelAliasValidation: each way an alias can be wrong is refused with

@@ -133,11 +133,16 @@ func (s *Store) SetOrganizationTier(ctx context.Context, actor User, orgID int64
 func NormalizeEmail(email string) string { return strings.ToLower(strings.TrimSpace(email)) }
 
 // CreateOrganizationWithOwner creates an organization on tierName and its
-// first user, in one transaction; a taken email is a conflict.
-func (s *Store) CreateOrganizationWithOwner(ctx context.Context, orgName, tierName, email, passwordHash string, role Role) (Organization, User, error) {
+// first user, its owner, in one transaction; a taken email is a conflict.
+// accountRole RoleAdmin makes the bootstrap admin (who owns the operators'
+// organization); any other role an ordinary user.
+func (s *Store) CreateOrganizationWithOwner(ctx context.Context, orgName, tierName, email, passwordHash string, accountRole Role) (Organization, Member, error) {
+	if accountRole != RoleAdmin {
+		accountRole = RoleMember
+	}
 	var (
 		o Organization
-		u User
+		m Member
 	)
 	err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		var t Tier
@@ -153,14 +158,15 @@ func (s *Store) CreateOrganizationWithOwner(ctx context.Context, orgName, tierNa
 			return dbErr(err, "tier membership")
 		}
 		o.Tier = t
-		u = User{OrgID: o.ID, Email: NormalizeEmail(email), PasswordHash: passwordHash, Role: role, CreatedAt: now}
-		if err := tx.Create(&u).Error; err != nil {
-			if err := dbErr(err, "user"); apperr.CodeOf(err) == apperr.Conflict {
-				return apperr.WithReason(apperr.Conflict, "email_taken", "an account with this email already exists")
-			}
-			return dbErr(err, "user")
+		u := User{LastOrgID: o.ID, Email: NormalizeEmail(email), PasswordHash: passwordHash, AccountRole: accountRole, CreatedAt: now}
+		if err := createUser(tx, &u); err != nil {
+			return err
 		}
+		if err := addMembership(tx, o.ID, u.ID, RoleOwner, now); err != nil {
+			return err
+		}
+		m = Member{User: u, OrgID: o.ID, Role: RoleOwner}
 		return audit(tx, o.ID, u.ID, "organization.create", o.Name, "owner "+u.Email)
 	})
-	return o, u, dbErr(err, "organization")
+	return o, m, dbErr(err, "organization")
 }

@@ -56,7 +56,7 @@ func (s *Store) SetModelPrice(ctx context.Context, actor User, p ModelPrice, at 
 		if err := tx.Create(&p).Error; err != nil {
 			return dbErr(err, "price for "+p.Model)
 		}
-		return audit(tx, actor.OrgID, actor.ID, "price.set", p.Model, fmt.Sprintf("input %s, output %s, cached input %s per million tokens",
+		return audit(tx, actor.LastOrgID, actor.ID, "price.set", p.Model, fmt.Sprintf("input %s, output %s, cached input %s per million tokens",
 			p.InputPerMTok, p.OutputPerMTok, p.CachedInputPerMTok))
 	})
 	return p, dbErr(err, "price")

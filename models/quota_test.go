@@ -35,14 +35,14 @@ func TestFreezesAndTuning(t *testing.T) {
 		if others, _ := s.OrganizationFreezes(ctx, admin.OrgID, 10); len(others) != 0 {
 			t.Fatalf("another org sees the freeze: %+v", others)
 		}
-		lifted, err := s.LiftFreeze(ctx, admin, f.ID)
+		lifted, err := s.LiftFreeze(ctx, admin.User, f.ID)
 		if err != nil || lifted.LiftedAt == nil || *lifted.LiftedBy != admin.ID {
 			t.Fatalf("lift %+v %v", lifted, err)
 		}
 		if active, _ := s.ActiveFreezes(ctx, now); len(active) != 0 {
 			t.Fatalf("a lifted freeze is still active")
 		}
-		if _, err := s.LiftFreeze(ctx, admin, 999999); apperr.CodeOf(err) != apperr.NotFound {
+		if _, err := s.LiftFreeze(ctx, admin.User, 999999); apperr.CodeOf(err) != apperr.NotFound {
 			t.Fatalf("lifting a missing freeze: %v", err)
 		}
 		log, _, _ := s.AuditEntries(ctx, models.AuditQuery{OrgID: o.ID, PageSize: 5})
@@ -63,7 +63,7 @@ func TestFreezesAndTuning(t *testing.T) {
 			t.Fatalf("events %+v", evs)
 		}
 		// An admin's edit replaces the tuner's value.
-		if _, err := s.UpdateTier(ctx, admin, "free", free.Settings()); err != nil {
+		if _, err := s.UpdateTier(ctx, admin.User, "free", free.Settings()); err != nil {
 			t.Fatal(err)
 		}
 		if free, _ = s.TierByName(ctx, "free"); free.EffectiveRefillPerSec != nil {

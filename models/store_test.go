@@ -80,14 +80,14 @@ func TestStore(t *testing.T) {
 			if len(list) != 1 || list[0].ID != ta.ID {
 				t.Fatalf("org A sees %+v", list)
 			}
-			if _, err := s.RevokeAPIToken(ctx, ub, b.ID, ta.ID); apperr.CodeOf(err) != apperr.NotFound {
+			if _, err := s.RevokeAPIToken(ctx, ub.User, b.ID, ta.ID); apperr.CodeOf(err) != apperr.NotFound {
 				t.Fatalf("org B revoking A's token: %v", err)
 			}
 			owner, err := s.TokenOwnerByHash(ctx, ta.Hash)
 			if err != nil || owner.RevokedAt != nil || owner.TierName != "free" || owner.OrgID != a.ID {
 				t.Fatalf("owner %+v %v", owner, err)
 			}
-			if _, err := s.RevokeAPIToken(ctx, ua, a.ID, ta.ID); err != nil {
+			if _, err := s.RevokeAPIToken(ctx, ua.User, a.ID, ta.ID); err != nil {
 				t.Fatal(err)
 			}
 			owner, _ = s.TokenOwnerByHash(ctx, ta.Hash)
@@ -110,14 +110,14 @@ func TestStore(t *testing.T) {
 		{"tier limits validated, updated and audited", func(t *testing.T, s *models.Store) {
 			o, admin, _ := s.CreateOrganizationWithOwner(ctx, "Ops", "premium", "ops@example.com", "h", models.RoleAdmin)
 			for _, bad := range []models.TierSettings{{Capacity: 0, RefillPerSec: 1}, {Capacity: 10, RefillPerSec: 0}, {Capacity: 10, RefillPerSec: -1}} {
-				if _, err := s.UpdateTier(ctx, admin, "free", bad); apperr.CodeOf(err) != apperr.Unprocessable {
+				if _, err := s.UpdateTier(ctx, admin.User, "free", bad); apperr.CodeOf(err) != apperr.Unprocessable {
 					t.Errorf("%+v: %v", bad, err)
 				}
 			}
 			free, _ := s.TierByName(ctx, "free")
 			settings := free.Settings()
 			settings.Capacity, settings.RefillPerSec = 40, 1.5
-			tier, err := s.UpdateTier(ctx, admin, "free", settings)
+			tier, err := s.UpdateTier(ctx, admin.User, "free", settings)
 			if err != nil || tier.Capacity != 40 || tier.RefillPerSec != 1.5 {
 				t.Fatalf("%+v %v", tier, err)
 			}
@@ -125,7 +125,7 @@ func TestStore(t *testing.T) {
 			if again.Capacity != 40 || again.RefillPerSec != 1.5 || !again.Autotune || again.TokensPerMinute != 20000 {
 				t.Fatalf("stored %+v", again)
 			}
-			if _, err := s.UpdateTier(ctx, admin, "gold", models.TierSettings{Capacity: 1, RefillPerSec: 1}); apperr.CodeOf(err) != apperr.NotFound {
+			if _, err := s.UpdateTier(ctx, admin.User, "gold", models.TierSettings{Capacity: 1, RefillPerSec: 1}); apperr.CodeOf(err) != apperr.NotFound {
 				t.Fatal(err)
 			}
 			log, _, _ := s.AuditEntries(ctx, models.AuditQuery{OrgID: o.ID, PageSize: 1})
@@ -136,7 +136,7 @@ func TestStore(t *testing.T) {
 		{"organization tier change", func(t *testing.T, s *models.Store) {
 			_, admin, _ := s.CreateOrganizationWithOwner(ctx, "Ops", "premium", "ops@example.com", "h", models.RoleAdmin)
 			o, _, _ := s.CreateOrganizationWithOwner(ctx, "Acme", "free", "a@example.com", "h", models.RoleOwner)
-			got, err := s.SetOrganizationTier(ctx, admin, o.ID, "premium")
+			got, err := s.SetOrganizationTier(ctx, admin.User, o.ID, "premium")
 			if err != nil || got.Tier.Name != "premium" {
 				t.Fatalf("%+v %v", got, err)
 			}
@@ -144,10 +144,10 @@ func TestStore(t *testing.T) {
 			if again.Tier.Name != "premium" {
 				t.Fatalf("stored %+v", again)
 			}
-			if _, err := s.SetOrganizationTier(ctx, admin, 999999, "premium"); apperr.CodeOf(err) != apperr.NotFound {
+			if _, err := s.SetOrganizationTier(ctx, admin.User, 999999, "premium"); apperr.CodeOf(err) != apperr.NotFound {
 				t.Fatal(err)
 			}
-			if _, err := s.SetOrganizationTier(ctx, admin, o.ID, "gold"); apperr.CodeOf(err) != apperr.NotFound {
+			if _, err := s.SetOrganizationTier(ctx, admin.User, o.ID, "gold"); apperr.CodeOf(err) != apperr.NotFound {
 				t.Fatal(err)
 			}
 		}},

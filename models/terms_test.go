@@ -155,7 +155,7 @@ func TestTierTermsAreVersioned(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				tc.run(t, db, clock, s, admin, org)
+				tc.run(t, db, clock, s, admin.User, org)
 			})
 		})
 	}

@@ -197,7 +197,7 @@ func (s *Store) CreateTier(ctx context.Context, actor User, name string, l TierS
 		if err := tx.Create(ptr(t.terms(actor, t.TermsFrom))).Error; err != nil {
 			return dbErr(err, "tier terms")
 		}
-		return audit(tx, actor.OrgID, actor.ID, "tier.create", name, describeChange(TierSettings{}, l))
+		return audit(tx, actor.LastOrgID, actor.ID, "tier.create", name, describeChange(TierSettings{}, l))
 	})
 	return t, err
 }
@@ -220,7 +220,7 @@ func (s *Store) DeleteTier(ctx context.Context, actor User, name string) error {
 		if err := tx.Delete(&t).Error; err != nil {
 			return dbErr(err, "tier "+name)
 		}
-		return audit(tx, actor.OrgID, actor.ID, "tier.delete", name, "")
+		return audit(tx, actor.LastOrgID, actor.ID, "tier.delete", name, "")
 	})
 }
 
@@ -279,7 +279,7 @@ func (s *Store) UpdateTier(ctx context.Context, actor User, name string, l TierS
 		if err != nil {
 			return dbErr(err, "tier "+name)
 		}
-		return audit(tx, actor.OrgID, actor.ID, "tier.update", name, describeChange(before, l))
+		return audit(tx, actor.LastOrgID, actor.ID, "tier.update", name, describeChange(before, l))
 	})
 	return t, err
 }

@@ -182,11 +182,10 @@ type TokenPatch struct {
 	AllowedIPs        Change[[]string]
 }
 
-// MayChangeToken says whether u may change t's settings: an owner (or an
-// admin, in their own organization) any token of the organization, a
-// member only the tokens they created.
-func (u User) MayChangeToken(t APIToken) bool {
-	return u.Role != RoleMember || t.UserID == u.ID
+// MayChangeToken says whether m may change t's settings: an owner any
+// token of the organization, a member only the tokens they created.
+func (m Member) MayChangeToken(t APIToken) bool {
+	return m.IsOwner() || t.UserID == m.ID
 }
 
 var errMemberToken = apperr.WithReason(apperr.Forbidden, "not_your_token",
@@ -198,7 +197,7 @@ var errMemberToken = apperr.WithReason(apperr.Forbidden, "not_your_token",
 // revoked one cannot change; a member may change only their own. A token
 // that had expired and is given a later expiry counts against the tier's
 // token limit again, checked as a creation is.
-func (s *Store) UpdateAPIToken(ctx context.Context, actor User, orgID, id int64, p TokenPatch) (APIToken, error) {
+func (s *Store) UpdateAPIToken(ctx context.Context, actor Member, orgID, id int64, p TokenPatch) (APIToken, error) {
 	var t APIToken
 	now := s.now().UTC()
 	err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {

@@ -126,7 +126,7 @@ func TestTokenLimit(t *testing.T) {
 				s := models.NewStore(db)
 				_, admin, _ := s.CreateOrganizationWithOwner(ctx, "Ops", "premium", "ops@example.com", "h", models.RoleAdmin)
 				o, u, _ := s.CreateOrganizationWithOwner(ctx, "A", "free", "a@example.com", "h", models.RoleOwner)
-				tt.run(t, db, s, admin, o, u)
+				tt.run(t, db, s, admin.User, o, u.User)
 			})
 		})
 	}
@@ -141,7 +141,7 @@ func TestTokenLimitUnderConcurrency(t *testing.T) {
 		s := models.NewStore(db)
 		_, admin, _ := s.CreateOrganizationWithOwner(ctx, "Ops", "premium", "ops@example.com", "h", models.RoleAdmin)
 		o, u, _ := s.CreateOrganizationWithOwner(ctx, "A", "free", "a@example.com", "h", models.RoleOwner)
-		setTokenLimit(t, s, admin, "free", limit)
+		setTokenLimit(t, s, admin.User, "free", limit)
 		for range limit - 1 {
 			if _, _, err := s.CreateAPIToken(ctx, o.ID, u.ID, "t", nil); err != nil {
 				t.Fatal(err)
@@ -189,7 +189,7 @@ func TestTokenLimitUnderConcurrency(t *testing.T) {
 			if len(created) != 1 || active != limit {
 				t.Fatalf("round %d: %d of %d racers made a token, %d active; want exactly 1 and %d", round, len(created), racers, active, limit)
 			}
-			if _, err := s.RevokeAPIToken(ctx, u, o.ID, created[0].ID); err != nil {
+			if _, err := s.RevokeAPIToken(ctx, u.User, o.ID, created[0].ID); err != nil {
 				t.Fatal(err)
 			}
 		}

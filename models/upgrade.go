@@ -37,7 +37,7 @@ const maxUpgradeNote = 500
 
 // RequestUpgrade files u's organization's request to move to toTier. An
 // organization has at most one pending request.
-func (s *Store) RequestUpgrade(ctx context.Context, u User, toTier, note string) (UpgradeRequest, error) {
+func (s *Store) RequestUpgrade(ctx context.Context, u Member, toTier, note string) (UpgradeRequest, error) {
 	note = strings.TrimSpace(note)
 	if len(note) > maxUpgradeNote {
 		return UpgradeRequest{}, apperr.New(apperr.Unprocessable, "note must be at most %d characters", maxUpgradeNote)

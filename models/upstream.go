@@ -148,7 +148,7 @@ func (s *Store) CreateUpstreamKey(ctx context.Context, admin User, in UpstreamKe
 		if err := tx.Create(&k).Error; err != nil {
 			return dbErr(err, "upstream key "+k.Name)
 		}
-		return audit(tx, admin.OrgID, admin.ID, "upstream.create", fmt.Sprint(k.ID), k.Name+" "+k.BaseURL+" …"+k.KeyLast4)
+		return audit(tx, admin.LastOrgID, admin.ID, "upstream.create", fmt.Sprint(k.ID), k.Name+" "+k.BaseURL+" …"+k.KeyLast4)
 	})
 	return k, dbErr(err, "provider key")
 }
@@ -170,7 +170,7 @@ func (s *Store) DeleteUpstreamKey(ctx context.Context, admin User, id int64) err
 		if err := tx.Delete(&k).Error; err != nil {
 			return dbErr(err, "upstream key")
 		}
-		return audit(tx, admin.OrgID, admin.ID, "upstream.delete", fmt.Sprint(id), k.Name)
+		return audit(tx, admin.LastOrgID, admin.ID, "upstream.delete", fmt.Sprint(id), k.Name)
 	})
 }
 

@@ -5,8 +5,9 @@ import (
 	"time"
 )
 
-// Role is what a user may do: members use their organization, owners manage
-// it, admins manage Sluice.
+// Role is what a user may do: in an organization, members use it and
+// owners manage it (a membership's role); across Sluice, admins manage
+// Sluice (a user's AccountRole).
 type Role string
 
 // The roles.
@@ -16,18 +17,45 @@ const (
 	RoleAdmin  Role = "admin"
 )
 
-// User is a person who signs in to the dashboard.
+// ValidMembershipRole says whether r is a role a membership may have.
+func ValidMembershipRole(r Role) bool { return r == RoleMember || r == RoleOwner }
+
+// User is a person who signs in. What they may do in an organization is
+// their membership's (Member); a User alone names no organization to act
+// in.
 type User struct {
 	ID           int64
-	OrgID        int64
 	Email        string
 	PasswordHash string
-	Role         Role
-	CreatedAt    time.Time
+	// AccountRole is RoleAdmin for Sluice's operators and RoleMember for
+	// everyone else; roles in organizations are memberships'.
+	AccountRole Role `gorm:"column:role"`
+	// LastOrgID is the organization the user last worked in (signed up
+	// into, joined or switched to): where their next sign-in starts, while
+	// they still belong to it.
+	LastOrgID int64 `gorm:"column:org_id"`
+	CreatedAt time.Time
 }
 
 // IsAdmin says whether the user may use the admin pages and API.
-func (u User) IsAdmin() bool { return u.Role == RoleAdmin }
+func (u User) IsAdmin() bool { return u.AccountRole == RoleAdmin }
+
+// Member is a user acting in one of their organizations: who a signed-in
+// request is. OrgID is the session's current organization and Role the
+// user's membership of it; both are zero for a user who belongs to no
+// organization (removed from their last one).
+type Member struct {
+	User
+	OrgID int64
+	Role  Role
+}
+
+// IsOwner says whether the member manages the organization: its members,
+// invitations, billing, budget, webhooks, upgrades and every token.
+func (m Member) IsOwner() bool { return m.Role == RoleOwner }
+
+// HasOrganization says whether the member acts in an organization at all.
+func (m Member) HasOrganization() bool { return m.OrgID != 0 }
 
 // UserByEmail finds a user by email, compared case-insensitively.
 func (s *Store) UserByEmail(ctx context.Context, email string) (User, error) {

@@ -37,10 +37,10 @@ func TestProviderKeysAreSealedAtRest(t *testing.T) {
 		_, member, _ := store.CreateOrganizationWithOwner(ctx, "A", "free", "a@example.com", "h", models.RoleOwner)
 
 		in := models.UpstreamKeyInput{Name: "openai-1", BaseURL: "https://api.example.com/openai/v1/", APIKey: plain, Weight: 2, RPM: 600, Models: []string{"gpt-4o-mini"}}
-		if _, err := svc.Create(ctx, member, in); apperr.CodeOf(err) != apperr.Forbidden {
+		if _, err := svc.Create(ctx, member.User, in); apperr.CodeOf(err) != apperr.Forbidden {
 			t.Fatalf("a member adding a key: %v", err)
 		}
-		k, err := svc.Create(ctx, admin, in)
+		k, err := svc.Create(ctx, admin.User, in)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -77,17 +77,17 @@ func TestProviderKeysAreSealedAtRest(t *testing.T) {
 		}
 
 		// A disabled key stays out after a reload, on every node.
-		k2, _ := svc.Create(ctx, admin, models.UpstreamKeyInput{Name: "two", BaseURL: "http://127.0.0.1:9/v1", APIKey: "sk-second-key-9999", Weight: 1})
+		k2, _ := svc.Create(ctx, admin.User, models.UpstreamKeyInput{Name: "two", BaseURL: "http://127.0.0.1:9/v1", APIKey: "sk-second-key-9999", Weight: 1})
 		svc.Disable(ctx, k2.ID, "provider answered 401")
 		for _, k := range pool.keys {
 			if k.ID == k2.ID {
 				t.Fatal("a disabled key is in rotation")
 			}
 		}
-		if err := svc.Delete(ctx, admin, k2.ID); err != nil {
+		if err := svc.Delete(ctx, admin.User, k2.ID); err != nil {
 			t.Fatal(err)
 		}
-		if err := svc.Delete(ctx, admin, k2.ID); apperr.CodeOf(err) != apperr.NotFound {
+		if err := svc.Delete(ctx, admin.User, k2.ID); apperr.CodeOf(err) != apperr.NotFound {
 			t.Fatalf("deleting twice: %v", err)
 		}
 	})
@@ -123,7 +123,7 @@ func TestRefusedKeysArePersistedAndLeaveRotation(t *testing.T) {
 	pool := &fakePool{}
 	svc := New(store, box, pool, cluster.None{}, slog.New(slog.DiscardHandler))
 	_, admin, _ := store.CreateOrganizationWithOwner(ctx, "Ops", "premium", "ops@example.com", "h", models.RoleAdmin)
-	k, err := svc.Create(ctx, admin, models.UpstreamKeyInput{Name: "one", BaseURL: "http://127.0.0.1:9/v1", APIKey: "sk-refused-key-1", Weight: 1})
+	k, err := svc.Create(ctx, admin.User, models.UpstreamKeyInput{Name: "one", BaseURL: "http://127.0.0.1:9/v1", APIKey: "sk-refused-key-1", Weight: 1})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -378,7 +378,7 @@ func TestBillingSettings(t *testing.T) {
 			t.Errorf("budget-readonly = %q", got)
 		}
 		for id, want := range map[string]string{
-			"settings-readonly":  "Only the organization's owner can change these settings.",
+			"settings-readonly":  "Only the organization's owners can change these settings.",
 			"time-zone-readonly": "Days are counted in Asia/Shanghai.",
 			"webhook-readonly":   "Budget alerts are also posted to a webhook.",
 		} {

@@ -170,6 +170,8 @@ type PlanView struct {
 	Pending  *UpgradeRow // shown instead of the form while set
 	Last     *UpgradeRow // the latest decided request, if any
 	Form     UpgradeForm
+	// ReadOnly leaves the form out: only owners request upgrades.
+	ReadOnly bool
 }
 
 // TierOption is a tier one may ask to move to.

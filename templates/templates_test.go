@@ -40,12 +40,14 @@ func admin() *UserNav {
 // against all of them.
 func everyPage(p Page) map[string]templ.Component {
 	return map[string]templ.Component{
-		"login":     Login(p, LoginView{}),
-		"signup":    Signup(p, SignupView{}),
-		"dashboard": Dashboard(p, DashboardView{OrgName: "Acme"}),
-		"tokens":    Tokens(p, TokensView{}),
-		"admin":     AdminTiers(p, AdminTiersView{}),
-		"error":     ErrorPage(p, 404, "Not found", ""),
+		"login":      Login(p, LoginView{}),
+		"signup":     Signup(p, SignupView{}),
+		"dashboard":  Dashboard(p, DashboardView{OrgName: "Acme"}),
+		"tokens":     Tokens(p, TokensView{}),
+		"admin":      AdminTiers(p, AdminTiersView{}),
+		"error":      ErrorPage(p, 404, "Not found", ""),
+		"team":       Team(p, TeamView{OrgName: "Acme", CanManage: true}),
+		"invitation": Invitation(p, InvitationView{Code: "inv_X", OrgName: "Acme", Email: "ada@example.com", Role: "member"}),
 	}
 }
 
@@ -198,6 +200,9 @@ func TestEveryFieldHasALabel(t *testing.T) {
 		"admin": AdminTiers(p, AdminTiersView{
 			Tiers: []TierRow{{Name: "free", Capacity: 1, RefillPerSec: "1"}, {Name: "pro", Capacity: 2, RefillPerSec: "2"}},
 		}),
+		"team": Team(Page{Title: "x", User: &UserNav{Email: "a@example.com", OrgName: "A", Role: "owner",
+			Orgs: []OrgChoice{{ID: 1, Name: "A", Current: true}, {ID: 2, Name: "B"}}}}, TeamView{OrgName: "A", CanManage: true}),
+		"invitation": Invitation(Page{Title: "x"}, InvitationView{Code: "inv_X", OrgName: "A", Email: "a@example.com", Role: "member"}),
 	}
 	for name, c := range pages {
 		t.Run(name, func(t *testing.T) {

@@ -14,13 +14,28 @@ type Page struct {
 // UserNav is the signed-in user as the navigation shows them.
 type UserNav struct {
 	Email   string
-	OrgName string
+	OrgName string // the organization the session acts in
+	Role    string // theirs in it: member | owner
 	IsAdmin bool
+	// Orgs are every organization of theirs, for the switcher; it shows
+	// when there are two or more.
+	Orgs []OrgChoice
+}
+
+// OrgChoice is one of the user's organizations in the switcher.
+type OrgChoice struct {
+	ID      int64
+	Name    string
+	Role    string
+	Current bool
 }
 
 // LoginView refills the login form after a failed attempt.
 type LoginView struct {
 	Email string
+	// Next is the invitation page to go back to once signed in; "" for the
+	// dashboard.
+	Next string
 }
 
 // SignupView refills the signup form after a failed attempt.

@@ -117,7 +117,7 @@ func (p *Pages) UpdateTier(c *gin.Context) {
 		return
 	}
 	u, _ := userOf(c)
-	_, err = p.accounts.UpdateTier(c.Request.Context(), u, c.Param("name"), settings)
+	_, err = p.accounts.UpdateTier(c.Request.Context(), u.User, c.Param("name"), settings)
 	if err != nil {
 		if code := apperr.CodeOf(err); code == apperr.Unprocessable {
 			p.showAdmin(c, http.StatusUnprocessableEntity, apperr.As(err).Message, "", newTierDefaults)
@@ -146,7 +146,7 @@ func (p *Pages) CreateTier(c *gin.Context) {
 		return
 	}
 	u, _ := userOf(c)
-	if _, err := p.accounts.CreateTier(c.Request.Context(), u, form.Name, settings); err != nil {
+	if _, err := p.accounts.CreateTier(c.Request.Context(), u.User, form.Name, settings); err != nil {
 		if status, msg, ok := adminFormProblem(err); ok {
 			p.showAdmin(c, status, msg, "", form)
 			return
@@ -161,7 +161,7 @@ func (p *Pages) CreateTier(c *gin.Context) {
 // and the page says why.
 func (p *Pages) DeleteTier(c *gin.Context) {
 	u, _ := userOf(c)
-	if err := p.accounts.DeleteTier(c.Request.Context(), u, c.Param("name")); err != nil {
+	if err := p.accounts.DeleteTier(c.Request.Context(), u.User, c.Param("name")); err != nil {
 		if apperr.CodeOf(err) == apperr.Conflict {
 			p.showAdmin(c, http.StatusConflict, apperr.As(err).Message, "", newTierDefaults)
 			return
@@ -295,7 +295,7 @@ func (p *Pages) LiftFreeze(c *gin.Context) {
 		return
 	}
 	u, _ := userOf(c)
-	if _, err := p.accounts.LiftFreeze(c.Request.Context(), u, id); err != nil {
+	if _, err := p.accounts.LiftFreeze(c.Request.Context(), u.User, id); err != nil {
 		p.fail(c, err)
 		return
 	}

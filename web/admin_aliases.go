@@ -146,7 +146,7 @@ func (p *Pages) CreateAlias(c *gin.Context) {
 	form, in, err := aliasForm(c)
 	if err == nil {
 		u, _ := userOf(c)
-		_, err = p.aliases.Create(c.Request.Context(), u, in)
+		_, err = p.aliases.Create(c.Request.Context(), u.User, in)
 	}
 	if err != nil {
 		p.aliasRefused(c, err, form)
@@ -162,7 +162,7 @@ func (p *Pages) UpdateAlias(c *gin.Context) {
 	form.Editing, form.Name = name, name
 	if err == nil {
 		u, _ := userOf(c)
-		_, err = p.aliases.Update(c.Request.Context(), u, name, in)
+		_, err = p.aliases.Update(c.Request.Context(), u.User, name, in)
 	}
 	if err != nil {
 		if apperr.CodeOf(err) == apperr.NotFound {
@@ -188,7 +188,7 @@ func (p *Pages) aliasRefused(c *gin.Context, err error, form templates.AliasForm
 // DeleteAlias removes an alias.
 func (p *Pages) DeleteAlias(c *gin.Context) {
 	u, _ := userOf(c)
-	if err := p.aliases.Delete(c.Request.Context(), u, c.Param("name")); err != nil {
+	if err := p.aliases.Delete(c.Request.Context(), u.User, c.Param("name")); err != nil {
 		p.fail(c, err)
 		return
 	}

@@ -18,7 +18,7 @@ import (
 func TestAdminAliasesPage(t *testing.T) {
 	t.Parallel()
 	s := newSite(t, testdb.SQLite(t))
-	if _, err := s.providers.Create(context.Background(), s.admin, models.UpstreamKeyInput{Name: "openai", BaseURL: "https://api.example.com/v1",
+	if _, err := s.providers.Create(context.Background(), s.admin.User, models.UpstreamKeyInput{Name: "openai", BaseURL: "https://api.example.com/v1",
 		APIKey: "sk-live-secret-aaaa1111", Weight: 1, Models: []string{"gpt-4o-mini", "gpt-4o"}}); err != nil {
 		t.Fatal(err)
 	}

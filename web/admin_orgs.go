@@ -204,7 +204,7 @@ func (p *Pages) AdminOrganization(c *gin.Context) {
 		return
 	}
 	for _, u := range users {
-		view.Users = append(view.Users, templates.AdminUserRow{Email: u.Email, Role: string(u.Role), Created: formatTime(u.CreatedAt)})
+		view.Users = append(view.Users, templates.AdminUserRow{Email: u.Email, Role: string(u.Role), Created: formatTime(u.JoinedAt)})
 	}
 	tiers, err := p.store.Tiers(ctx)
 	if err != nil {
@@ -389,7 +389,7 @@ func (p *Pages) SetOrganizationTier(c *gin.Context) {
 		return
 	}
 	u, _ := userOf(c)
-	if _, err := p.accounts.SetOrganizationTier(c.Request.Context(), u, id, c.PostForm("tier")); err != nil {
+	if _, err := p.accounts.SetOrganizationTier(c.Request.Context(), u.User, id, c.PostForm("tier")); err != nil {
 		p.fail(c, err)
 		return
 	}
@@ -406,7 +406,7 @@ func (p *Pages) DecideUpgrade(approve bool) gin.HandlerFunc {
 			return
 		}
 		u, _ := userOf(c)
-		r, err := p.billing.DecideUpgrade(c.Request.Context(), u, id, approve)
+		r, err := p.billing.DecideUpgrade(c.Request.Context(), u.User, id, approve)
 		if apperr.CodeOf(err) == apperr.NotFound {
 			err = apperr.New(apperr.NotFound, "No such upgrade request.")
 		}

@@ -71,7 +71,7 @@ func (p *Pages) SetPrice(c *gin.Context) {
 		Output: strings.TrimSpace(c.PostForm("output_per_mtok")), CachedInput: strings.TrimSpace(c.PostForm("cached_input_per_mtok")),
 		CacheCreation: strings.TrimSpace(c.PostForm("cache_creation_per_mtok")), Reasoning: strings.TrimSpace(c.PostForm("reasoning_per_mtok"))}
 	u, _ := userOf(c)
-	_, err := p.billing.SetPrice(c.Request.Context(), u, form.Model, billing.PriceInput{Input: form.Input, Output: form.Output,
+	_, err := p.billing.SetPrice(c.Request.Context(), u.User, form.Model, billing.PriceInput{Input: form.Input, Output: form.Output,
 		CachedInput: form.CachedInput, CacheCreation: form.CacheCreation, Reasoning: form.Reasoning})
 	if err != nil {
 		if status, msg, ok := adminFormProblem(err); ok {

@@ -18,22 +18,31 @@ func (p *Pages) Home(c *gin.Context) {
 	c.Redirect(http.StatusSeeOther, "/login")
 }
 
-// LoginForm shows the login page.
+// LoginForm shows the login page; ?next= names an invitation's page to
+// come back to.
 func (p *Pages) LoginForm(c *gin.Context) {
-	render(c, http.StatusOK, templates.Login(templates.Page{Title: "Sign in"}, templates.LoginView{}))
+	next, _ := invitationReturn(c.Query("next"))
+	render(c, http.StatusOK, templates.Login(templates.Page{Title: "Sign in"}, templates.LoginView{Next: next}))
 }
 
-// Login checks the password and starts a new session.
+// Login checks the password and starts a new session, in the organization
+// the user last worked in; a sign-in from an invitation's page goes back
+// to it.
 func (p *Pages) Login(c *gin.Context) {
 	email := c.PostForm("email")
+	next, back := invitationReturn(c.PostForm("next"))
 	u, err := p.accounts.Login(c.Request.Context(), email, c.PostForm("password"), c.ClientIP())
 	if err == nil {
 		err = p.setSession(c, u)
 	}
 	if err != nil {
 		p.formError(c, err, func(page templates.Page) {
-			render(c, apperr.Status(apperr.CodeOf(err)), templates.Login(page, templates.LoginView{Email: email}))
+			render(c, apperr.Status(apperr.CodeOf(err)), templates.Login(page, templates.LoginView{Email: email, Next: next}))
 		}, "Sign in")
+		return
+	}
+	if back {
+		c.Redirect(http.StatusSeeOther, next)
 		return
 	}
 	c.Redirect(http.StatusSeeOther, "/dashboard")
@@ -44,8 +53,14 @@ func (p *Pages) SignupForm(c *gin.Context) {
 	render(c, http.StatusOK, templates.Signup(templates.Page{Title: "Create your account"}, templates.SignupView{}))
 }
 
-// Signup creates an organization on the free tier and signs its owner in.
+// Signup creates an organization on the free tier and signs its owner in;
+// from an invitation's page (an invitation field) it joins that
+// invitation's organization instead.
 func (p *Pages) Signup(c *gin.Context) {
+	if code := c.PostForm("invitation"); code != "" {
+		p.signupByInvitation(c, code)
+		return
+	}
 	view := templates.SignupView{Email: c.PostForm("email"), Organization: c.PostForm("organization")}
 	u, _, err := p.accounts.Signup(c.Request.Context(), view.Email, c.PostForm("password"), view.Organization, c.ClientIP())
 	if err == nil {
@@ -55,6 +70,29 @@ func (p *Pages) Signup(c *gin.Context) {
 		p.formError(c, err, func(page templates.Page) {
 			render(c, apperr.Status(apperr.CodeOf(err)), templates.Signup(page, view))
 		}, "Create your account")
+		return
+	}
+	c.Redirect(http.StatusSeeOther, "/dashboard")
+}
+
+// signupByInvitation makes the account an invitation's page asks for and
+// signs it in, in the invitation's organization; a problem is shown on
+// that page.
+func (p *Pages) signupByInvitation(c *gin.Context, code string) {
+	u, _, err := p.accounts.SignupByInvitation(c.Request.Context(), c.PostForm("email"), c.PostForm("password"), code, c.ClientIP())
+	if err == nil {
+		err = p.setSession(c, u)
+	}
+	if err != nil {
+		status := apperr.Status(apperr.CodeOf(err))
+		if status >= 500 || apperr.CodeOf(err) == apperr.NotFound {
+			p.fail(c, err)
+			return
+		}
+		if e := apperr.As(err); e.RetryAfter > 0 {
+			apperr.SetRetryAfter(c.Writer.Header(), e.RetryAfter)
+		}
+		p.showInvitation(c, status, code, apperr.As(err).Message)
 		return
 	}
 	c.Redirect(http.StatusSeeOther, "/dashboard")

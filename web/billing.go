@@ -11,6 +11,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/sluicehq/sluice/accounts"
 	"github.com/sluicehq/sluice/apperr"
 	"github.com/sluicehq/sluice/billing"
 	"github.com/sluicehq/sluice/metering"
@@ -41,21 +42,19 @@ type dashboardState struct {
 }
 
 // canManageBilling says whether u may change the organization's budget,
-// time zone and webhook: its owner, or an admin.
-func canManageBilling(u models.User) bool { return u.Role == models.RoleOwner || u.IsAdmin() }
+// time zone, webhook and plan: its owners may.
+func canManageBilling(u models.Member) bool { return u.IsOwner() }
 
 // ownerOnly refuses a member before their form is even read, in the words
 // the billing service uses.
-func ownerOnly(what string) error {
-	return apperr.New(apperr.Forbidden, "only the organization's owner may set its %s", what)
-}
+func ownerOnly(u models.Member, what string) error { return accounts.NeedOwner(u, what) }
 
 // SetBudget saves the monthly budget form: a limit in dollars (empty
 // removes the budget) and whether it is a hard stop.
 func (p *Pages) SetBudget(c *gin.Context) {
 	u, _ := userOf(c)
 	if !canManageBilling(u) {
-		p.fail(c, ownerOnly("budget"))
+		p.fail(c, ownerOnly(u, "set its budget"))
 		return
 	}
 	form := templates.BudgetForm{MonthlyLimit: strings.TrimSpace(c.PostForm("monthly_limit")), HardStop: c.PostForm("hard_stop") != ""}
@@ -84,7 +83,7 @@ func (p *Pages) SetBudget(c *gin.Context) {
 func (p *Pages) SetTimeZone(c *gin.Context) {
 	u, _ := userOf(c)
 	if !canManageBilling(u) {
-		p.fail(c, ownerOnly("time zone"))
+		p.fail(c, ownerOnly(u, "set its time zone"))
 		return
 	}
 	zone := strings.TrimSpace(c.PostForm("time_zone"))
@@ -100,7 +99,7 @@ func (p *Pages) SetTimeZone(c *gin.Context) {
 func (p *Pages) SetWebhook(c *gin.Context) {
 	u, _ := userOf(c)
 	if !canManageBilling(u) {
-		p.fail(c, ownerOnly("webhook"))
+		p.fail(c, ownerOnly(u, "set its webhook"))
 		return
 	}
 	raw := strings.TrimSpace(c.PostForm("webhook_url"))
@@ -120,6 +119,10 @@ func (p *Pages) SetWebhook(c *gin.Context) {
 // RequestUpgrade files the organization's request to move to another tier.
 func (p *Pages) RequestUpgrade(c *gin.Context) {
 	u, _ := userOf(c)
+	if !canManageBilling(u) {
+		p.fail(c, ownerOnly(u, "request an upgrade"))
+		return
+	}
 	form := templates.UpgradeForm{Tier: c.PostForm("tier"), Note: c.PostForm("note")}
 	if _, err := p.billing.RequestUpgrade(c.Request.Context(), u, form.Tier, form.Note); err != nil {
 		p.formFailed(c, templates.FormUpgrade, err, dashboardState{upgrade: form})
@@ -169,7 +172,7 @@ func (p *Pages) formFailed(c *gin.Context, form string, err error, st dashboardS
 }
 
 // billingView gathers the dashboard's money side.
-func (p *Pages) billingView(ctx context.Context, u models.User, o models.Organization, loc *time.Location, q usageQuery,
+func (p *Pages) billingView(ctx context.Context, u models.Member, o models.Organization, loc *time.Location, q usageQuery,
 	toks []models.APIToken, st dashboardState) (*templates.BillingView, error) {
 	// The chart's hours, the budget and the draft invoice each read the
 	// rollups: they go at once, each on its own connection, so the page
@@ -190,6 +193,7 @@ func (p *Pages) billingView(ctx context.Context, u models.User, o models.Organiz
 	if err := cmp.Or(usageErr, budgetErr, invoicesErr, planErr); err != nil {
 		return nil, err
 	}
+	plan.ReadOnly = !canManageBilling(u)
 	v := &templates.BillingView{Usage: usage, Spend: spendView(budget, o.Tier.Name, loc), Invoices: invoices, Plan: plan, Notice: st.notice}
 	v.Settings = templates.SettingsView{CanEdit: canManageBilling(u), TimeZone: loc.String(), TimeZoneInput: st.timeZone,
 		WebhookURL: o.WebhookURL, WebhookInput: st.webhookURL, WebhookSecret: st.webhookSecret,

@@ -36,7 +36,7 @@ func event(id string, tok models.APIToken, model string, at time.Time, prompt, c
 }
 
 // zone sets u's organization's time zone.
-func (s *site) zone(u models.User, zone string) {
+func (s *site) zone(u models.Member, zone string) {
 	s.t.Helper()
 	if err := s.billing.SetTimeZone(context.Background(), u, zone); err != nil {
 		s.t.Fatal(err)
@@ -44,7 +44,7 @@ func (s *site) zone(u models.User, zone string) {
 }
 
 // budget sets u's organization's budget; a nil limit removes it.
-func (s *site) budget(u models.User, limit *money.Amount, hardStop bool) {
+func (s *site) budget(u models.Member, limit *money.Amount, hardStop bool) {
 	s.t.Helper()
 	if _, err := s.billing.SetBudget(context.Background(), u, models.Budget{Limit: limit, HardStop: hardStop}); err != nil {
 		s.t.Fatal(err)
@@ -148,7 +148,7 @@ func TestBudgetForm(t *testing.T) {
 
 		// A member sees the budget and cannot change it.
 		mia := s.member("mia@example.com", "Mia's Models")
-		s.budget(models.User{ID: mia.ID, OrgID: mia.OrgID, Role: models.RoleOwner}, dollarsOf("5.00"), true) // as its owner would
+		s.budget(models.Member{User: mia.User, OrgID: mia.OrgID, Role: models.RoleOwner}, dollarsOf("5.00"), true) // as its owner would
 		m := s.signedIn(mia)
 		w = m.get("/dashboard")
 		w.expectPage(http.StatusOK, "budget-readonly", "settings-readonly")
@@ -158,9 +158,9 @@ func TestBudgetForm(t *testing.T) {
 			}
 		}
 		for path, msg := range map[string]string{
-			"/billing/budget":    "only the organization's owner may set its budget",
-			"/billing/time-zone": "only the organization's owner may set its time zone",
-			"/billing/webhook":   "only the organization's owner may set its webhook",
+			"/billing/budget":    "only the organization's owners may set its budget",
+			"/billing/time-zone": "only the organization's owners may set its time zone",
+			"/billing/webhook":   "only the organization's owners may set its webhook",
 		} {
 			w = m.post(path, url.Values{"monthly_limit": {"1.00"}, "time_zone": {"UTC"}, "webhook_url": {"https://hooks.example.com/x"}})
 			w.expectError(http.StatusForbidden, msg)
@@ -276,7 +276,7 @@ func TestInvoicesAndCSV(t *testing.T) {
 		bob := s.signup("bob@example.com", "Babbage")
 		s.customerSince(u, time.Date(2027, 1, 1, 0, 0, 0, 0, time.UTC))
 		s.customerSince(bob, time.Date(2027, 1, 1, 0, 0, 0, 0, time.UTC))
-		price, err := s.billing.SetPrice(ctx, s.admin, "sluice-local", billing.PriceInput{Input: "2.50", Output: "10.00"})
+		price, err := s.billing.SetPrice(ctx, s.admin.User, "sluice-local", billing.PriceInput{Input: "2.50", Output: "10.00"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -423,7 +423,7 @@ func TestUpgradeRequestFlow(t *testing.T) {
 		}
 
 		// The admin approves: the page follows.
-		if _, err := s.billing.DecideUpgrade(ctx, s.admin, pending[0].ID, true); err != nil {
+		if _, err := s.billing.DecideUpgrade(ctx, s.admin.User, pending[0].ID, true); err != nil {
 			t.Fatal(err)
 		}
 		w = b.get("/dashboard")
@@ -436,9 +436,15 @@ func TestUpgradeRequestFlow(t *testing.T) {
 			t.Errorf("after the upgrade: options %q, fee %q", opts, w.text("plan-fee"))
 		}
 
-		// Any member may ask.
+		// Upgrades are the owners': a member sees neither the form nor the
+		// requests, and a post of theirs is refused.
 		mia := s.member("mia@example.com", "Mia's Models")
-		s.signedIn(mia).post("/billing/upgrade", url.Values{"tier": {"premium"}}).expectRedirect("/dashboard?done=upgrade#upgrade")
+		m := s.signedIn(mia)
+		w = m.get("/dashboard")
+		if got := w.text("upgrade-readonly"); got != "Only the organization's owners can request an upgrade." || w.testid("upgrade-form").Length() != 0 {
+			t.Errorf("a member's plan card: %q, %d forms", got, w.testid("upgrade-form").Length())
+		}
+		m.post("/billing/upgrade", url.Values{"tier": {"premium"}}).expectError(http.StatusForbidden, "only the organization's owners may request an upgrade")
 	})
 }
 
@@ -478,7 +484,7 @@ func TestAFeeEditMidMonthIsTwoInvoiceLines(t *testing.T) {
 		s := newSite(t, db)
 		ctx := context.Background()
 		u := s.signup("ada@example.com", "Analytical Engines")
-		if _, err := s.store.SetOrganizationTier(ctx, s.admin, u.OrgID, "premium"); err != nil {
+		if _, err := s.store.SetOrganizationTier(ctx, s.admin.User, u.OrgID, "premium"); err != nil {
 			t.Fatal(err)
 		}
 		s.customerSince(u, time.Date(2027, 3, 1, 0, 0, 0, 0, time.UTC)) // a premium customer since March 1st

@@ -219,7 +219,7 @@ func TestSpendGaugeAndBudgetBanner(t *testing.T) {
 		u := s.signup("ada@example.com", "Analytical Engines")
 		s.zone(u, shanghai)
 		// Premium bills overage, so only the budget speaks.
-		if _, err := s.store.SetOrganizationTier(ctx, s.admin, u.OrgID, "premium"); err != nil {
+		if _, err := s.store.SetOrganizationTier(ctx, s.admin.User, u.OrgID, "premium"); err != nil {
 			t.Fatal(err)
 		}
 		tok := s.token(u, "ci")

@@ -47,12 +47,19 @@ func (p *Pages) showDashboard(c *gin.Context, status int, st dashboardState) {
 		p.fail(c, err)
 		return
 	}
+	// The token list and count are what the visitor manages (a member's
+	// own); the charts name every token of the organization's.
+	mine, err := p.accounts.Tokens(ctx, u)
+	if err != nil {
+		p.fail(c, err)
+		return
+	}
 	view := templates.DashboardView{
 		OrgName: o.Name, TierName: o.Tier.Name, Capacity: o.Tier.Capacity, RefillPerSec: formatRate(o.Tier.RefillPerSec),
 		RequestsToday: today.Requests, TokensToday: today.TotalTokens(),
 		RequestsMonth: month.Requests, TokensMonth: month.Tokens,
 	}
-	for _, t := range toks {
+	for _, t := range mine {
 		if t.Status(now) == "active" {
 			view.ActiveTokens++
 		}
@@ -67,7 +74,7 @@ func (p *Pages) showDashboard(c *gin.Context, status int, st dashboardState) {
 		return
 	}
 	view.Freezes = p.freezeRows(c, freezes, nil)
-	rows := tokenRows(toks, now)
+	rows := tokenRows(mine, now)
 	view.Tokens = rows[:min(len(rows), 5)]
 	if view.Billing, err = p.billingView(ctx, u, o, loc, parseUsageQuery(c.Request.URL.Query()), toks, st); err != nil {
 		p.fail(c, err)

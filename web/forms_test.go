@@ -218,8 +218,8 @@ func TestSignupStartsASessionOnTheNewOrganization(t *testing.T) {
 		if got := w.text("org-name"); got != "Analytical Engines" {
 			t.Errorf("org-name = %q", got)
 		}
-		if got := w.text("nav-user"); got != "ada@example.com Analytical Engines" {
-			t.Errorf("nav-user = %q, want the normalised email and the organization", got)
+		if got := w.text("nav-user"); got != "ada@example.com Analytical Engines · owner" {
+			t.Errorf("nav-user = %q, want the normalised email, the organization and the role", got)
 		}
 		if got := w.page().Find(".tier-name").Text(); got != "free" {
 			t.Errorf("new organization is on tier %q, want free", got)

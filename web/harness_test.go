@@ -23,6 +23,7 @@ import (
 	"github.com/sluicehq/sluice/cluster"
 	"github.com/sluicehq/sluice/handlers"
 	"github.com/sluicehq/sluice/internal/clocktest"
+	"github.com/sluicehq/sluice/internal/testdb"
 	"github.com/sluicehq/sluice/internal/testjobs"
 	"github.com/sluicehq/sluice/internal/testsync"
 	"github.com/sluicehq/sluice/metering"
@@ -73,7 +74,7 @@ type site struct {
 	billing   *billing.Service
 	logs      *testsync.Buffer
 	deps      handlers.Deps // kept so a test can swap one part and rebuild
-	admin     models.User
+	admin     models.Member // the bootstrap admin, in the operators' organization
 }
 
 func newSite(t *testing.T, db *models.DB) *site {
@@ -96,7 +97,11 @@ func newSite(t *testing.T, db *models.DB) *site {
 	if _, _, err := acc.EnsureAdmin(ctx, adminEmail, adminPassword); err != nil {
 		t.Fatal(err)
 	}
-	admin, err := store.UserByEmail(ctx, adminEmail)
+	adminUser, err := store.UserByEmail(ctx, adminEmail)
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin, err := store.StartingMember(ctx, adminUser)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,7 +147,7 @@ func (s *site) router(d handlers.Deps) http.Handler {
 }
 
 // signup creates an organization on the free tier with its owner.
-func (s *site) signup(email, org string) models.User {
+func (s *site) signup(email, org string) models.Member {
 	s.t.Helper()
 	u, _, err := s.accounts.Signup(context.Background(), email, password, org, "192.0.2.1")
 	if err != nil {
@@ -154,7 +159,7 @@ func (s *site) signup(email, org string) models.User {
 // customerSince dates u's organization's creation, and so its first tier
 // membership, back to at: an organization that has been a customer since
 // then, billed for whole months (the clock cannot go back to sign it up).
-func (s *site) customerSince(u models.User, at time.Time) {
+func (s *site) customerSince(u models.Member, at time.Time) {
 	s.t.Helper()
 	for _, q := range []string{"UPDATE organizations SET created_at = ? WHERE id = ?", "UPDATE tier_memberships SET effective_from = ? WHERE org_id = ?"} {
 		if err := s.db.Gorm.Exec(q, at.UTC(), u.OrgID).Error; err != nil {
@@ -163,18 +168,19 @@ func (s *site) customerSince(u models.User, at time.Time) {
 	}
 }
 
-// member creates a user with the plain member role (signup makes owners).
-func (s *site) member(email, org string) models.User {
+// member creates an organization whose owner is someone else and makes
+// email a plain member of it (signup makes owners).
+func (s *site) member(email, org string) models.Member {
 	s.t.Helper()
-	_, u, err := s.store.CreateOrganizationWithOwner(context.Background(), org, "free", email, "not a bcrypt hash", models.RoleMember)
+	o, _, err := s.store.CreateOrganizationWithOwner(context.Background(), org, "free", "owner-of-"+email, "not a bcrypt hash", models.RoleMember)
 	if err != nil {
-		s.t.Fatalf("create member %s: %v", email, err)
+		s.t.Fatalf("create %s: %v", org, err)
 	}
-	return u
+	return testdb.AddMember(s.t, s.db, o.ID, email, "not a bcrypt hash", models.RoleMember)
 }
 
 // token issues an API token for u's organization.
-func (s *site) token(u models.User, name string) models.APIToken {
+func (s *site) token(u models.Member, name string) models.APIToken {
 	s.t.Helper()
 	tok, _, err := s.accounts.CreateToken(context.Background(), u, name, 0)
 	if err != nil {
@@ -198,7 +204,7 @@ func (s *site) freeze(tok models.APIToken, d time.Duration) models.Freeze {
 // upstreamKey adds a provider key as an admin would.
 func (s *site) upstreamKey(name, apiKey string) models.UpstreamKey {
 	s.t.Helper()
-	k, err := s.providers.Create(context.Background(), s.admin, models.UpstreamKeyInput{Name: name,
+	k, err := s.providers.Create(context.Background(), s.admin.User, models.UpstreamKeyInput{Name: name,
 		BaseURL: "https://api.example.com/v1", APIKey: apiKey, Weight: 1})
 	if err != nil {
 		s.t.Fatalf("create upstream key %s: %v", name, err)
@@ -215,10 +221,11 @@ type browser struct {
 
 func (s *site) anonymous() *browser { return &browser{s: s} }
 
-// signedIn is a browser holding a fresh session for u.
-func (s *site) signedIn(u models.User) *browser {
+// signedIn is a browser holding a fresh session for m, acting in m's
+// organization.
+func (s *site) signedIn(m models.Member) *browser {
 	s.t.Helper()
-	tok, _, err := s.sessions.Start(context.Background(), s.store, u)
+	tok, _, err := s.sessions.Start(context.Background(), s.store, m)
 	if err != nil {
 		s.t.Fatal(err)
 	}

@@ -23,7 +23,7 @@ func TestCrossSiteFormsAreRefused(t *testing.T) {
 		tok := s.token(ada, "to revoke")
 		frozen := s.freeze(s.token(ada, "frozen"), time.Hour)
 		key := s.upstreamKey("to delete", "sk-test-secret-1234")
-		if _, err := s.accounts.CreateTier(context.Background(), s.admin, "spare", models.TierSettings{Capacity: 1, RefillPerSec: 1}); err != nil {
+		if _, err := s.accounts.CreateTier(context.Background(), s.admin.User, "spare", models.TierSettings{Capacity: 1, RefillPerSec: 1}); err != nil {
 			t.Fatal(err)
 		}
 		bob := s.signup("bob@example.com", "Babbage & Co")

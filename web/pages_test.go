@@ -176,8 +176,8 @@ func TestSignedInPagesShowWhoIsSignedIn(t *testing.T) {
 	for _, path := range []string{"/dashboard", "/tokens"} {
 		w := b.get(path)
 		w.expectPage(http.StatusOK, "nav-user")
-		if got := w.text("nav-user"); got != "ada@example.com Analytical Engines" {
-			t.Errorf("%s: nav-user = %q, want the email and organization", path, got)
+		if got := w.text("nav-user"); got != "ada@example.com Analytical Engines · owner" {
+			t.Errorf("%s: nav-user = %q, want the email, organization and role", path, got)
 		}
 	}
 	// An admin page refused to her still says who she is and leads back.

@@ -6,6 +6,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/sluicehq/sluice/accounts"
 	"github.com/sluicehq/sluice/apperr"
 	"github.com/sluicehq/sluice/models"
 	"github.com/sluicehq/sluice/templates"
@@ -22,14 +23,14 @@ const (
 // (OverTLS). A session the browser already holds is ended first, so one
 // planted before sign-in (session fixation) is never the one signed in,
 // and signing in again leaves no second session open.
-func (p *Pages) setSession(c *gin.Context, u models.User) error {
+func (p *Pages) setSession(c *gin.Context, m models.Member) error {
 	ctx := c.Request.Context()
 	if ck, err := c.Request.Cookie(sessionCookie); err == nil && ck.Value != "" {
 		if err := p.sessions.End(ctx, p.store, ck.Value); err != nil {
 			return err
 		}
 	}
-	tok, expires, err := p.sessions.Start(ctx, p.store, u)
+	tok, expires, err := p.sessions.Start(ctx, p.store, m)
 	if err != nil {
 		return err
 	}
@@ -107,20 +108,35 @@ func (p *Pages) RequireAdmin(c *gin.Context) {
 	c.Next()
 }
 
-func userOf(c *gin.Context) (models.User, bool) {
+// userOf is the signed-in visitor acting in their session's organization.
+func userOf(c *gin.Context) (models.Member, bool) {
 	v, ok := c.Get(userKey)
 	if !ok {
-		return models.User{}, false
+		return models.Member{}, false
 	}
-	return v.(models.User), true
+	return v.(models.Member), true
 }
 
-// page builds the frame of a signed-in page.
-func (p *Pages) page(c *gin.Context, title string) (templates.Page, models.User, models.Organization, error) {
+// page builds the frame of a signed-in page acting in the session's
+// organization: the header's organization switcher lists the visitor's
+// others. A visitor who belongs to no organization is told so.
+func (p *Pages) page(c *gin.Context, title string) (templates.Page, models.Member, models.Organization, error) {
 	u, _ := userOf(c)
-	o, err := p.store.Organization(c.Request.Context(), u.OrgID)
+	if err := accounts.NeedOrganization(u); err != nil {
+		return templates.Page{}, u, models.Organization{}, err
+	}
+	ctx := c.Request.Context()
+	o, err := p.store.Organization(ctx, u.OrgID)
 	if err != nil {
 		return templates.Page{}, u, o, err
 	}
-	return templates.Page{Title: title, User: &templates.UserNav{Email: u.Email, OrgName: o.Name, IsAdmin: u.IsAdmin()}}, u, o, nil
+	orgs, err := p.store.UserOrganizations(ctx, u.ID)
+	if err != nil {
+		return templates.Page{}, u, o, err
+	}
+	nav := &templates.UserNav{Email: u.Email, OrgName: o.Name, Role: string(u.Role), IsAdmin: u.IsAdmin()}
+	for _, uo := range orgs {
+		nav.Orgs = append(nav.Orgs, templates.OrgChoice{ID: uo.ID, Name: uo.Name, Role: string(uo.Role), Current: uo.ID == u.OrgID})
+	}
+	return templates.Page{Title: title, User: nav}, u, o, nil
 }

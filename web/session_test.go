@@ -145,11 +145,11 @@ func TestBadSessionsAreDropped(t *testing.T) {
 		tests := []struct{ name, value string }{
 			{"garbage", "not-a-jwt"},
 			{"tampered", valid[:len(valid)-2] + "xx"},
-			{"signed with another secret", issue([]byte("another secret, another server!!"), epoch, ada)},
-			{"expired", issue(secret, epoch.Add(-sessionTTL-time.Second), ada)},
-			{"not yet valid", issue(secret, epoch.Add(time.Hour), ada)},
+			{"signed with another secret", issue([]byte("another secret, another server!!"), epoch, ada.User)},
+			{"expired", issue(secret, epoch.Add(-sessionTTL-time.Second), ada.User)},
+			{"not yet valid", issue(secret, epoch.Add(time.Hour), ada.User)},
 			{"user gone", issue(secret, epoch, models.User{ID: ada.ID + 1000})},
-			{"well signed but never started", issue(secret, epoch, ada)},
+			{"well signed but never started", issue(secret, epoch, ada.User)},
 		}
 		for _, tt := range tests {
 			t.Run(tt.name, func(t *testing.T) {

@@ -101,10 +101,7 @@ func TestTokenLimitsOnThePage(t *testing.T) {
 		}
 
 		// A member of the organization changes their own tokens only.
-		u := models.User{OrgID: ada.OrgID, Email: "member@example.com", PasswordHash: "not a bcrypt hash", Role: models.RoleMember}
-		if err := db.Gorm.Create(&u).Error; err != nil {
-			t.Fatal(err)
-		}
+		u := testdb.AddMember(t, db, ada.OrgID, "member@example.com", "not a bcrypt hash", models.RoleMember)
 		m := s.signedIn(u)
 		mine := s.token(u, "member's")
 		w = m.get("/tokens")

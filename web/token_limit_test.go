@@ -65,7 +65,7 @@ func TestTokensPageAtTheLimit(t *testing.T) {
 		free, _ := s.store.TierByName(context.Background(), "free")
 		l := free.Settings()
 		l.MaxAPITokens = 2
-		if _, err := s.store.UpdateTier(context.Background(), s.admin, "free", l); err != nil {
+		if _, err := s.store.UpdateTier(context.Background(), s.admin.User, "free", l); err != nil {
 			t.Fatal(err)
 		}
 		b := s.signedIn(ada)

@@ -24,7 +24,8 @@ var flashes = map[string]string{
 	"unsigned": "Signing turned off. The token takes unsigned requests again.",
 }
 
-// Tokens lists the organization's API tokens.
+// Tokens lists the API tokens the visitor manages: an owner the
+// organization's, a member their own.
 func (p *Pages) Tokens(c *gin.Context) {
 	p.showTokens(c, http.StatusOK, "", templates.TokensView{Form: templates.TokenForm{ExpiresInDays: "0"}}, flashes[c.Query("done")])
 }
@@ -37,7 +38,7 @@ func (p *Pages) showTokens(c *gin.Context, status int, formErr string, v templat
 		p.fail(c, err)
 		return
 	}
-	toks, err := p.store.APITokens(c.Request.Context(), u.OrgID)
+	toks, err := p.accounts.Tokens(c.Request.Context(), u) // a member's own; every one for owners
 	if err != nil {
 		p.fail(c, err)
 		return

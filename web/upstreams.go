@@ -110,7 +110,7 @@ func (p *Pages) createUpstream(c *gin.Context, form templates.UpstreamForm, weig
 		}
 	}
 	u, _ := userOf(c)
-	_, err := p.providers.Create(c.Request.Context(), u, models.UpstreamKeyInput{Name: form.Name, Provider: form.Provider, BaseURL: strings.TrimSpace(form.BaseURL),
+	_, err := p.providers.Create(c.Request.Context(), u.User, models.UpstreamKeyInput{Name: form.Name, Provider: form.Provider, BaseURL: strings.TrimSpace(form.BaseURL),
 		APIKey: strings.TrimSpace(c.PostForm("api_key")), Weight: weight, RPM: rpm, TPM: tpm, Models: ms})
 	return err
 }
@@ -122,7 +122,7 @@ func (p *Pages) DeleteUpstream(c *gin.Context) {
 		return
 	}
 	u, _ := userOf(c)
-	if err := p.providers.Delete(c.Request.Context(), u, id); err != nil {
+	if err := p.providers.Delete(c.Request.Context(), u.User, id); err != nil {
 		p.fail(c, err)
 		return
 	}

@@ -23,7 +23,7 @@ func TestAdminUpstreamsShowsLearnedLimits(t *testing.T) {
 	srv := httptest.NewServer(mock.New(mock.Config{Keys: map[string]float64{"sk-short-window": 25}, Burst: 5}))
 	t.Cleanup(srv.Close)
 	ctx := context.Background()
-	if _, err := s.providers.Create(ctx, s.admin, models.UpstreamKeyInput{Name: "short-window", BaseURL: srv.URL + "/v1",
+	if _, err := s.providers.Create(ctx, s.admin.User, models.UpstreamKeyInput{Name: "short-window", BaseURL: srv.URL + "/v1",
 		APIKey: "sk-short-window", Weight: 1, RPM: 1500, Models: []string{"gpt-4o-mini"}}); err != nil {
 		t.Fatal(err)
 	}

@@ -122,7 +122,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, out io.
 	if err != nil {
 		return err
 	}
-	book, err := seedPrices(ctx, store, admin, start, now)
+	book, err := seedPrices(ctx, store, admin.User, start, now)
 	if err != nil {
 		return err
 	}
