@@ -38,11 +38,19 @@ type genEnv struct {
 }
 
 func newGenEnv(t *testing.T, db *models.DB) *genEnv {
+	return newGenEnvWithBudget(t, db, 300*time.Millisecond)
+}
+
+// newGenEnvWithBudget is newGenEnv with the pool's retry budget: what a
+// request may wait for a key, which many requests at once to a key not yet
+// paced (its burst is 1 until its first answer) need more of on a busy
+// machine.
+func newGenEnvWithBudget(t *testing.T, db *models.DB, budget time.Duration) *genEnv {
 	e := newEnv(t, db)
 	m := mock.New(mock.Config{Keys: map[string]float64{"sk-mock-key": 0}, StreamChunks: 3})
 	srv := httptest.NewServer(m)
 	t.Cleanup(srv.Close)
-	pool := upstream.NewPool(upstream.PoolOptions{AttemptTimeout: 2 * time.Second, Budget: 300 * time.Millisecond,
+	pool := upstream.NewPool(upstream.PoolOptions{AttemptTimeout: 2 * time.Second, Budget: budget,
 		MaxBackoff: 5 * time.Millisecond, BaseBackoff: time.Millisecond, StallTimeout: 150 * time.Millisecond, Log: discardLog()})
 	box, _ := secrets.NewBox(bytes.Repeat([]byte{4}, 32))
 	prov := providers.New(e.store, box, pool, cluster.None{}, discardLog())

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/sluicehq/sluice/chat/family"
 	"github.com/sluicehq/sluice/internal/testdb"
@@ -76,7 +77,10 @@ func (bp *billingProvider) sent() [][]byte {
 // only money limits it), a provider key on the billing mock, and
 // gpt-4o-mini priced $1 in / $10 out per million tokens.
 func moneyEnv(t *testing.T, db *models.DB, answerTokens int) (*genEnv, *billingProvider, string, string) {
-	g := newGenEnv(t, db)
+	// 20 requests at once meet a key whose burst is 1 until it answers:
+	// under -race on a busy machine they may wait seconds for it, never
+	// long enough for a 300 ms budget to send them to the local model.
+	g := newGenEnvWithBudget(t, db, 20*time.Second)
 	admin := g.login("admin@example.com", "admin-password")
 	bp := newBillingProvider(t, answerTokens)
 	g.addKey(t, admin, "billing", bp.srv.URL+"/v1", "sk-billing-key")
