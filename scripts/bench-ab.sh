@@ -25,9 +25,15 @@
 #   PROFILE_KIND=profile   or trace, allocs, …
 #   PROFILE_SECONDS=5
 #   ENV_before=… ENV_after=…  extra environment for one build (GOGC=400)
+#   KEY_PROVIDER=openai KEY_MODEL=gpt-4o-mini  the provider key's kind and model;
+#                          with LOADGEN_PATH, LOADGEN_AUTH and LOADGEN_BODY (read by
+#                          loadgen) another dialect is loaded, e.g. KEY_PROVIDER=anthropic
+#                          KEY_MODEL=claude-mock LOADGEN_PATH=/messages LOADGEN_AUTH=x-api-key
 #   PG_URL=postgres://postgres@127.0.0.1:5432/test?sslmode=disable
 #   REDIS_URL=redis://127.0.0.1:6379/0
 set -euo pipefail
+KEY_PROVIDER=${KEY_PROVIDER:-openai}
+KEY_MODEL=${KEY_MODEL:-gpt-4o-mini}
 
 MODE=${1:-embedded} ROUNDS=${2:-3} RATE=${3:-1000} DUR=${4:-5s}
 BEFORE=${BEFORE:-HEAD~1}
@@ -111,7 +117,9 @@ for b in $BUILDS; do
 	signup=$(api POST api/auth/signup '{"email":"load@bench.test","password":"load-password-1","organization":"Load"}')
 	api PUT "api/admin/organizations/$(json_get organization.id <<<"$signup")/tier" '{"tier":"premium"}' "$admin" >/dev/null
 	TOKEN[$b]=$(api POST api/tokens '{"name":"bench"}' "$(json_get token <<<"$signup")" | json_get token)
-	api POST api/admin/upstreams "{\"name\":\"mock\",\"base_url\":\"$MOCK/v1\",\"api_key\":\"sk-bench-a\",\"weight\":1,\"rpm\":100000000,\"tpm\":1000000000,\"models\":[\"gpt-4o-mini\"]}" "$admin" >/dev/null
+	base=$MOCK/v1
+	[[ $KEY_PROVIDER != openai ]] && base=$MOCK
+	api POST api/admin/upstreams "{\"name\":\"mock\",\"provider\":\"$KEY_PROVIDER\",\"base_url\":\"$base\",\"api_key\":\"sk-bench-a\",\"weight\":1,\"rpm\":100000000,\"tpm\":1000000000,\"models\":[\"$KEY_MODEL\"]}" "$admin" >/dev/null
 	URL[$b]=$S
 	PPROF[$b]=http://127.0.0.1:$pp
 	LOADGEN_SLUICE_KEY=${TOKEN[$b]} "$TMP/bin/loadgen" -sluice "$S/v1" -concurrency 64 -rate 1000 -duration 1s >/dev/null # warm-up
