@@ -3,6 +3,7 @@ package migrations_test
 import (
 	"bytes"
 	"context"
+	"database/sql"
 	"fmt"
 	"io"
 	"path/filepath"
@@ -235,43 +236,7 @@ func TestTokenLimitsMigration(t *testing.T) {
 	for _, dialect := range []string{"sqlite", "postgres"} {
 		t.Run(dialect, func(t *testing.T) {
 			ctx := context.Background()
-			var db *models.DB
-			var err error
-			if dialect == "sqlite" {
-				db, err = models.Open(ctx, "", filepath.Join(t.TempDir(), "sluice.db"))
-			} else {
-				db, err = models.Open(ctx, testdb.PostgresURL(t), "")
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { db.Close() })
-			sqlDB, _ := db.SQL()
-			d := migrations.Dialect(db.Dialect)
-			all, err := migrations.List(d)
-			if err != nil {
-				t.Fatal(err)
-			}
-			var target migrations.Migration
-			if _, err := migrations.Current(ctx, sqlDB); err != nil { // creates schema_migrations
-				t.Fatal(err)
-			}
-			for _, m := range all {
-				if strings.HasSuffix(m.Name, "_token_limits.sql") {
-					target = m
-					break
-				}
-				// Applied by hand and recorded, as Apply would have.
-				if _, err := sqlDB.ExecContext(ctx, m.SQL); err != nil {
-					t.Fatalf("%s: %v", m.Name, err)
-				}
-				if err := db.Gorm.Exec("INSERT INTO schema_migrations (version, name) VALUES (?, ?)", m.Version, m.Name).Error; err != nil {
-					t.Fatal(err)
-				}
-			}
-			if target.Version == 0 {
-				t.Fatalf("no *_token_limits.sql in %s", d)
-			}
+			db, sqlDB, d, target := beforeMigration(t, dialect, "_token_limits.sql")
 			if err := db.Gorm.Exec("INSERT INTO tiers (name, capacity, refill_per_sec) VALUES ('team', 100, 2)").Error; err != nil {
 				t.Fatal(err)
 			}
@@ -301,42 +266,7 @@ func TestQueueLimitsMigration(t *testing.T) {
 	for _, dialect := range []string{"sqlite", "postgres"} {
 		t.Run(dialect, func(t *testing.T) {
 			ctx := context.Background()
-			var db *models.DB
-			var err error
-			if dialect == "sqlite" {
-				db, err = models.Open(ctx, "", filepath.Join(t.TempDir(), "sluice.db"))
-			} else {
-				db, err = models.Open(ctx, testdb.PostgresURL(t), "")
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { db.Close() })
-			sqlDB, _ := db.SQL()
-			d := migrations.Dialect(db.Dialect)
-			all, err := migrations.List(d)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if _, err := migrations.Current(ctx, sqlDB); err != nil {
-				t.Fatal(err)
-			}
-			var target migrations.Migration
-			for _, m := range all {
-				if strings.HasSuffix(m.Name, "_queue_limits.sql") {
-					target = m
-					break
-				}
-				if _, err := sqlDB.ExecContext(ctx, m.SQL); err != nil {
-					t.Fatalf("%s: %v", m.Name, err)
-				}
-				if err := db.Gorm.Exec("INSERT INTO schema_migrations (version, name) VALUES (?, ?)", m.Version, m.Name).Error; err != nil {
-					t.Fatal(err)
-				}
-			}
-			if target.Version == 0 {
-				t.Fatalf("no *_queue_limits.sql in %s", d)
-			}
+			db, sqlDB, d, target := beforeMigration(t, dialect, "_queue_limits.sql")
 			g := db.Gorm
 			steps := []string{
 				"INSERT INTO tiers (name, capacity, refill_per_sec) VALUES ('team', 100, 2)",
@@ -381,42 +311,7 @@ func TestFileChunksMigration(t *testing.T) {
 	for _, dialect := range []string{"sqlite", "postgres"} {
 		t.Run(dialect, func(t *testing.T) {
 			ctx := context.Background()
-			var db *models.DB
-			var err error
-			if dialect == "sqlite" {
-				db, err = models.Open(ctx, "", filepath.Join(t.TempDir(), "sluice.db"))
-			} else {
-				db, err = models.Open(ctx, testdb.PostgresURL(t), "")
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { db.Close() })
-			sqlDB, _ := db.SQL()
-			d := migrations.Dialect(db.Dialect)
-			all, err := migrations.List(d)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if _, err := migrations.Current(ctx, sqlDB); err != nil {
-				t.Fatal(err)
-			}
-			var target migrations.Migration
-			for _, m := range all {
-				if strings.HasSuffix(m.Name, "_file_chunks.sql") {
-					target = m
-					break
-				}
-				if _, err := sqlDB.ExecContext(ctx, m.SQL); err != nil {
-					t.Fatalf("%s: %v", m.Name, err)
-				}
-				if err := db.Gorm.Exec("INSERT INTO schema_migrations (version, name) VALUES (?, ?)", m.Version, m.Name).Error; err != nil {
-					t.Fatal(err)
-				}
-			}
-			if target.Version == 0 {
-				t.Fatalf("no *_file_chunks.sql in %s", d)
-			}
+			db, sqlDB, d, target := beforeMigration(t, dialect, "_file_chunks.sql")
 			s := models.NewStore(db)
 			// By hand: the store writes tables later migrations make.
 			var o models.Organization
@@ -476,42 +371,7 @@ func TestMembershipsMigration(t *testing.T) {
 	for _, dialect := range []string{"sqlite", "postgres"} {
 		t.Run(dialect, func(t *testing.T) {
 			ctx := context.Background()
-			var db *models.DB
-			var err error
-			if dialect == "sqlite" {
-				db, err = models.Open(ctx, "", filepath.Join(t.TempDir(), "sluice.db"))
-			} else {
-				db, err = models.Open(ctx, testdb.PostgresURL(t), "")
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { db.Close() })
-			sqlDB, _ := db.SQL()
-			d := migrations.Dialect(db.Dialect)
-			all, err := migrations.List(d)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if _, err := migrations.Current(ctx, sqlDB); err != nil {
-				t.Fatal(err)
-			}
-			var target migrations.Migration
-			for _, m := range all {
-				if strings.HasSuffix(m.Name, "_memberships.sql") {
-					target = m
-					break
-				}
-				if _, err := sqlDB.ExecContext(ctx, m.SQL); err != nil {
-					t.Fatalf("%s: %v", m.Name, err)
-				}
-				if err := db.Gorm.Exec("INSERT INTO schema_migrations (version, name) VALUES (?, ?)", m.Version, m.Name).Error; err != nil {
-					t.Fatal(err)
-				}
-			}
-			if target.Version == 0 {
-				t.Fatalf("no *_memberships.sql in %s", d)
-			}
+			db, sqlDB, d, target := beforeMigration(t, dialect, "_memberships.sql")
 			joined := time.Date(2026, 2, 1, 10, 0, 0, 0, time.UTC)
 			exec := func(q string, args ...any) int64 {
 				t.Helper()
@@ -565,4 +425,46 @@ func TestMembershipsMigration(t *testing.T) {
 			}
 		})
 	}
+}
+
+// beforeMigration opens a fresh database of dialect (sqlite, postgres)
+// with every migration before the one whose name ends in suffix applied by
+// hand and recorded, as Apply would have, and returns it with that
+// migration: the state a migration meets in the field.
+func beforeMigration(t *testing.T, dialect, suffix string) (*models.DB, *sql.DB, migrations.Dialect, migrations.Migration) {
+	t.Helper()
+	ctx := context.Background()
+	var db *models.DB
+	var err error
+	if dialect == "sqlite" {
+		db, err = models.Open(ctx, "", filepath.Join(t.TempDir(), "sluice.db"))
+	} else {
+		db, err = models.Open(ctx, testdb.PostgresURL(t), "")
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	sqlDB, _ := db.SQL()
+	d := migrations.Dialect(db.Dialect)
+	all, err := migrations.List(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := migrations.Current(ctx, sqlDB); err != nil { // creates schema_migrations
+		t.Fatal(err)
+	}
+	for _, m := range all {
+		if strings.HasSuffix(m.Name, suffix) {
+			return db, sqlDB, d, m
+		}
+		if _, err := sqlDB.ExecContext(ctx, m.SQL); err != nil {
+			t.Fatalf("%s: %v", m.Name, err)
+		}
+		if err := db.Gorm.Exec("INSERT INTO schema_migrations (version, name) VALUES (?, ?)", m.Version, m.Name).Error; err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Fatalf("no *%s in %s", suffix, d)
+	return nil, nil, "", migrations.Migration{}
 }
