@@ -42,7 +42,7 @@ func AdminUpstreams(p Page, v AdminUpstreamsView) templ.Component {
 				}()
 			}
 			ctx = templ.InitializeContext(ctx)
-			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 1, "<div class=\"stack-lg\" data-testid=\"admin-upstreams\"><div class=\"page-head\"><h1>Upstream providers</h1><p class=\"muted\">Any OpenAI-compatible base URL. Keys are encrypted at rest; only their last four characters are shown again.</p></div>")
+			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 1, "<div class=\"stack-lg\" data-testid=\"admin-upstreams\"><div class=\"page-head\"><h1>Upstream providers</h1><p class=\"muted\">Keys for OpenAI-compatible APIs, Anthropic, Gemini and Azure, each spoken to in its own wire format. Keys are encrypted at rest; only their last four characters are shown again.</p></div>")
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}

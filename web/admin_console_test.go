@@ -470,11 +470,25 @@ func TestAdminPricesPage(t *testing.T) {
 			t.Errorf("change form = %q %q %q", w.value("#price-model"), w.value("#price-input"), w.value("#price-output"))
 		}
 
+		// Cache-write and reasoning prices are set, shown under the cached
+		// price, and refill the change form; a bad one is refused by name.
+		claude := url.Values{"model": {"gpt-4o"}, "input_per_mtok": {"3"}, "output_per_mtok": {"15"},
+			"cache_creation_per_mtok": {"3.75"}, "reasoning_per_mtok": {"20"}}
+		admin.post("/admin/prices", claude).expectRedirect("/admin/prices?done=price")
+		w = admin.get("/admin/prices?model=gpt-4o")
+		row = w.page().Find(`[data-model="gpt-4o"]`)
+		if adminCellText(row, "price-cache-creation") != "cache write $3.75" || adminCellText(row, "price-reasoning") != "reasoning $20.00" ||
+			w.value("#price-cache-creation") != "3.75" || w.value("#price-reasoning") != "20.00" {
+			t.Errorf("cache write and reasoning: row %q, form %q %q", strings.Join(strings.Fields(row.Text()), " "),
+				w.value("#price-cache-creation"), w.value("#price-reasoning"))
+		}
 		for _, tt := range []struct {
 			form    url.Values
 			status  int
 			message string
 		}{
+			{url.Values{"model": {"gpt-4o"}, "input_per_mtok": {"1"}, "output_per_mtok": {"1"}, "reasoning_per_mtok": {"lots"}}, 400,
+				`reasoning_per_mtok must be a decimal string of dollars per million tokens, from 0 to 1000 with at most 6 decimals, like "0.50"`},
 			{url.Values{"model": {"gpt-4o"}, "input_per_mtok": {"1.2345678"}, "output_per_mtok": {"1"}}, 400,
 				`input_per_mtok must be a decimal string of dollars per million tokens, from 0 to 1000 with at most 6 decimals, like "0.50"`},
 			{url.Values{"model": {"gpt-4o"}, "input_per_mtok": {"1"}, "output_per_mtok": {"-1"}}, 400,
