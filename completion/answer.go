@@ -199,8 +199,12 @@ func (p *Pipeline) answerFromProvider(ctx context.Context, c *call, cacheKey str
 		defer life.end()
 		doCtx = life.ctx
 	}
+	native, err := c.native()
+	if err != nil {
+		return Served{}, err
+	}
 	resp, err := p.d.Providers.Do(doCtx, upstream.Request{Endpoint: c.req.Endpoint, Model: c.model, Body: c.body, Stream: c.req.Stream,
-		Estimate: c.estimate, ID: c.req.ID})
+		Estimate: c.estimate, ID: c.req.ID, Native: native})
 	if err != nil {
 		return Served{ProviderTime: p.d.Now().Sub(asked)}, err
 	}
@@ -213,6 +217,16 @@ func (p *Pipeline) answerFromProvider(ctx context.Context, c *call, cacheKey str
 		return out, nil
 	}
 	out.ProviderTime = p.d.Now().Sub(asked)
+	if resp.Native != nil {
+		// The provider's own answer, in the client's dialect: read, not
+		// translated, and not cached (the cache holds chat completions).
+		_ = c.sink.(NativeSink).SendNative(resp.Status, resp.Body)
+		out.delivered, out.reply, out.Usage = true, resp.Native.Reply, resp.Native.Usage
+		if !resp.Native.Reported {
+			out.Usage = c.counted(resp.Native.Reply)
+		}
+		return out, nil
+	}
 	ct := resp.Header.Get("Content-Type")
 	if ct == "" {
 		ct = "application/json"
@@ -228,6 +242,29 @@ func (p *Pipeline) answerFromProvider(ctx context.Context, c *call, cacheKey str
 	}
 	p.storeCached(ctx, c, cacheKey, resp.Body)
 	return out, nil
+}
+
+// native is the client's own body for a provider of its dialect
+// (Request.Native), nil when the provider must be sent the chat body: a
+// stream, a conversation's history put in front, or a sink that cannot
+// write the dialect back. The only edit is an alias's: the model asked
+// now.
+func (c *call) native() (*upstream.Native, error) {
+	n := c.req.Native
+	if n == nil || c.req.Stream || c.history != nil || c.sendBound {
+		return nil, nil
+	}
+	if _, ok := c.sink.(NativeSink); !ok {
+		return nil, nil
+	}
+	if c.model == c.req.Model {
+		return n, nil
+	}
+	body, err := wire.SetMember(n.Body, "model", c.model)
+	if err != nil {
+		return nil, err
+	}
+	return &upstream.Native{Kind: n.Kind, Body: body, Betas: n.Betas}, nil
 }
 
 // providersFailed answers a request no provider answered.

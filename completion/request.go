@@ -13,6 +13,7 @@ import (
 	"github.com/sluicehq/sluice/chat"
 	"github.com/sluicehq/sluice/chat/family"
 	"github.com/sluicehq/sluice/models"
+	"github.com/sluicehq/sluice/upstream"
 	"github.com/sluicehq/sluice/upstream/local"
 )
 
@@ -40,6 +41,14 @@ type Request struct {
 	Priority     string // X-Sluice-Priority: low, normal (""), high
 	Conversation string // X-Sluice-Session: the conversation to continue; "" for none
 	CacheMode    string // X-Sluice-Cache: "on", "off" or "" (cache only temperature 0)
+
+	// Native is the client's body in a provider's own dialect (Anthropic's
+	// Messages), which Body translates: a key of that provider is sent it
+	// as it came, and answers in it, when nothing of Sluice's changes the
+	// body but the model (nativeFor). The dialect must carry the
+	// completion bound itself (Messages requires max_tokens) and its sink
+	// be a NativeSink; everything the pipeline reads it reads of Body.
+	Native *upstream.Native
 
 	// Queued marks a job's request: it may use only the part of the
 	// caller's buckets live traffic leaves (see ErrWait), and an empty

@@ -17,3 +17,11 @@ type Sink interface {
 	// error means the client is gone.
 	Write(p []byte) (int, error)
 }
+
+// A NativeSink is a Sink that also writes a provider's own answer to a
+// request's Native body: the answer as the provider wrote it but for its
+// id and model, which the sink makes the gateway's.
+type NativeSink interface {
+	Sink
+	SendNative(status int, body []byte) error
+}

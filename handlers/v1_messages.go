@@ -14,7 +14,9 @@ import (
 	"github.com/sluicehq/sluice/conversations"
 	"github.com/sluicehq/sluice/dialect/messages"
 	"github.com/sluicehq/sluice/respcache"
+	"github.com/sluicehq/sluice/upstream"
 	"github.com/sluicehq/sluice/upstream/local"
+	"github.com/sluicehq/sluice/wire"
 )
 
 // Anthropic's Messages API (POST /v1/messages, /v1/messages/count_tokens),
@@ -22,7 +24,11 @@ import (
 // pipeline: the body is translated into a chat completion body
 // (dialect/messages), run as any chat completion is (freeze, buckets,
 // budget, provider or local model, settlement, metering), and what the
-// pipeline answers is translated back on its way to the client. Every
+// pipeline answers is translated back on its way to the client. A whole
+// answer from an Anthropic key is the exception: that key is sent the
+// client's body as it came and its message is passed back as Anthropic
+// wrote it (Request.Native), the pipeline reading both as it reads
+// everything else. Every
 // failure on these routes, from authentication on, is in Anthropic's
 // shape (writeAnthropicError), and the rate-limit headers in its names.
 
@@ -111,7 +117,8 @@ func (a *api) readMessagesRequest(c *gin.Context, countOnly bool) (completion.Re
 	if err != nil {
 		return completion.Request{}, messages.Translation{}, err
 	}
-	tr, err := messages.ToChat(body, messages.Options{CountOnly: countOnly, BoundField: boundField, Betas: anthropicBetas(c.Request.Header)})
+	betas := anthropicBetas(c.Request.Header)
+	tr, err := messages.ToChat(body, messages.Options{CountOnly: countOnly, BoundField: boundField, Betas: betas})
 	if err != nil {
 		return completion.Request{}, tr, err
 	}
@@ -131,6 +138,9 @@ func (a *api) readMessagesRequest(c *gin.Context, countOnly bool) (completion.Re
 	}
 	a.gatewayOptions(c, &req)
 	req.Dialect = "messages"
+	// An Anthropic key is sent the body as it came, and answers in
+	// Anthropic's shape: nothing is translated either way.
+	req.Native = &upstream.Native{Kind: upstream.KindAnthropic, Body: body, Betas: betas}
 	return req, tr, nil
 }
 
@@ -189,6 +199,21 @@ func (s *messagesSink) Send(status int, _ string, body []byte) error {
 	out, err := messages.FromChat(body, s.id, s.model)
 	if err != nil {
 		s.log.Warn("a chat completion could not be translated into a message", "request_id", s.requestID, "err", err)
+		return s.http.Send(http.StatusBadGateway, "application/json",
+			messages.ErrorBody("api_error", "the provider's answer could not be read; retry later", s.requestID))
+	}
+	return s.http.Send(status, "application/json", out)
+}
+
+// SendNative writes an Anthropic key's own message, as the gateway's: its
+// id is the request's and its model the one the client asked for, as a
+// translated answer's are.
+func (s *messagesSink) SendNative(status int, body []byte) error {
+	messages.RateLimitHeaders(s.Header(), s.now())
+	out, err := wire.SetMembers(body, []string{"id", "model"}, []string{s.id, s.model})
+	if err != nil {
+		// The pool read it as a message already; this stays a guard.
+		s.log.Warn("a provider's message could not be relabelled", "request_id", s.requestID, "err", err)
 		return s.http.Send(http.StatusBadGateway, "application/json",
 			messages.ErrorBody("api_error", "the provider's answer could not be read; retry later", s.requestID))
 	}

@@ -61,9 +61,15 @@ func (anthropicFormat) newRequest(ctx context.Context, k *Key, base *url.URL, re
 		return nil, apperr.Field(apperr.Invalid, "unsupported_endpoint", "model",
 			"'"+req.Model+"' is served by Anthropic, which has no "+req.endpoint()+" API")
 	}
-	body, betas, err := anthropicRequest(req.Body)
-	if err != nil {
-		return nil, err
+	var body []byte
+	var betas []string
+	if req.nativeFor(KindAnthropic) {
+		body, betas = req.Native.Body, req.Native.Betas
+	} else {
+		var err error
+		if body, betas, err = anthropicRequest(req.Body); err != nil {
+			return nil, err
+		}
 	}
 	hreq, err := postJSON(ctx, messagesURL(base), body, req.Stream)
 	if err != nil {
@@ -484,9 +490,11 @@ func anthropicToolChoice(raw json.RawMessage, parallel *bool) (*wire.AnthropicTo
 // -input-tokens-* when that is absent), each reset an RFC 3339 time made
 // a duration from now.
 func (anthropicFormat) limits(h http.Header, now time.Time) {
-	rewrite := func(from []string, to dimHeaders) {
-		for _, prefix := range from {
-			limit, remaining, reset := h.Get(prefix+"-limit"), h.Get(prefix+"-remaining"), h.Get(prefix+"-reset")
+	rewrite := func(from []anthropicDim, to dimHeaders) {
+		for _, d := range from {
+			// The names are canonical already: h[…] rather than h.Get,
+			// which would canonicalise each one again on every answer.
+			limit, remaining, reset := headerValue(h, d.limit), headerValue(h, d.remaining), headerValue(h, d.reset)
 			if limit == "" && remaining == "" && reset == "" {
 				continue
 			}
@@ -502,6 +510,29 @@ func (anthropicFormat) limits(h http.Header, now time.Time) {
 			return
 		}
 	}
-	rewrite([]string{"Anthropic-Ratelimit-Requests"}, requestHeaders)
-	rewrite([]string{"Anthropic-Ratelimit-Tokens", "Anthropic-Ratelimit-Input-Tokens"}, tokenHeaders)
+	rewrite(anthropicRequestDims, requestHeaders)
+	rewrite(anthropicTokenDims, tokenHeaders)
+}
+
+// anthropicDim is one of Anthropic's rate-limit dimensions: its headers'
+// canonical names.
+type anthropicDim struct{ limit, remaining, reset string }
+
+func anthropicDimOf(prefix string) anthropicDim {
+	return anthropicDim{prefix + "-Limit", prefix + "-Remaining", prefix + "-Reset"}
+}
+
+var (
+	anthropicRequestDims = []anthropicDim{anthropicDimOf("Anthropic-Ratelimit-Requests")}
+	// The "most restrictive" token limit, or the input tokens' when that
+	// is absent.
+	anthropicTokenDims = []anthropicDim{anthropicDimOf("Anthropic-Ratelimit-Tokens"), anthropicDimOf("Anthropic-Ratelimit-Input-Tokens")}
+)
+
+// headerValue is h's first value of a canonical name.
+func headerValue(h http.Header, canonical string) string {
+	if v := h[canonical]; len(v) > 0 {
+		return v[0]
+	}
+	return ""
 }

@@ -10,6 +10,9 @@ import (
 	"strings"
 	"time"
 
+	jsonv2 "github.com/go-json-experiment/json"
+
+	"github.com/sluicehq/sluice/chat"
 	"github.com/sluicehq/sluice/wire"
 )
 
@@ -149,6 +152,52 @@ func (f anthropicFormat) answer(_ Request, body []byte) ([]byte, error) {
 	}
 	return json.Marshal(openAICompletion{ID: m.ID, Object: "chat.completion", Created: f.created(), Model: m.Model,
 		Choices: []openAIChoice{choice}, Usage: toOpenAIUsage(m.Usage)})
+}
+
+// readNative reads a whole message answering a client that spoke
+// Anthropic's Messages API, left as Anthropic wrote it: the text blocks
+// are the reply, and the usage is read exactly as answer translates it,
+// so a message is billed the same whichever way it travels.
+func (anthropicFormat) readNative(body []byte) (Completion, error) {
+	var m struct {
+		Type    string `json:"type"`
+		Model   string `json:"model"`
+		Content []struct {
+			Type string `json:"type"`
+			Text string `json:"text"`
+		} `json:"content"`
+		Usage *wire.AnthropicUsage `json:"usage"`
+	}
+	if err := jsonv2.Unmarshal(body, &m, tolerant); err != nil {
+		return Completion{}, err
+	}
+	if m.Type != "message" {
+		return Completion{}, fmt.Errorf("anthropic: an answer of type %q, not a message", m.Type)
+	}
+	c := Completion{Model: m.Model}
+	for _, b := range m.Content {
+		if b.Type == "text" {
+			c.Reply += b.Text
+		}
+	}
+	if m.Usage != nil {
+		c.Usage, c.Reported = toOpenAIUsage(*m.Usage).read(), true
+	}
+	return c, nil
+}
+
+// read is u as the gateway reads a chat completion's usage.
+func (u *openAIUsage) read() chat.Usage {
+	w := wireUsage{PromptTokens: u.PromptTokens, CompletionTokens: u.CompletionTokens, CacheCreationInputTokens: u.CacheCreationInputTokens}
+	w.PromptTokensDetails = &struct {
+		CachedTokens int `json:"cached_tokens"`
+	}{u.PromptTokensDetails.CachedTokens}
+	if d := u.CompletionTokensDetails; d != nil {
+		w.CompletionTokensDetails = &struct {
+			ReasoningTokens int `json:"reasoning_tokens"`
+		}{d.ReasoningTokens}
+	}
+	return w.usage()
 }
 
 // failure translates Anthropic's error body into OpenAI's, keeping its

@@ -372,3 +372,42 @@ func TestAnthropicBaseURLs(t *testing.T) {
 		}
 	}
 }
+
+// TestANativeMessageIsBilledAsItsTranslation: a message read untranslated
+// (readNative) yields the reply and usage its chat translation does, for
+// every kind of usage Anthropic reports, so a message is billed the same
+// whichever way it travels.
+func TestANativeMessageIsBilledAsItsTranslation(t *testing.T) {
+	f := anthropicFormat{now: time.Now}
+	for _, usage := range []string{
+		`{"input_tokens":11,"output_tokens":13}`,
+		`{"input_tokens":11,"cache_creation_input_tokens":7,"cache_read_input_tokens":5,"output_tokens":13}`,
+		`{"input_tokens":3,"output_tokens":40,"output_tokens_details":{"thinking_tokens":25}}`,
+		`{"input_tokens":3,"output_tokens":4,"output_tokens_details":{"thinking_tokens":99}}`,
+		`{"input_tokens":-5,"output_tokens":-1,"cache_read_input_tokens":2}`,
+	} {
+		body := []byte(`{"type":"message","id":"msg_1","role":"assistant","model":"claude-x","content":[` +
+			`{"type":"thinking","thinking":"hm","signature":"s"},{"type":"text","text":"Rivers "},{"type":"tool_use","id":"t1","name":"f","input":{}},{"type":"text","text":"run."}],` +
+			`"stop_reason":"end_turn","usage":` + usage + `}`)
+		native, err := f.readNative(body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		chatBody, err := f.answer(Request{}, body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		translated, err := ReadCompletion(chatBody)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if native.Usage != translated.Usage || !native.Reported || native.Reply != "Rivers run." || native.Reply != translated.Reply {
+			t.Errorf("%s: native %+v, translated %+v", usage, native, translated)
+		}
+	}
+	for _, bad := range []string{`{"type":"error","error":{}}`, `[]`, `{"type":"message","usage":7}`} {
+		if _, err := f.readNative([]byte(bad)); err == nil {
+			t.Errorf("readNative(%s): no error", bad)
+		}
+	}
+}

@@ -158,14 +158,23 @@ func (p *Pool) judge(ctx context.Context, e *keyEntry, probe bool, req Request, 
 		}
 		e.h.answered(status, probe, healthy)
 		p.models.observe(req.Model, false, p.opts.Now())
-		if healthy {
+		var native *Completion
+		nf, isNative := e.format.(nativeFormat)
+		switch {
+		case healthy && isNative && req.nativeFor(e.key.Provider):
+			read, err := nf.readNative(body)
+			if err != nil {
+				return attemptResult{kind: attemptFatal, err: fmt.Errorf("upstream: key %q answered what cannot be read: %w", e.key.Name, err)}
+			}
+			native = &read
+		case healthy:
 			if body, err = e.format.answer(req, body); err != nil {
 				return attemptResult{kind: attemptFatal, err: fmt.Errorf("upstream: key %q answered what cannot be read: %w", e.key.Name, err)}
 			}
-		} else {
+		default:
 			body = e.format.failure(status, body)
 		}
-		return attemptResult{kind: attemptDone, resp: &Response{Status: status, Header: resp.Header, Body: body, KeyID: e.key.ID, Latency: took}}
+		return attemptResult{kind: attemptDone, resp: &Response{Status: status, Header: resp.Header, Body: body, KeyID: e.key.ID, Latency: took, Native: native}}
 	}
 
 	// A failure: keep only what the key's health needs.

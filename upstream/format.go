@@ -56,6 +56,16 @@ type wireFormat interface {
 	stream(req Request, body io.ReadCloser) io.ReadCloser
 }
 
+// A nativeFormat is a wire format whose provider's own dialect a client
+// may speak (Request.Native): its newRequest sends such a body as it came,
+// and a whole answer to it is read, not translated.
+type nativeFormat interface {
+	wireFormat
+	// readNative reads a 2xx answer to a Native body; an error is an
+	// answer that cannot be used.
+	readNative(body []byte) (Completion, error)
+}
+
 // formats are the wire formats by kind.
 var formats = map[string]wireFormat{
 	KindOpenAI:    openAIFormat{},

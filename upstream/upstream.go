@@ -85,6 +85,24 @@ type Request struct {
 	Stream   bool
 	Estimate int64  // tokens the request may use (prompt + max_tokens), for the keys' TPM buckets
 	ID       string // the gateway's request id, for logs
+	// Native is the client's own body when it spoke a provider's dialect
+	// and nothing of the gateway's changed it but the model: a key of
+	// that provider is sent it instead of Body's translation, and its
+	// answer is left in that dialect (Response.Native). Other keys send
+	// Body. Whole answers only: a stream is translated.
+	Native *Native
+}
+
+// Native is a request body in a provider's own dialect.
+type Native struct {
+	Kind  string   // the provider kind whose dialect Body is: KindAnthropic
+	Body  []byte   // with the model Request.Model
+	Betas []string // Anthropic: the client's anthropic-beta values
+}
+
+// nativeFor says whether a key of kind is sent r's Native body.
+func (r Request) nativeFor(kind string) bool {
+	return r.Native != nil && r.Native.Kind == kind && !r.Stream
 }
 
 // endpoint is the request's path under an OpenAI API root.
@@ -96,7 +114,7 @@ func (r Request) endpoint() string {
 }
 
 // Response is the provider's answer, in OpenAI's wire format whatever the
-// provider's own. For a stream, Body is the live SSE body
+// provider's own (but for a Native answer). For a stream, Body is the live SSE body
 // and must be closed; otherwise Body holds the whole JSON body, already read.
 type Response struct {
 	Status   int
@@ -106,6 +124,10 @@ type Response struct {
 	KeyID    int64         // the key that answered
 	Attempts int           // 1 + retries
 	Latency  time.Duration // time to the response headers of the successful attempt
+	// Native, for a 2xx answer to a Request's Native body, is what the
+	// gateway reads of Body, which is then in the provider's own dialect
+	// and not OpenAI's; nil otherwise.
+	Native *Completion
 }
 
 // StreamBody is a streaming response body.
