@@ -217,13 +217,13 @@ func (p *Pipeline) answerFromProvider(ctx context.Context, c *call, cacheKey str
 		return out, nil
 	}
 	out.ProviderTime = p.d.Now().Sub(asked)
-	if resp.Native != nil {
+	if resp.Native {
 		// The provider's own answer, in the client's dialect: read, not
 		// translated, and not cached (the cache holds chat completions).
 		_ = c.sink.(NativeSink).SendNative(resp.Status, resp.Body)
-		out.delivered, out.reply, out.Usage = true, resp.Native.Reply, resp.Native.Usage
-		if !resp.Native.Reported {
-			out.Usage = c.counted(resp.Native.Reply)
+		out.delivered, out.reply, out.Usage = true, resp.Read.Reply, resp.Read.Usage
+		if !resp.Read.Reported {
+			out.Usage = c.counted(resp.Read.Reply)
 		}
 		return out, nil
 	}
@@ -246,12 +246,13 @@ func (p *Pipeline) answerFromProvider(ctx context.Context, c *call, cacheKey str
 
 // native is the client's own body for a provider of its dialect
 // (Request.Native), nil when the provider must be sent the chat body: a
-// stream, a conversation's history put in front, or a sink that cannot
-// write the dialect back. The only edit is an alias's: the model asked
-// now.
+// conversation's history put in front, a bound of Sluice's, or a sink
+// that cannot write the dialect back. The only edit is an alias's: the
+// model asked now. (The chat body's other edit, asking a stream for its
+// usage, is not needed: Anthropic's streams always carry it.)
 func (c *call) native() (*upstream.Native, error) {
 	n := c.req.Native
-	if n == nil || c.req.Stream || c.history != nil || c.sendBound {
+	if n == nil || c.history != nil || c.sendBound {
 		return nil, nil
 	}
 	if _, ok := c.sink.(NativeSink); !ok {
@@ -369,10 +370,18 @@ func (l *streamLife) end() {
 // prompt's estimate and what was delivered are billed.
 func (p *Pipeline) relay(ctx context.Context, c *call, resp *upstream.Response, out Served, life *streamLife) Served {
 	defer resp.Stream.Close()
-	_ = c.sink.StartStream(resp.Status)
 	tap := upstream.NewUsageTap(resp.Stream)
-	life.tap.Store(tap)
 	filter := usageFilter{strip: !c.req.IncludeUsage}
+	if resp.Native {
+		// The provider's own events, which the sink passes on: their
+		// usage is the client's to read, and an end cut short the sink's
+		// to close in the dialect's words.
+		_ = c.sink.(NativeSink).StartNativeStream(resp.Status)
+		tap, filter = upstream.NewMessagesUsageTap(resp.Stream), usageFilter{}
+	} else {
+		_ = c.sink.StartStream(resp.Status)
+	}
+	life.tap.Store(tap)
 	buf := make([]byte, 32<<10)
 	var readErr error
 	listening := true
@@ -397,7 +406,7 @@ func (p *Pipeline) relay(ctx context.Context, c *call, resp *upstream.Response, 
 			break
 		}
 	}
-	if listening && !errors.Is(readErr, io.EOF) && !errors.Is(readErr, context.Canceled) && ctx.Err() == nil {
+	if listening && !resp.Native && !errors.Is(readErr, io.EOF) && !errors.Is(readErr, context.Canceled) && ctx.Err() == nil {
 		// A stalled or broken provider: end the stream with an error event
 		// the SDKs understand, rather than a silent cut.
 		p.d.Log.Warn("provider stream ended abnormally", "request_id", c.req.ID, "err", readErr)

@@ -24,4 +24,8 @@ type Sink interface {
 type NativeSink interface {
 	Sink
 	SendNative(status int, body []byte) error
+	// StartNativeStream begins a stream whose Writes are the provider's
+	// own events; the sink ends one cut short (no final event) with its
+	// dialect's error.
+	StartNativeStream(status int) error
 }

@@ -184,7 +184,8 @@ type messagesSink struct {
 	log       *slog.Logger
 	requestID string
 	id, model string
-	stream    *messages.Stream // nil for an answer sent whole
+	stream    *messages.Stream       // nil for an answer sent whole
+	native    *messages.NativeStream // an Anthropic key's own events, when it streams them
 	started   bool
 }
 
@@ -220,6 +221,17 @@ func (s *messagesSink) SendNative(status int, body []byte) error {
 	return s.http.Send(status, "application/json", out)
 }
 
+// StartNativeStream begins a stream of an Anthropic key's own events.
+func (s *messagesSink) StartNativeStream(status int) error {
+	messages.RateLimitHeaders(s.Header(), s.now())
+	s.native = messages.NewNativeStream(s.id, s.model)
+	if err := s.http.StartStream(status); err != nil {
+		return err
+	}
+	s.started = true
+	return nil
+}
+
 func (s *messagesSink) StartStream(status int) error {
 	messages.RateLimitHeaders(s.Header(), s.now())
 	if s.stream == nil {
@@ -238,7 +250,12 @@ func (s *messagesSink) StartStream(status int) error {
 // Write translates the chat chunks it is given into events; bytes it
 // holds back (a line not yet whole) count as written.
 func (s *messagesSink) Write(p []byte) (int, error) {
-	out := s.stream.Write(p)
+	var out []byte
+	if s.native != nil {
+		out = s.native.Write(p)
+	} else {
+		out = s.stream.Write(p)
+	}
 	if len(out) == 0 {
 		return len(p), nil
 	}
@@ -254,7 +271,11 @@ func (s *messagesSink) end() {
 	if !s.started {
 		return
 	}
-	if out := s.stream.End(); len(out) > 0 {
+	end := s.stream.End
+	if s.native != nil {
+		end = s.native.End
+	}
+	if out := end(); len(out) > 0 {
 		_, _ = s.http.Write(out)
 	}
 }

@@ -1,6 +1,7 @@
 package handlers
 
 import (
+	"context"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -8,8 +9,10 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/sluicehq/sluice/chat"
+	"github.com/sluicehq/sluice/chat/family"
 	"github.com/sluicehq/sluice/internal/testdb"
 	"github.com/sluicehq/sluice/models"
 )
@@ -119,12 +122,107 @@ func TestAMessagesClientIsAnsweredByAnthropicUntranslated(t *testing.T) {
 			}
 		}
 
-		// A stream is translated still: its body is the chat form's
-		// translation, not the client's bytes.
-		provider.answer = "event: message_start\ndata: {}\n\n"
-		_ = r.do(request{method: "POST", path: "/v1/messages", bearer: r.key, body: strings.Replace(sent, `"max_tokens":64,`, `"max_tokens":64,"stream":true,`, 1)})
-		if got, _ := provider.last(t); !strings.Contains(got, `"stream":true`) || strings.Contains(got, `"max_tokens":64,  `) {
+		// A stream, too, is sent as it came and passed back as Anthropic
+		// wrote it, but for message_start's id and model.
+		provider.answer = "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_provider_2\",\"model\":\"MODEL\",\"usage\":{\"input_tokens\":3,\"output_tokens\":1}}}\n\n" +
+			"event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\"},\"usage\":{\"output_tokens\":2,\"server_tool_use\":{}}}\n\n" +
+			"event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"
+		streamed := strings.Replace(sent, `"max_tokens":64,`, `"max_tokens":64,"stream":true,`, 1)
+		w = r.do(request{method: "POST", path: "/v1/messages", bearer: r.key, body: streamed})
+		if got, _ := provider.last(t); got != streamed {
 			t.Errorf("a stream was sent %s", got)
 		}
+		want := strings.NewReplacer(`"id":"msg_provider_2"`, `"id":"msg_`+strings.TrimPrefix(w.Header().Get("X-Request-Id"), "req_")+`"`,
+			`"model":"MODEL"`, `"model":"claude-native"`).Replace(provider.answer)
+		if w.Code != 200 || w.Body.String() != want {
+			t.Errorf("the stream reached the client as %d\n%s\nnot\n%s", w.Code, w.Body.String(), want)
+		}
 	})
+}
+
+// TestANativeStreamLeftByItsClientIsBilled: a Messages client streaming
+// from an Anthropic key that hangs up mid-answer is billed the prompt's
+// estimate and what was delivered, by the model's count; one that hangs up
+// after message_delta (the answer and its usage whole) is billed
+// Anthropic's own usage, though message_stop never reached it.
+func TestANativeStreamLeftByItsClientIsBilled(t *testing.T) {
+	const start = "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"m\",\"type\":\"message\",\"role\":\"assistant\",\"model\":\"claude-native\",\"content\":[],\"usage\":{\"input_tokens\":50000,\"output_tokens\":1}}}\n\n" +
+		"event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n" +
+		"event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"one two three\"}}\n\n"
+	const delta = "event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":0}\n\n" +
+		"event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\",\"stop_sequence\":null},\"usage\":{\"output_tokens\":90}}\n\n"
+	for _, tt := range []struct {
+		name, sent, until string
+		prompt, answer    int64 // what is billed; -1: the prompt's estimate, the delivered text's count
+	}{
+		{"mid-answer", start, `"one two three"`, -1, -1},
+		{"after message_delta", start + delta, `"stop_reason":"end_turn"`, 50000, 90},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			g := newGenEnv(t, testdb.SQLite(t))
+			admin := g.login("admin@example.com", "admin-password")
+			key, _ := g.apiToken(g.signup("a@example.com", "A"))
+			provider := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Type", "text/event-stream")
+				_, _ = io.WriteString(w, tt.sent)
+				w.(http.Flusher).Flush()
+				<-r.Context().Done() // message_stop never comes: the gateway hangs up
+			}))
+			defer provider.Close()
+			if w := g.do(request{method: "POST", path: "/api/admin/upstreams", bearer: admin,
+				body: `{"name":"anthropic","provider":"anthropic","base_url":"` + provider.URL + `","api_key":"sk-native-key","models":["claude-native"]}`}); w.Code != 201 {
+				t.Fatalf("add key: %d %s", w.Code, w.Body.String())
+			}
+			g.pipe.UsageGrace = 50 * time.Millisecond
+			g.rebuild()
+			gateway := httptest.NewServer(g.h)
+			defer gateway.Close()
+
+			ctx, cancel := context.WithCancel(context.Background())
+			req, _ := http.NewRequestWithContext(ctx, "POST", gateway.URL+"/v1/messages",
+				strings.NewReader(`{"model":"claude-native","max_tokens":100,"stream":true,"messages":[{"role":"user","content":"count to three"}]}`))
+			req.Header.Set("x-api-key", key)
+			req.Header.Set("Content-Type", "application/json")
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var read []byte
+			buf := make([]byte, 512)
+			for !strings.Contains(string(read), tt.until) {
+				n, err := resp.Body.Read(buf)
+				read = append(read, buf[:n]...)
+				if err != nil {
+					t.Fatalf("the stream ended early: %q %v", read, err)
+				}
+			}
+			cancel()
+			resp.Body.Close()
+			var u models.UsageTotals
+			deadline := time.Now().Add(5 * time.Second)
+			for u.Requests == 0 && time.Now().Before(deadline) {
+				time.Sleep(10 * time.Millisecond)
+				u, _ = g.store.UsageSince(context.Background(), orgOf(t, g.env, "a@example.com"), time.Now().Add(-time.Hour))
+			}
+			prompt := tt.prompt
+			if prompt < 0 {
+				var count struct {
+					InputTokens int64 `json:"input_tokens"`
+				}
+				w := g.do(request{method: "POST", path: "/v1/messages/count_tokens", bearer: key,
+					body: `{"model":"claude-native","messages":[{"role":"user","content":"count to three"}]}`})
+				if err := json.Unmarshal(w.Body.Bytes(), &count); err != nil || count.InputTokens == 0 {
+					t.Fatalf("count_tokens %d %s", w.Code, w.Body.String())
+				}
+				prompt = count.InputTokens
+			}
+			answer := tt.answer
+			if answer < 0 {
+				answer = int64(family.Of("claude-native").Counter.Count([]byte("one two three")))
+			}
+			if u.Requests != 1 || u.PromptTokens != prompt || u.CompletionTokens != answer {
+				t.Fatalf("billed %+v, want %d prompt and %d completion tokens", u, prompt, answer)
+			}
+		})
+	}
 }

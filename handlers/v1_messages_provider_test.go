@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/anthropics/anthropic-sdk-go/v2"
@@ -57,14 +58,16 @@ func TestAMessagesClientReachesAnAnthropicKey(t *testing.T) {
 			first.Usage["cache_read_input_tokens"] != 0 || first.Usage["input_tokens"] == 0 {
 			t.Fatalf("%d %s", w.Code, w.Body.String())
 		}
-		// The same prompt streamed: read from the cache this time, as the
-		// message_delta event says.
+		// The same prompt streamed: read from the cache this time, as
+		// Anthropic's own message_start says (its events reach the client
+		// as it sent them), and the output as its message_delta says.
 		w = g.message(key, strings.Replace(cachedMessage, `"max_tokens":100`, `"max_tokens":100,"stream":true`, 1), nil)
 		names, text, final := sseEvents(t, w.Body.String())
+		start := messageStartUsage(t, w.Body.String())
 		if w.Code != 200 || text != first.Content[0].Text || names[len(names)-1] != "message_stop" || final.Delta.StopReason != "end_turn" ||
-			final.Usage["cache_read_input_tokens"] != first.Usage["cache_creation_input_tokens"] || final.Usage["cache_creation_input_tokens"] != 0 ||
-			final.Usage["input_tokens"] != first.Usage["input_tokens"] {
-			t.Fatalf("stream %d %v %+v:\n%s", w.Code, names, final, w.Body.String())
+			start["cache_read_input_tokens"] != first.Usage["cache_creation_input_tokens"] || start["cache_creation_input_tokens"] != 0 ||
+			start["input_tokens"] != first.Usage["input_tokens"] || final.Usage["output_tokens"] != first.Usage["output_tokens"] {
+			t.Fatalf("stream %d %v %+v %v:\n%s", w.Code, names, final, start, w.Body.String())
 		}
 
 		// Billed as Anthropic bills: the cache write at its price, the
@@ -181,26 +184,55 @@ func TestAnthropicsSDKThroughSluice(t *testing.T) {
 
 // An Anthropic key whose stream breaks off mid-answer: the client has
 // what was said, then Anthropic's error event, and pays for what it got.
+// messageStartUsage is the usage of a stream's message_start event.
+func messageStartUsage(t *testing.T, stream string) map[string]int {
+	t.Helper()
+	_, data, ok := strings.Cut(stream, "event: message_start\ndata: ")
+	if !ok {
+		t.Fatalf("no message_start in %s", stream)
+	}
+	data, _, _ = strings.Cut(data, "\n")
+	var ev struct{ Message struct{ Usage map[string]int } }
+	if err := json.Unmarshal([]byte(data), &ev); err != nil {
+		t.Fatalf("message_start %s: %v", data, err)
+	}
+	return ev.Message.Usage
+}
+
+// TestABrokenProviderStreamEndsWithAnErrorEvent: an Anthropic key's
+// stream that fails midway reaches the client with the provider's own
+// error event; one that is cut without a word ends with Sluice's, never
+// in silence.
 func TestABrokenProviderStreamEndsWithAnErrorEvent(t *testing.T) {
 	g := newGenEnv(t, testdb.SQLite(t))
 	admin := g.login("admin@example.com", "admin-password")
 	key, _ := g.apiToken(g.signup("a@example.com", "A"))
+	failure := "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"Overloaded\"}}\n\n"
+	var ending atomic.Pointer[string] // how the stream ends, set before each request
 	broken := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/event-stream")
 		io.WriteString(w, "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_1\",\"type\":\"message\",\"role\":\"assistant\",\"model\":\"m\",\"content\":[],\"usage\":{\"input_tokens\":5,\"output_tokens\":1}}}\n\n"+
 			"event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n"+
 			"event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"half an ans\"}}\n\n"+
-			"event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"Overloaded\"}}\n\n")
+			*ending.Load())
 	}))
 	t.Cleanup(broken.Close)
 	if w := g.do(request{method: "POST", path: "/api/admin/upstreams", bearer: admin,
 		body: `{"name":"broken","provider":"anthropic","base_url":"` + broken.URL + `","api_key":"sk-broken-key","models":["` + claude + `"]}`}); w.Code != 201 {
 		t.Fatalf("add key: %d %s", w.Code, w.Body.String())
 	}
-	w := g.message(key, `{"model":"`+claude+`","max_tokens":50,"stream":true,"messages":[{"role":"user","content":"hi"}]}`, nil)
-	names, text, _ := sseEvents(t, w.Body.String())
-	if w.Code != 200 || text != "half an ans" || names[len(names)-1] != "error" ||
-		!strings.Contains(w.Body.String(), `"error":{"type":"overloaded_error","message":"the provider stopped sending; the answer is incomplete"}`) {
-		t.Fatalf("%d %v:\n%s", w.Code, names, w.Body.String())
+	for _, tc := range []struct{ failure, want string }{
+		{failure, `"error":{"type":"overloaded_error","message":"Overloaded"}`},
+		{"", `"error":{"type":"overloaded_error","message":"the provider stopped sending; the answer is incomplete"}`},
+		{"event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\"},\"usage\":{\"output_tokens\":3}}",
+			`"error":{"type":"overloaded_error","message":"the provider stopped sending; the answer is incomplete"}`},
+	} {
+		ending.Store(&tc.failure)
+		w := g.message(key, `{"model":"`+claude+`","max_tokens":50,"stream":true,"messages":[{"role":"user","content":"hi"}]}`, nil)
+		names, text, _ := sseEvents(t, w.Body.String())
+		if w.Code != 200 || text != "half an ans" || names[len(names)-1] != "error" || strings.Count(w.Body.String(), "event: error") != 1 ||
+			!strings.Contains(w.Body.String(), tc.want) {
+			t.Fatalf("%q: %d %v:\n%s", tc.failure, w.Code, names, w.Body.String())
+		}
 	}
 }

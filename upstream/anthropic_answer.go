@@ -215,6 +215,68 @@ func (anthropicFormat) failure(status int, body []byte) []byte {
 	return b
 }
 
+// addUsageDelta adds a message_delta's usage to a stream's, which began
+// as message_start's: the counts are cumulative, the input ones there only
+// when restated.
+func addUsageDelta(u, d *wire.AnthropicUsage) {
+	u.OutputTokens = d.OutputTokens
+	if d.OutputTokensDetails != nil {
+		u.OutputTokensDetails = d.OutputTokensDetails
+	}
+	if d.InputTokens > 0 || d.CacheReadInputTokens > 0 || d.CacheCreationInputTokens > 0 {
+		u.InputTokens, u.CacheReadInputTokens, u.CacheCreationInputTokens = d.InputTokens, d.CacheReadInputTokens, d.CacheCreationInputTokens
+	}
+}
+
+// streamNative passes Anthropic's events on as they came, to a client
+// that speaks them (Request.Native), reading only their names to tell how
+// the stream ends: as stream does, an error event or an end before
+// message_stop is a read error, once the bytes before it are read.
+func (anthropicFormat) streamNative(_ Request, body io.ReadCloser) io.ReadCloser {
+	return &anthropicPassThrough{body: body}
+}
+
+// anthropicPassThrough is an Anthropic event stream read unchanged.
+type anthropicPassThrough struct {
+	body    io.ReadCloser
+	lines   wire.Lines
+	failing bool  // an error event has begun
+	err     error // set once that event has been read whole
+	stopped bool  // message_stop came
+}
+
+func (s *anthropicPassThrough) Read(p []byte) (int, error) {
+	if s.err != nil {
+		return 0, s.err
+	}
+	n, err := s.body.Read(p)
+	s.lines.Feed(p[:n], func(line []byte) bool {
+		line = bytes.TrimSuffix(line, []byte("\r"))
+		name, ok := bytes.CutPrefix(line, []byte("event:"))
+		switch name = bytes.TrimSpace(name); {
+		case len(line) == 0 && s.failing: // the error event's end
+			s.err = errors.New("anthropic: the stream ended with an error event")
+		case !ok:
+		case string(name) == "message_stop":
+			s.stopped = true
+		case string(name) == "error":
+			s.failing = true
+		}
+		return true
+	})
+	switch {
+	case s.err != nil:
+		return n, nil // the error event itself is passed on; the next read fails
+	case errors.Is(err, io.EOF) && s.failing:
+		err = errors.New("anthropic: the stream ended with an error event")
+	case errors.Is(err, io.EOF) && !s.stopped:
+		err = io.ErrUnexpectedEOF // cut before message_stop
+	}
+	return n, err
+}
+
+func (s *anthropicPassThrough) Close() error { return s.body.Close() }
+
 // stream reads Anthropic's events as OpenAI's chat completion chunks.
 func (f anthropicFormat) stream(_ Request, body io.ReadCloser) io.ReadCloser {
 	return &anthropicStream{body: body, buf: make([]byte, 16<<10), blocks: map[int]int{}, created: f.created()}
@@ -367,15 +429,7 @@ func (s *anthropicStream) event(line []byte) {
 		}
 	case "message_delta":
 		if u := ev.Usage; u != nil {
-			// Cumulative counts; the input ones only when restated.
-			s.usage.OutputTokens = u.OutputTokens
-			if u.OutputTokensDetails != nil {
-				s.usage.OutputTokensDetails = u.OutputTokensDetails
-			}
-			if u.InputTokens > 0 || u.CacheReadInputTokens > 0 || u.CacheCreationInputTokens > 0 {
-				s.usage.InputTokens, s.usage.CacheReadInputTokens, s.usage.CacheCreationInputTokens =
-					u.InputTokens, u.CacheReadInputTokens, u.CacheCreationInputTokens
-			}
+			addUsageDelta(&s.usage, u)
 		}
 		if d := ev.Delta; d != nil && d.StopReason != nil {
 			finish := anthropicFinish(*d.StopReason)

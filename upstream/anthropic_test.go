@@ -411,3 +411,66 @@ func TestANativeMessageIsBilledAsItsTranslation(t *testing.T) {
 		}
 	}
 }
+
+// TestANativeStreamIsBilledAsItsTranslation: Anthropic's events passed on
+// as they came (streamNative, read by a Messages usage tap) bill what the
+// same events translated into chunks do, and deliver the same text; the
+// bytes pass unchanged; an error event or a cut before message_stop is a
+// read error after the bytes before it, as in the translation.
+func TestANativeStreamIsBilledAsItsTranslation(t *testing.T) {
+	f := anthropicFormat{now: time.Now}
+	events := "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"m\",\"type\":\"message\",\"role\":\"assistant\",\"model\":\"claude-x\",\"content\":[],\"usage\":{\"input_tokens\":5,\"cache_read_input_tokens\":3,\"cache_creation_input_tokens\":2,\"output_tokens\":1}}}\n\n" +
+		"event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"thinking\",\"thinking\":\"\"}}\n\n" +
+		"event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"thinking_delta\",\"thinking\":\"hmm\"}}\n\n" +
+		"event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":1,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n" +
+		"event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":1,\"delta\":{\"type\":\"text_delta\",\"text\":\"Rivers run\"}}\n\n" +
+		"event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":2,\"content_block\":{\"type\":\"tool_use\",\"id\":\"t\",\"name\":\"f\",\"input\":{}}}\n\n" +
+		"event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":2,\"delta\":{\"type\":\"input_json_delta\",\"partial_json\":\"{\\\"a\\\":1}\"}}\n\n" +
+		"event: ping\ndata: {\"type\":\"ping\"}\n\n" +
+		"event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"tool_use\",\"stop_sequence\":null},\"usage\":{\"output_tokens\":17,\"output_tokens_details\":{\"thinking_tokens\":4}}}\n\n" +
+		"event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"
+	read := func(r io.Reader) (string, error) {
+		var out bytes.Buffer
+		buf := make([]byte, 7) // small reads: events arrive cut anywhere
+		for {
+			n, err := r.Read(buf)
+			out.Write(buf[:n])
+			if err != nil {
+				return out.String(), err
+			}
+		}
+	}
+	translated := NewUsageTap(f.stream(Request{}, io.NopCloser(strings.NewReader(events))))
+	if _, err := read(translated); err != io.EOF {
+		t.Fatalf("translated: %v", err)
+	}
+	native := NewMessagesUsageTap(f.streamNative(Request{}, io.NopCloser(strings.NewReader(events))))
+	passed, err := read(native)
+	if err != io.EOF || passed != events {
+		t.Fatalf("native: %v, passed %q", err, passed)
+	}
+	nu, nfinal := native.Usage()
+	tu, tfinal := translated.Usage()
+	if !nfinal || !tfinal || nu != tu || nu.PromptTokens != 10 || nu.CachedTokens != 3 || nu.CacheCreationTokens != 2 || nu.ReasoningTokens != 4 {
+		t.Errorf("native usage %+v (%v), translated %+v (%v)", nu, nfinal, tu, tfinal)
+	}
+	if native.Delivered() != translated.Delivered() || native.Reasoning() != translated.Reasoning() || !native.Finished() {
+		t.Errorf("native delivered %q/%q, translated %q/%q", native.Delivered(), native.Reasoning(), translated.Delivered(), translated.Reasoning())
+	}
+
+	stop := strings.Index(events, "event: message_stop")
+	failure := "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"Overloaded\"}}\n\n"
+	for _, tc := range []struct {
+		in   string
+		want func(error) bool
+	}{
+		{events[:stop], func(err error) bool { return errors.Is(err, io.ErrUnexpectedEOF) }},
+		{events[:stop] + failure, func(err error) bool { return err != nil && !errors.Is(err, io.EOF) }},
+		{events[:stop] + failure[:len(failure)-2], func(err error) bool { return err != nil && !errors.Is(err, io.EOF) }},
+	} {
+		passed, err := read(f.streamNative(Request{}, io.NopCloser(strings.NewReader(tc.in))))
+		if !tc.want(err) || passed != tc.in {
+			t.Errorf("%q: %v, passed %q", tc.in[max(0, len(tc.in)-40):], err, passed[max(0, len(passed)-40):])
+		}
+	}
+}

@@ -130,12 +130,20 @@ func peekFailure(fr failureReader, resp *http.Response) {
 func (p *Pool) streamed(ctx context.Context, e *keyEntry, probe bool, req Request, resp *http.Response, took time.Duration, cancel context.CancelFunc) attemptResult {
 	e.h.answered(resp.StatusCode, probe, true)
 	p.models.observe(req.Model, false, p.opts.Now())
+	var body io.ReadCloser
+	nf, native := e.format.(nativeFormat)
+	if native = native && req.nativeFor(e.key.Provider); native {
+		body = nf.streamNative(req, resp.Body)
+	} else {
+		body = e.format.stream(req, resp.Body)
+	}
 	return attemptResult{kind: attemptDone, resp: &Response{
 		Status:  resp.StatusCode,
 		Header:  resp.Header,
-		Stream:  p.newStreamBody(ctx, e, req, e.format.stream(req, resp.Body), cancel),
+		Stream:  p.newStreamBody(ctx, e, req, body, cancel),
 		KeyID:   e.key.ID,
 		Latency: took,
+		Native:  native,
 	}}
 }
 
@@ -158,15 +166,14 @@ func (p *Pool) judge(ctx context.Context, e *keyEntry, probe bool, req Request, 
 		}
 		e.h.answered(status, probe, healthy)
 		p.models.observe(req.Model, false, p.opts.Now())
-		var native *Completion
-		nf, isNative := e.format.(nativeFormat)
+		var read Completion
+		nf, native := e.format.(nativeFormat)
+		native = native && healthy && req.nativeFor(e.key.Provider)
 		switch {
-		case healthy && isNative && req.nativeFor(e.key.Provider):
-			read, err := nf.readNative(body)
-			if err != nil {
+		case native:
+			if read, err = nf.readNative(body); err != nil {
 				return attemptResult{kind: attemptFatal, err: fmt.Errorf("upstream: key %q answered what cannot be read: %w", e.key.Name, err)}
 			}
-			native = &read
 		case healthy:
 			if body, err = e.format.answer(req, body); err != nil {
 				return attemptResult{kind: attemptFatal, err: fmt.Errorf("upstream: key %q answered what cannot be read: %w", e.key.Name, err)}
@@ -174,7 +181,7 @@ func (p *Pool) judge(ctx context.Context, e *keyEntry, probe bool, req Request, 
 		default:
 			body = e.format.failure(status, body)
 		}
-		return attemptResult{kind: attemptDone, resp: &Response{Status: status, Header: resp.Header, Body: body, KeyID: e.key.ID, Latency: took, Native: native}}
+		return attemptResult{kind: attemptDone, resp: &Response{Status: status, Header: resp.Header, Body: body, KeyID: e.key.ID, Latency: took, Native: native, Read: read}}
 	}
 
 	// A failure: keep only what the key's health needs.

@@ -64,6 +64,9 @@ type nativeFormat interface {
 	// readNative reads a 2xx answer to a Native body; an error is an
 	// answer that cannot be used.
 	readNative(body []byte) (Completion, error)
+	// streamNative is a 2xx stream to a Native body, passed on as it came
+	// but read as stream reads it for how it ends.
+	streamNative(req Request, body io.ReadCloser) io.ReadCloser
 }
 
 // formats are the wire formats by kind.

@@ -89,7 +89,7 @@ type Request struct {
 	// and nothing of the gateway's changed it but the model: a key of
 	// that provider is sent it instead of Body's translation, and its
 	// answer is left in that dialect (Response.Native). Other keys send
-	// Body. Whole answers only: a stream is translated.
+	// Body.
 	Native *Native
 }
 
@@ -102,7 +102,7 @@ type Native struct {
 
 // nativeFor says whether a key of kind is sent r's Native body.
 func (r Request) nativeFor(kind string) bool {
-	return r.Native != nil && r.Native.Kind == kind && !r.Stream
+	return r.Native != nil && r.Native.Kind == kind
 }
 
 // endpoint is the request's path under an OpenAI API root.
@@ -124,10 +124,11 @@ type Response struct {
 	KeyID    int64         // the key that answered
 	Attempts int           // 1 + retries
 	Latency  time.Duration // time to the response headers of the successful attempt
-	// Native, for a 2xx answer to a Request's Native body, is what the
-	// gateway reads of Body, which is then in the provider's own dialect
-	// and not OpenAI's; nil otherwise.
-	Native *Completion
+	// Native says Body or Stream is a 2xx answer to the Request's Native
+	// body, in the provider's own dialect and not OpenAI's; Read is then
+	// what the gateway reads of a whole one.
+	Native bool
+	Read   Completion
 }
 
 // StreamBody is a streaming response body.

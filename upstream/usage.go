@@ -13,6 +13,7 @@ import (
 	jsonv1 "github.com/go-json-experiment/json/v1"
 
 	"github.com/sluicehq/sluice/chat"
+	"github.com/sluicehq/sluice/wire"
 )
 
 // maxTapLine bounds one SSE line the tap keeps for parsing; a longer line is
@@ -31,7 +32,8 @@ const maxTapLine = 1 << 20
 //
 // Read is for one goroutine; the other methods may be called from any.
 type UsageTap struct {
-	r io.Reader
+	r        io.Reader
+	messages bool // Anthropic's events, not chat completion chunks
 
 	mu        sync.Mutex
 	line      []byte // the current incomplete line
@@ -39,12 +41,21 @@ type UsageTap struct {
 	usage     chat.Usage
 	final     bool
 	delivered strings.Builder
-	reasoning strings.Builder // not part of the reply: kept apart
-	finished  atomic.Bool     // a choice's finish_reason has passed: the answer is whole
+	reasoning strings.Builder     // not part of the reply: kept apart
+	finished  atomic.Bool         // a choice's finish_reason has passed: the answer is whole
+	anthropic wire.AnthropicUsage // a Messages stream's usage so far
 }
 
 // NewUsageTap returns a tap reading from r.
 func NewUsageTap(r io.Reader) *UsageTap { return &UsageTap{r: r} }
+
+// NewMessagesUsageTap returns a tap on a stream of Anthropic's Messages
+// events, passed on as they came (Request.Native): the usage is
+// message_start's with message_delta's added, read as the translated
+// stream's is, and final at message_delta; the answer has finished at its
+// stop_reason; text, tool input and thinking deltas are what was
+// delivered.
+func NewMessagesUsageTap(r io.Reader) *UsageTap { return &UsageTap{r: r, messages: true} }
 
 // Read reads from the underlying stream, unchanged.
 func (t *UsageTap) Read(p []byte) (int, error) {
@@ -227,6 +238,10 @@ func (t *UsageTap) handle(line []byte) {
 	if len(payload) == 0 || payload[0] != '{' {
 		return // [DONE]
 	}
+	if t.messages {
+		t.handleEvent(payload)
+		return
+	}
 	var c sseChunk
 	if json.Unmarshal(payload, &c) != nil {
 		return
@@ -245,5 +260,38 @@ func (t *UsageTap) handle(line []byte) {
 	}
 	if c.Usage != nil {
 		t.usage, t.final = c.Usage.usage(), true
+	}
+}
+
+// handleEvent reads one Anthropic event's data.
+func (t *UsageTap) handleEvent(payload []byte) {
+	var ev wire.AnthropicEvent
+	if json.Unmarshal(payload, &ev) != nil {
+		return
+	}
+	switch ev.Type {
+	case "message_start":
+		if m := ev.Message; m != nil {
+			t.anthropic = m.Usage
+		}
+	case "content_block_start":
+		if b := ev.ContentBlock; b != nil {
+			t.delivered.WriteString(deref(b.Text))
+			t.reasoning.WriteString(deref(b.Thinking))
+		}
+	case "content_block_delta":
+		if d := ev.Delta; d != nil {
+			t.delivered.WriteString(deref(d.Text))
+			t.delivered.WriteString(deref(d.PartialJSON))
+			t.reasoning.WriteString(deref(d.Thinking))
+		}
+	case "message_delta":
+		if u := ev.Usage; u != nil {
+			addUsageDelta(&t.anthropic, u)
+			t.usage, t.final = toOpenAIUsage(t.anthropic).read(), true
+		}
+		if d := ev.Delta; d != nil && d.StopReason != nil {
+			t.finished.Store(true)
+		}
 	}
 }

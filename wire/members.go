@@ -17,37 +17,9 @@ func SetMember(obj []byte, name, value string) ([]byte, error) {
 // SetMembers is SetMember for several members at once: names[i] is set to
 // the string values[i].
 func SetMembers(obj []byte, names, values []string) ([]byte, error) {
-	at := make([][2]int64, len(names)) // each name's value: start and end offsets; {-1,-1} when absent
-	for i := range at {
-		at[i] = [2]int64{-1, -1}
-	}
-	d := jsontext.NewDecoder(bytes.NewReader(obj), jsontext.AllowDuplicateNames(true), jsontext.AllowInvalidUTF8(true))
-	if tok, err := d.ReadToken(); err != nil || tok.Kind() != '{' {
-		return nil, errors.New("wire: not a JSON object")
-	}
-	var end int64
-	members := 0
-	for {
-		if d.PeekKind() == '}' {
-			end = d.InputOffset()
-			break
-		}
-		tok, err := d.ReadToken()
-		if err != nil {
-			return nil, err
-		}
-		name := tok.String()
-		members++
-		// The value starts after the name's colon and any space.
-		start := d.InputOffset()
-		if _, err := d.ReadValue(); err != nil {
-			return nil, err
-		}
-		for i, n := range names {
-			if n == name && at[i][0] < 0 {
-				at[i] = [2]int64{start, d.InputOffset()}
-			}
-		}
+	at, end, members, err := findMembers(obj, names)
+	if err != nil {
+		return nil, err
 	}
 	out := make([]byte, 0, len(obj)+32)
 	pos := int64(0)
@@ -87,4 +59,54 @@ func appendValue(out, old []byte, value string) []byte {
 	out = append(out, old[:len(old)-len(trimmed)]...)
 	q, _ := jsontext.AppendQuote(out, value)
 	return q
+}
+
+// Member is the value of obj's top-level member name (its first
+// occurrence), as it is written in obj, and where it starts; ok is false
+// when obj has no such member.
+func Member(obj []byte, name string) (value []byte, start int, ok bool, err error) {
+	at, _, _, err := findMembers(obj, []string{name})
+	if err != nil || at[0][0] < 0 {
+		return nil, 0, false, err
+	}
+	v := obj[at[0][0]:at[0][1]]
+	trimmed := bytes.TrimLeft(v, " \t\r\n:")
+	return trimmed, int(at[0][1]) - len(trimmed), true, nil
+}
+
+// findMembers reads the top level of the object obj: where each of names'
+// values is written (from just after its name; {-1, -1} when absent),
+// where the closing brace is, and how many members there are.
+func findMembers(obj []byte, names []string) (at [][2]int64, end int64, members int, err error) {
+	at = make([][2]int64, len(names))
+	for i := range at {
+		at[i] = [2]int64{-1, -1}
+	}
+	d := jsontext.NewDecoder(bytes.NewReader(obj), jsontext.AllowDuplicateNames(true), jsontext.AllowInvalidUTF8(true))
+	if tok, err := d.ReadToken(); err != nil || tok.Kind() != '{' {
+		return nil, 0, 0, errors.New("wire: not a JSON object")
+	}
+	for d.PeekKind() != '}' {
+		tok, err := d.ReadToken()
+		if err != nil {
+			return nil, 0, 0, err
+		}
+		name := tok.String()
+		members++
+		start := d.InputOffset() // the value follows the name's colon and any space
+		if _, err := d.ReadValue(); err != nil {
+			return nil, 0, 0, err
+		}
+		for i, n := range names {
+			if n == name && at[i][0] < 0 {
+				at[i] = [2]int64{start, d.InputOffset()}
+			}
+		}
+	}
+	// Just after the last member: what follows is space and the brace.
+	end = d.InputOffset()
+	if _, err := d.ReadToken(); err != nil {
+		return nil, 0, 0, err
+	}
+	return at, end, members, nil
 }

@@ -41,3 +41,14 @@ func TestSetMemberRefusesWhatIsNotAnObject(t *testing.T) {
 		}
 	}
 }
+
+func TestMemberIsWhereTheValueIsWritten(t *testing.T) {
+	obj := []byte(`{"type":"message_start", "message" : {"id":"x"} ,"n":1}`)
+	v, at, ok, err := Member(obj, "message")
+	if err != nil || !ok || string(v) != `{"id":"x"}` || string(obj[at:at+len(v)]) != `{"id":"x"}` {
+		t.Fatalf("Member: %q at %d, %v %v", v, at, ok, err)
+	}
+	if _, _, ok, err := Member(obj, "usage"); ok || err != nil {
+		t.Errorf("an absent member: %v %v", ok, err)
+	}
+}
