@@ -192,7 +192,9 @@ func messageStartUsage(t *testing.T, stream string) map[string]int {
 		t.Fatalf("no message_start in %s", stream)
 	}
 	data, _, _ = strings.Cut(data, "\n")
-	var ev struct{ Message struct{ Usage map[string]int } }
+	var ev struct {
+		Message struct{ Usage map[string]int }
+	}
 	if err := json.Unmarshal([]byte(data), &ev); err != nil {
 		t.Fatalf("message_start %s: %v", data, err)
 	}
