@@ -224,9 +224,14 @@ func (s *SSO) finish(ctx context.Context, flow string, cb SSOCallback, clientIP 
 	tok, err := p.oauth.Exchange(xctx, cb.Code, oauth2.VerifierOption(f.Verifier))
 	if err != nil {
 		var refused *oauth2.RetrieveError
-		if errors.As(err, &refused) && refused.Response != nil && refused.Response.StatusCode < 500 {
-			return models.Member{}, "", &apperr.Error{Code: apperr.Unauthorized, Reason: "sso_exchange_refused", Cause: err,
-				Message: "the identity provider did not accept this sign-in; start again with “Sign in with SSO”"}
+		if errors.As(err, &refused) && refused.Response != nil {
+			// Only the status and the error code are kept for the log: a
+			// provider's description may quote the code it refused.
+			err = fmt.Errorf("the token endpoint answered %s, error %q", refused.Response.Status, refused.ErrorCode)
+			if refused.Response.StatusCode < 500 {
+				return models.Member{}, "", &apperr.Error{Code: apperr.Unauthorized, Reason: "sso_exchange_refused", Cause: err,
+					Message: "the identity provider did not accept this sign-in; start again with “Sign in with SSO”"}
+			}
 		}
 		return models.Member{}, "", &apperr.Error{Code: apperr.Unavailable, Reason: "sso_unavailable", Cause: err, RetryAfter: retryDiscovery,
 			Message: "the identity provider could not complete the sign-in right now; try again shortly"}

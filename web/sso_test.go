@@ -34,6 +34,9 @@ type ssoRig struct {
 	idp    *mockoidc.MockOIDC
 	clock  *clocktest.Clock // single sign-on's clock: the ID tokens' expiry is checked on it
 	client *http.Client
+	// secrets are the codes, states and nonces of every sign-in so far,
+	// none of which may reach the log.
+	secrets []string
 }
 
 // newSSORig wires single sign-on into the site, joining new users of
@@ -131,6 +134,7 @@ func (r *ssoRig) toCallback(c *http.Client, tamper func(q url.Values)) flow {
 		r.t.Fatalf("provider: %d to %q\n%s", back.status, back.location, back.body)
 	}
 	cb, _ := url.Parse(back.location)
+	r.secrets = append(r.secrets, cb.Query().Get("code"), cb.Query().Get("state"), authz.Query().Get("nonce"))
 	return flow{authorize: authz, callback: cb}
 }
 
@@ -331,7 +335,7 @@ func TestSSORefusals(t *testing.T) {
 		// Nothing secret reached the log: not the client secret, the codes,
 		// the flow's cookie nor the provider's tokens.
 		logs := r.logs.String()
-		for _, secret := range []string{r.idp.ClientSecret, f.callback.Query().Get("code"), copied, f.authorize.Query().Get("nonce")} {
+		for _, secret := range append([]string{r.idp.ClientSecret, copied}, r.secrets...) {
 			if secret != "" && strings.Contains(logs, secret) {
 				t.Errorf("the log holds %q:\n%s", secret, logs)
 			}
@@ -339,7 +343,8 @@ func TestSSORefusals(t *testing.T) {
 		if strings.Contains(logs, "eyJ") {
 			t.Errorf("the log holds a JWT:\n%s", logs)
 		}
-		if !strings.Contains(logs, "single sign-on refused") || !strings.Contains(logs, "reason=sso_nonce_mismatch") {
+		if !strings.Contains(logs, "single sign-on refused") || !strings.Contains(logs, "reason=sso_nonce_mismatch") ||
+			!strings.Contains(logs, `the token endpoint answered 401 Unauthorized, error \"invalid_grant\"`) {
 			t.Errorf("the refusals are not logged:\n%s", logs)
 		}
 	})
