@@ -6,9 +6,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/oauth2-proxy/mockoidc"
 
 	"github.com/sluicehq/sluice/apperr"
 	"github.com/sluicehq/sluice/internal/clocktest"
@@ -165,5 +168,46 @@ func TestEmailVerifiedClaim(t *testing.T) {
 	var v verifiedIs
 	if err := v.UnmarshalJSON([]byte(`"yes"`)); err == nil {
 		t.Error(`"yes" was read as a boolean`)
+	}
+}
+
+// TestDiscoveryIsRetriedOnUse: a provider down at start is discovered when
+// someone signs in, at most once per retryDiscovery, and from then on
+// sign-ins start.
+func TestDiscoveryIsRetriedOnUse(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // nothing answers there yet
+	clock := clocktest.New(time.Date(2027, 3, 15, 10, 0, 0, 0, time.UTC))
+	s, err := NewSSO(context.Background(), SSOConfig{Issuer: "http://" + addr + mockoidc.IssuerBase, ClientID: "c", ClientSecret: "x",
+		RedirectURL: "http://127.0.0.1/auth/oidc/callback", Now: clock.Now}, nil, signing.NewMemoryNonces(clock.Now), testSecret,
+		slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	idp, err := mockoidc.NewServer(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ln, err = net.Listen("tcp", addr); err != nil {
+		t.Skipf("the port was taken meanwhile: %v", err)
+	}
+	if err := idp.Start(ln, nil); err != nil {
+		t.Fatal(err)
+	}
+	defer idp.Shutdown()
+	// Tried at start, so not again within retryDiscovery.
+	_, _, err = s.Begin(context.Background(), "")
+	wantReason(t, err, apperr.Unavailable, "sso_unavailable", "single sign-on is unavailable right now")
+	if e := apperr.As(err); e.RetryAfter != retryDiscovery {
+		t.Errorf("Retry-After %s", e.RetryAfter)
+	}
+	clock.Advance(retryDiscovery)
+	to, flow, err := s.Begin(context.Background(), "")
+	if err != nil || !strings.HasPrefix(to, idp.AuthorizationEndpoint()+"?") || flow == "" {
+		t.Fatalf("once the provider is up: %q %v", to, err)
 	}
 }
