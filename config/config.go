@@ -87,6 +87,12 @@ type Config struct {
 	LogPrompts   bool   // SLUICE_LOG_PROMPTS: log prompts and replies, redacted; off by default
 	MetricsAddr  string // SLUICE_METRICS_ADDR: serve /metrics on this address instead of the main one
 	MetricsToken string // SLUICE_METRICS_TOKEN: bearer token /metrics requires
+
+	// PublicURL is where browsers reach Sluice (SLUICE_PUBLIC_URL,
+	// https://sluice.example.com), without a trailing slash: single
+	// sign-on's redirect URL is made of it. Empty when unset.
+	PublicURL string
+	OIDC      OIDC // SLUICE_OIDC_*: single sign-on; zero when off
 }
 
 // MaxSignupRate bounds SLUICE_SIGNUP_RATE (signups an hour per address).
@@ -171,6 +177,8 @@ func Load(args []string, getenv func(string) string) (Config, error) {
 	}
 	c.LogFormat = r.oneOf("SLUICE_LOG_FORMAT", defaultFormat, "json", "text")
 	c.LogPrompts = r.bool("SLUICE_LOG_PROMPTS", false)
+	c.PublicURL = r.publicURL("SLUICE_PUBLIC_URL")
+	c.OIDC = r.oidc(c.PublicURL)
 	if c.MetricsAddr != "" {
 		if _, _, err := net.SplitHostPort(c.MetricsAddr); err != nil {
 			r.errs = append(r.errs, fmt.Errorf("SLUICE_METRICS_ADDR: %q is not host:port (e.g. 127.0.0.1:9090)", c.MetricsAddr))

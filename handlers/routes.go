@@ -205,6 +205,12 @@ func New(log *slog.Logger, ops Ops, d Deps) http.Handler {
 	b.GET("/signup", p.SignupForm)
 	b.POST("/signup", p.Signup)
 	b.POST("/logout", p.Logout)
+	if d.SSO != nil {
+		// Single sign-on; without its settings these are 404 like any
+		// unknown path.
+		b.GET("/auth/oidc/start", p.SSOStart)
+		b.GET("/auth/oidc/callback", p.SSOCallback)
+	}
 	// An invitation's link: anyone holding it may see whom it invites.
 	b.GET("/invitations/:code", p.Invitation)
 	member := b.Group("/", p.RequireUser)

@@ -468,3 +468,56 @@ func beforeMigration(t *testing.T, dialect, suffix string) (*models.DB, *sql.DB,
 	t.Fatalf("no *%s in %s", suffix, d)
 	return nil, nil, "", migrations.Migration{}
 }
+
+// TestUserIdentitiesMigration applies 0022 (single sign-on's identities)
+// to a database at the version before it: the users there keep their
+// passwords; an account at a provider links to one user, a user to one
+// account per provider, and deleting a user deletes their identities.
+func TestUserIdentitiesMigration(t *testing.T) {
+	for _, dialect := range []string{"sqlite", "postgres"} {
+		t.Run(dialect, func(t *testing.T) {
+			ctx := context.Background()
+			db, sqlDB, d, target := beforeMigration(t, dialect, "_user_identities.sql")
+			now := time.Date(2027, 3, 1, 10, 0, 0, 0, time.UTC)
+			var org, user int64
+			if err := db.Gorm.Raw(`INSERT INTO organizations (name, tier_id, created_at) VALUES ('Acme', (SELECT id FROM tiers WHERE name = 'free'), ?) RETURNING id`, now).Scan(&org).Error; err != nil {
+				t.Fatal(err)
+			}
+			if err := db.Gorm.Raw(`INSERT INTO users (org_id, email, password_hash, role, created_at) VALUES (?, 'ada@example.com', 'bcrypt-hash', 'member', ?) RETURNING id`, org, now).Scan(&user).Error; err != nil {
+				t.Fatal(err)
+			}
+			applied, err := migrations.Apply(ctx, sqlDB, d)
+			if err != nil || len(applied) == 0 || applied[0] != target.Version {
+				t.Fatalf("apply from the version before %s: %v %v", target.Name, applied, err)
+			}
+			u, err := models.NewStore(db).User(ctx, user)
+			if err != nil || !u.HasPassword() || u.PasswordHash != "bcrypt-hash" {
+				t.Fatalf("the user after the migration: %+v %v", u, err)
+			}
+			insert := func(issuer, subject string) error {
+				return db.Gorm.Exec(`INSERT INTO user_identities (issuer, subject, user_id, email, created_at, last_sign_in_at) VALUES (?, ?, ?, 'ada@example.com', ?, ?)`,
+					issuer, subject, user, now, now).Error
+			}
+			if err := insert("https://login.example.com", "sub-1"); err != nil {
+				t.Fatal(err)
+			}
+			if err := insert("https://login.example.com", "sub-1"); err == nil {
+				t.Error("one account at a provider was linked twice")
+			}
+			if err := insert("https://login.example.com", "sub-2"); err == nil {
+				t.Error("a user was linked to two accounts at one provider")
+			}
+			if err := insert("https://other.example.com", "sub-1"); err != nil {
+				t.Errorf("an account at another provider: %v", err)
+			}
+			if err := db.Gorm.Exec(`DELETE FROM users WHERE id = ?`, user).Error; err != nil {
+				t.Fatal(err)
+			}
+			var left int64
+			db.Gorm.Raw(`SELECT COUNT(*) FROM user_identities`).Scan(&left)
+			if left != 0 {
+				t.Errorf("%d identities outlived their user", left)
+			}
+		})
+	}
+}

@@ -137,6 +137,14 @@ func NormalizeEmail(email string) string { return strings.ToLower(strings.TrimSp
 // accountRole RoleAdmin makes the bootstrap admin (who owns the operators'
 // organization); any other role an ordinary user.
 func (s *Store) CreateOrganizationWithOwner(ctx context.Context, orgName, tierName, email, passwordHash string, accountRole Role) (Organization, Member, error) {
+	return s.createOrganizationWithOwner(ctx, orgName, tierName, email, passwordHash, accountRole, nil)
+}
+
+// createOrganizationWithOwner is CreateOrganizationWithOwner with also,
+// when not nil, run in the same transaction once the owner exists (single
+// sign-on links the new owner's identity).
+func (s *Store) createOrganizationWithOwner(ctx context.Context, orgName, tierName, email, passwordHash string, accountRole Role,
+	also func(tx *gorm.DB, m Member) error) (Organization, Member, error) {
 	if accountRole != RoleAdmin {
 		accountRole = RoleMember
 	}
@@ -166,6 +174,11 @@ func (s *Store) CreateOrganizationWithOwner(ctx context.Context, orgName, tierNa
 			return err
 		}
 		m = Member{User: u, OrgID: o.ID, Role: RoleOwner}
+		if also != nil {
+			if err := also(tx, m); err != nil {
+				return err
+			}
+		}
 		return audit(tx, o.ID, u.ID, "organization.create", o.Name, "owner "+u.Email)
 	})
 	return o, m, dbErr(err, "organization")

@@ -36,6 +36,9 @@ type LoginView struct {
 	// Next is the invitation page to go back to once signed in; "" for the
 	// dashboard.
 	Next string
+	// SSOStart is the "Sign in with SSO" link; "" when single sign-on is
+	// off (no button).
+	SSOStart string
 }
 
 // SignupView refills the signup form after a failed attempt.

@@ -22,7 +22,7 @@ func (p *Pages) Home(c *gin.Context) {
 // come back to.
 func (p *Pages) LoginForm(c *gin.Context) {
 	next, _ := invitationReturn(c.Query("next"))
-	render(c, http.StatusOK, templates.Login(templates.Page{Title: "Sign in"}, templates.LoginView{Next: next}))
+	render(c, http.StatusOK, templates.Login(templates.Page{Title: "Sign in"}, templates.LoginView{Next: next, SSOStart: p.ssoStartURL(next)}))
 }
 
 // Login checks the password and starts a new session, in the organization
@@ -37,7 +37,7 @@ func (p *Pages) Login(c *gin.Context) {
 	}
 	if err != nil {
 		p.formError(c, err, func(page templates.Page) {
-			render(c, apperr.Status(apperr.CodeOf(err)), templates.Login(page, templates.LoginView{Email: email, Next: next}))
+			render(c, apperr.Status(apperr.CodeOf(err)), templates.Login(page, templates.LoginView{Email: email, Next: next, SSOStart: p.ssoStartURL(next)}))
 		}, "Sign in")
 		return
 	}

@@ -54,6 +54,7 @@ type Pages struct {
 	limiterStatus func() quota.LimiterStatus
 	jobs          JobReader
 	batches       BatchReader
+	sso           *accounts.SSO // nil: single sign-on is off
 }
 
 // Deps are the services the pages use. Package handlers builds them once
@@ -69,6 +70,7 @@ type Deps struct {
 	PoolStatus    func() []upstream.KeyStatus // live state of provider keys
 	LimiterStatus func() quota.LimiterStatus  // where the rate limiter keeps its state
 	Now           func() time.Time
+	SSO           *accounts.SSO // single sign-on (SLUICE_OIDC_*); nil: off, no button and no routes
 }
 
 // New returns the browser handlers over d; the dashboard and the admin
@@ -76,7 +78,7 @@ type Deps struct {
 func New(log *slog.Logger, d Deps, jobs JobReader, batches BatchReader) *Pages {
 	return &Pages{log: log, store: d.Store, accounts: d.Accounts, sessions: d.Sessions, providers: d.Providers, aliases: d.Aliases,
 		billing: d.Billing, models: d.Models, poolStatus: d.PoolStatus, now: d.Now, origins: http.NewCrossOriginProtection(),
-		limiterStatus: d.LimiterStatus, jobs: jobs, batches: batches}
+		limiterStatus: d.LimiterStatus, jobs: jobs, batches: batches, sso: d.SSO}
 }
 
 // render writes a component with status.

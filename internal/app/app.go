@@ -259,9 +259,13 @@ func Build(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 		}
 	}
 	sessions := accounts.NewSessions([]byte(secret), cfg.SessionTTL, nil)
+	sso, err := newSSO(ctx, cfg, store, acc, sh, secret, log)
+	if err != nil {
+		return nil, err
+	}
 	handler := handlers.New(log, ops, handlers.Deps{
 		Deps: web.Deps{Store: store, Accounts: acc, Sessions: sessions, Providers: a.keys, Aliases: a.aliases, Billing: a.bill.billing,
-			PoolStatus: a.pool.Status, Models: a.pool.Models, LimiterStatus: sh.status, Now: time.Now},
+			PoolStatus: a.pool.Status, Models: a.pool.Models, LimiterStatus: sh.status, Now: time.Now, SSO: sso},
 		Directory: dir, Pipeline: pipeline, Conversations: sh.conversations, Jobs: a.queue, Batches: a.batches, Callbacks: a.bill.billing,
 		TokenUse: a.recorder, Signatures: signing.NewVerifier(sh.nonces, nil), MaxBodyBytes: cfg.MaxBodyBytes, InFlight: a.inFlight, Latency: a.latency,
 		ResponseRetention: cfg.ResponseRetention,

@@ -33,6 +33,7 @@ const (
 	redisBuckets       = "q:"           // the shared token buckets (quota.Redis)
 	redisRejections    = ""             // rejection windows: "{<key>}:rej" (quota.RedisWindow)
 	redisNonces        = "sign:"        // signed requests' nonces (signing.RedisNonces)
+	redisSSOFlows      = "sso:"         // single sign-ons that came back, each finished once (signing.RedisNonces)
 	redisCache         = "cache:"       // cached responses (respcache.Redis)
 	redisConversations = "session:"     // X-Sluice-Session histories (conversations.Redis)
 	redisBudgets       = "budget:"      // budget reservations (metering.RedisLedger)
@@ -53,6 +54,7 @@ type shared struct {
 	listen        func(ctx context.Context, apply func(cluster.Event)) // nil without Redis
 	status        func() quota.LimiterStatus
 	nonces        signing.Nonces
+	ssoFlows      signing.Nonces // single sign-ons finished (accounts.UsedFlows)
 	cache         respcache.Cache
 	conversations conversations.Store
 	ledger        metering.Ledger
@@ -138,6 +140,10 @@ func newShared(cfg config.Config, db *models.DB, store *models.Store, log *slog.
 		// signing.FallbackNonces).
 		nonces: signing.NewFallbackNonces(signing.NewRedisNonces(client, key(redisNonces)), signing.NewMemoryNonces(nil),
 			cfg.RedisTimeout, nil),
+		// The same for single sign-on's callbacks: each is finished once,
+		// whichever node it reaches.
+		ssoFlows: signing.NewFallbackNonces(signing.NewRedisNonces(client, key(redisSSOFlows)), signing.NewMemoryNonces(nil),
+			cfg.RedisTimeout, nil),
 		cache:         respcache.NewRedis(client, key(redisCache)),
 		conversations: conversations.NewRedis(client, key(redisConversations), cfg.ConversationTTL),
 		// Budgets per node while Redis is unreachable.
@@ -175,6 +181,7 @@ func alone(cfg config.Config, db *models.DB, store *models.Store, seed metering.
 		limiter: quota.NewMemory(nil), window: quota.NewMemoryWindow(nil), bus: cluster.None{}, leader: leader,
 		status:        func() quota.LimiterStatus { return quota.LimiterStatus{Mode: "local", Nodes: cfg.ExpectedNodes} },
 		nonces:        signing.NewMemoryNonces(nil),
+		ssoFlows:      signing.NewMemoryNonces(nil),
 		cache:         cache,
 		conversations: conversations.NewMemory(cfg.ConversationTTL, nil),
 		ledger:        ledger,
