@@ -171,9 +171,10 @@ func Build(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 		return nil, err
 	}
 	a.dir = dir
-	// Signups per client address draw on the node's limiter: one bucket
-	// per address for the whole cluster through Redis, in memory without.
-	acc, err := accounts.NewService(store, dir, sh.bus, accounts.NewLoginThrottle(nil), cfg.BcryptCost,
+	// Signups per client address and failed sign-ins per email and per
+	// address draw on the node's limiter: one bucket each for the whole
+	// cluster through Redis, in memory without.
+	acc, err := accounts.NewService(store, dir, sh.bus, accounts.NewSharedLoginThrottle(sh.limiter), cfg.BcryptCost,
 		accounts.WithSignupThrottle(accounts.NewSignupThrottle(sh.limiter, cfg.SignupRate)), accounts.WithLedger(sh.ledger, log))
 	if err != nil {
 		return nil, err
