@@ -30,6 +30,9 @@ type Service struct {
 	ledgerLog  *slog.Logger
 	bcryptCost int
 	dummyHash  []byte // compared against for unknown emails, so timing does not reveal them
+	// deletedOrgRetention is how long a deleted organization's data stays
+	// for export.
+	deletedOrgRetention time.Duration
 }
 
 // ServiceOption adjusts a Service.
@@ -62,7 +65,8 @@ func NewService(store *models.Store, dir *Directory, bus cluster.Bus, throttle *
 	if err != nil {
 		return nil, apperr.Wrap(err, "bcrypt")
 	}
-	s := &Service{store: store, dir: dir, bus: bus, throttle: throttle, bcryptCost: bcryptCost, dummyHash: dummy}
+	s := &Service{store: store, dir: dir, bus: bus, throttle: throttle, bcryptCost: bcryptCost, dummyHash: dummy,
+		deletedOrgRetention: DefaultDeletedOrgRetention}
 	for _, o := range opts {
 		o(s)
 	}
@@ -176,7 +180,8 @@ func (s *Service) signup(ctx context.Context, email, password, clientIP string,
 // and its address's buckets first (LoginThrottle); a locked one is not
 // checked against the account's hash at all, but against the dummy hash
 // at the same cost, so it takes as long as a checked one and answers the
-// same 429 whether the password, or the email, was right or not.
+// same 429 whether the password, or the email, was right or not. A
+// disabled user is told so only once their password is right.
 func (s *Service) Login(ctx context.Context, email, password, clientIP string) (models.Member, error) {
 	attempt, err := s.throttle.reserve(ctx, email, clientIP)
 	if apperr.CodeOf(err) == apperr.RateLimited {
@@ -199,6 +204,12 @@ func (s *Service) Login(ctx context.Context, email, password, clientIP string) (
 		return models.Member{}, apperr.WithReason(apperr.Unauthorized, "invalid_credentials", "email or password is wrong")
 	}
 	attempt.succeeded(ctx)
+	if u.Disabled() {
+		return models.Member{}, errAccountDisabled
+	}
+	if err := s.store.RecordLogin(ctx, u.ID, s.store.Now()); err != nil {
+		return models.Member{}, err
+	}
 	return s.store.StartingMember(ctx, u)
 }
 
