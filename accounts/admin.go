@@ -81,3 +81,7 @@ func (s *Service) DeleteOrganization(ctx context.Context, admin models.User, org
 // said only to someone who knows it.
 var errAccountDisabled = apperr.WithReason(apperr.Forbidden, "account_disabled",
 	"this account has been disabled by an administrator; ask them to enable it")
+
+// DeletedOrgRetention is how long a deleted organization's data is kept
+// for export before the purge.
+func (s *Service) DeletedOrgRetention() time.Duration { return s.deletedOrgRetention }
