@@ -117,6 +117,13 @@ func (s *Store) DisableUser(ctx context.Context, actor User, userID int64) (User
 		if userID == actor.ID {
 			return apperr.WithReason(apperr.Conflict, "cannot_disable_self", "you cannot disable your own account")
 		}
+		// The admins first, then the user, in every disable: one order of
+		// locks, so two disables at once wait for each other and never
+		// deadlock.
+		admins, err := lockEnabledAdmins(tx)
+		if err != nil {
+			return err
+		}
 		u, err := lockUser(tx, userID)
 		if err != nil {
 			return err
@@ -125,10 +132,6 @@ func (s *Store) DisableUser(ctx context.Context, actor User, userID int64) (User
 			return apperr.WithReason(apperr.Conflict, "user_disabled", u.Email+" is already disabled")
 		}
 		if u.IsAdmin() {
-			admins, err := lockEnabledAdmins(tx)
-			if err != nil {
-				return err
-			}
 			if admins <= 1 {
 				return apperr.WithReason(apperr.Conflict, "last_admin", "Sluice must keep an enabled admin: "+u.Email+" is the last one")
 			}
