@@ -1560,12 +1560,12 @@ func AdminOrganization(p Page, v AdminOrgView) templ.Component {
 				if templ_7745c5c3_Err != nil {
 					return templ_7745c5c3_Err
 				}
-				templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 153, "\" class=\"stack confirm-form\" data-testid=\"org-delete-form\"><p class=\"hint\" data-testid=\"org-delete-warning\">Its ")
+				templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 153, "\" class=\"stack confirm-form\" data-testid=\"org-delete-form\"><p class=\"hint\" data-testid=\"org-delete-warning\">Its API tokens (")
 				if templ_7745c5c3_Err != nil {
 					return templ_7745c5c3_Err
 				}
 				var templ_7745c5c3_Var82 string
-				templ_7745c5c3_Var82, templ_7745c5c3_Err = templ.JoinStringErrs(countWord(v.ActiveTokens, "API token"))
+				templ_7745c5c3_Var82, templ_7745c5c3_Err = templ.JoinStringErrs(fmt.Sprint(v.ActiveTokens))
 				if templ_7745c5c3_Err != nil {
 					return templ.Error{Err: templ_7745c5c3_Err, FileName: `templates/admin_orgs.templ`, Line: 347, Col: 52}
 				}
@@ -1573,20 +1573,20 @@ func AdminOrganization(p Page, v AdminOrgView) templ.Component {
 				if templ_7745c5c3_Err != nil {
 					return templ_7745c5c3_Err
 				}
-				templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 154, " stop at once on every node; its ")
+				templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 154, " active) stop at once on every node; its members (")
 				if templ_7745c5c3_Err != nil {
 					return templ_7745c5c3_Err
 				}
 				var templ_7745c5c3_Var83 string
-				templ_7745c5c3_Var83, templ_7745c5c3_Err = templ.JoinStringErrs(countWord(len(v.Users), "member"))
+				templ_7745c5c3_Var83, templ_7745c5c3_Err = templ.JoinStringErrs(fmt.Sprint(len(v.Users)))
 				if templ_7745c5c3_Err != nil {
-					return templ.Error{Err: templ_7745c5c3_Err, FileName: `templates/admin_orgs.templ`, Line: 347, Col: 122}
+					return templ.Error{Err: templ_7745c5c3_Err, FileName: `templates/admin_orgs.templ`, Line: 347, Col: 130}
 				}
 				_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var83))
 				if templ_7745c5c3_Err != nil {
 					return templ_7745c5c3_Err
 				}
-				templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 155, " leave it and their sessions in it end; its pending invitations are revoked. Its invoices and usage can still be downloaded here until its data is purged, ")
+				templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 155, ") leave it and their sessions in it end; its pending invitations are revoked. Its invoices and usage can still be downloaded here until its data is purged, ")
 				if templ_7745c5c3_Err != nil {
 					return templ_7745c5c3_Err
 				}

@@ -373,11 +373,3 @@ type AdminUserListRow struct {
 type AdminUserOrgCell struct {
 	Name, Role, URL string
 }
-
-// countWord is n things in words: "1 API token", "3 members".
-func countWord(n int, thing string) string {
-	if n == 1 {
-		return "1 " + thing
-	}
-	return fmt.Sprintf("%d %ss", n, thing)
-}

@@ -203,11 +203,15 @@ func (p *Pages) AdminOrganization(c *gin.Context) {
 		return
 	}
 	for _, t := range toks {
-		if t.Status(now) == "active" {
+		status := t.Status(now)
+		switch {
+		case status == "active" && o.Deleted():
+			status = "stopped" // its organization's deletion stopped it
+		case status == "active":
 			view.ActiveTokens++
 		}
 		view.Tokens = append(view.Tokens, templates.TokenRow{ID: t.ID, Name: t.Name, Prefix: t.Prefix, Created: formatTime(t.CreatedAt),
-			LastUsed: formatOptionalTime(t.LastUsedAt, "never"), Expires: formatOptionalTime(t.ExpiresAt, "never"), Status: t.Status(now)})
+			LastUsed: formatOptionalTime(t.LastUsedAt, "never"), Expires: formatOptionalTime(t.ExpiresAt, "never"), Status: status})
 	}
 	users, err := p.store.OrganizationUsers(ctx, o.ID)
 	if err != nil {
