@@ -30,6 +30,9 @@ type Service struct {
 	ledgerLog  *slog.Logger
 	bcryptCost int
 	dummyHash  []byte // compared against for unknown emails, so timing does not reveal them
+	// deletedOrgRetention is how long a deleted organization's data stays
+	// for export.
+	deletedOrgRetention time.Duration
 }
 
 // ServiceOption adjusts a Service.
@@ -62,7 +65,8 @@ func NewService(store *models.Store, dir *Directory, bus cluster.Bus, throttle *
 	if err != nil {
 		return nil, apperr.Wrap(err, "bcrypt")
 	}
-	s := &Service{store: store, dir: dir, bus: bus, throttle: throttle, bcryptCost: bcryptCost, dummyHash: dummy}
+	s := &Service{store: store, dir: dir, bus: bus, throttle: throttle, bcryptCost: bcryptCost, dummyHash: dummy,
+		deletedOrgRetention: DefaultDeletedOrgRetention}
 	for _, o := range opts {
 		o(s)
 	}
@@ -172,17 +176,20 @@ func (s *Service) signup(ctx context.Context, email, password, clientIP string,
 }
 
 // Login checks a password and returns the user acting where their sign-in
-// starts (Store.StartingMember). Failures for one email from one address
-// are slowed down: after a few, further attempts wait, doubling each time.
+// starts (Store.StartingMember). Every attempt is charged to its email's
+// and its address's buckets first (LoginThrottle); a locked one is not
+// checked against the account's hash at all, but against the dummy hash
+// at the same cost, so it takes as long as a checked one and answers the
+// same 429 whether the password, or the email, was right or not. A
+// disabled user is told so only once their password is right.
 func (s *Service) Login(ctx context.Context, email, password, clientIP string) (models.Member, error) {
-	key := models.NormalizeEmail(email) + "|" + clientIP
-	if wait := s.throttle.Wait(key); wait > 0 {
-		secs := int(wait.Round(time.Second) / time.Second)
-		if secs < 1 {
-			secs = 1
-		}
-		return models.Member{}, &apperr.Error{Code: apperr.RateLimited, Reason: "login_throttled",
-			Message: "too many failed sign-ins; try again in " + plural(secs, "second")}
+	attempt, err := s.throttle.reserve(ctx, email, clientIP)
+	if apperr.CodeOf(err) == apperr.RateLimited {
+		_ = bcrypt.CompareHashAndPassword(s.dummyHash, []byte(password))
+		return models.Member{}, err
+	}
+	if err != nil {
+		return models.Member{}, err
 	}
 	u, err := s.store.UserByEmail(ctx, email)
 	if err != nil && apperr.CodeOf(err) != apperr.NotFound {
@@ -199,10 +206,16 @@ func (s *Service) Login(ctx context.Context, email, password, clientIP string) (
 		hash = []byte(u.PasswordHash)
 	}
 	if bcrypt.CompareHashAndPassword(hash, []byte(password)) != nil || err != nil {
-		s.throttle.Fail(key)
+		// The charge stays: it is this failure.
 		return models.Member{}, apperr.WithReason(apperr.Unauthorized, "invalid_credentials", "email or password is wrong")
 	}
-	s.throttle.Succeed(key)
+	attempt.succeeded(ctx)
+	if u.Disabled() {
+		return models.Member{}, errAccountDisabled
+	}
+	if err := s.store.RecordLogin(ctx, u.ID, s.store.Now()); err != nil {
+		return models.Member{}, err
+	}
 	return s.store.StartingMember(ctx, u)
 }
 

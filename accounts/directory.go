@@ -188,7 +188,24 @@ var (
 	errUnknownKey   = apperr.WithReason(apperr.Unauthorized, "invalid_api_key", "the API key is not valid")
 	errRevokedKey   = apperr.WithReason(apperr.Unauthorized, "revoked_api_key", "the API key has been revoked")
 	errExpiredKey   = apperr.WithReason(apperr.Unauthorized, "expired_api_key", "the API key has expired")
+	errUserDisabled = apperr.WithReason(apperr.Unauthorized, "user_disabled", "this token's user is disabled: an admin must enable them for it to work")
+	errOrgDeleted   = apperr.WithReason(apperr.Unauthorized, "organization_deleted", "this token's organization has been deleted")
 )
+
+// refusal is why a known token cannot be used now, nil when it can.
+func refusal(o models.TokenOwner, now time.Time) error {
+	switch {
+	case o.RevokedAt != nil:
+		return errRevokedKey
+	case o.OrgDeletedAt != nil:
+		return errOrgDeleted
+	case o.UserDisabledAt != nil:
+		return errUserDisabled
+	case o.ExpiresAt != nil && !now.Before(*o.ExpiresAt):
+		return errExpiredKey
+	}
+	return nil
+}
 
 // Authenticate resolves a plain-text API token to its caller.
 func (d *Directory) Authenticate(ctx context.Context, secret string) (Caller, error) {
@@ -216,13 +233,11 @@ func (d *Directory) Authenticate(ctx context.Context, secret string) (Caller, er
 		e.fetchedAt = now
 		d.remember(sum, e, forgets)
 	}
-	switch {
-	case !e.known:
+	if !e.known {
 		return Caller{}, errUnknownKey
-	case e.owner.RevokedAt != nil:
-		return Caller{}, errRevokedKey
-	case e.owner.ExpiresAt != nil && !now.Before(*e.owner.ExpiresAt):
-		return Caller{}, errExpiredKey
+	}
+	if err := refusal(e.owner, now); err != nil {
+		return Caller{}, err
 	}
 	return d.caller(e)
 }
@@ -286,7 +301,8 @@ func signingSealContext(tokenID int64) string {
 // CallerByTokenID resolves a token by id, for work queued earlier on its
 // behalf: a job runs only while its token is still good, under the tier and
 // budget its organization has now. It reads the database (jobs are not the
-// hot path) and fails as Authenticate does for a revoked or expired token.
+// hot path) and fails as Authenticate does for a revoked or expired token,
+// a disabled user's or a deleted organization's.
 func (d *Directory) CallerByTokenID(ctx context.Context, id int64) (Caller, error) {
 	owner, err := d.store.TokenOwnerByID(ctx, id)
 	switch {
@@ -294,10 +310,9 @@ func (d *Directory) CallerByTokenID(ctx context.Context, id int64) (Caller, erro
 		return Caller{}, errUnknownKey
 	case err != nil:
 		return Caller{}, err
-	case owner.RevokedAt != nil:
-		return Caller{}, errRevokedKey
-	case owner.ExpiresAt != nil && !d.now().Before(*owner.ExpiresAt):
-		return Caller{}, errExpiredKey
+	}
+	if err := refusal(owner, d.now()); err != nil {
+		return Caller{}, err
 	}
 	e, err := d.entry(owner, true)
 	if err != nil {

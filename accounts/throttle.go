@@ -4,100 +4,111 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
-	"sync"
 	"time"
 
 	"github.com/sluicehq/sluice/apperr"
+	"github.com/sluicehq/sluice/models"
 	"github.com/sluicehq/sluice/quota"
 )
 
-// LoginThrottle slows down password guessing per key (email and client
-// address): the first few failures are free, then each one doubles the wait
-// before the next attempt, up to a cap. Waiting is the caller's to enforce
-// by refusing early, so no goroutine sleeps.
+// The login throttle's numbers. Each bucket holds its free failures and
+// then lets one more through per interval: the wait a locked attempt is
+// told (its cap) is at most one interval, and a bucket left alone is full
+// again, every failure forgotten, after free × interval. The cap is the
+// shorter by far, so a person who mistyped is never locked out for long,
+// while a guesser is held to one guess an interval.
+//
+//   - per email: 5 free failures, then one every 3 minutes (the lock is at
+//     most 3 minutes; forgotten 15 minutes after the last failure): 20
+//     guesses an hour at one account, from any number of addresses;
+//   - per client address: 20 free failures, then one every 30 seconds (the
+//     lock is at most 30 seconds; forgotten 10 minutes after the last):
+//     120 guesses an hour from one address, over any number of emails.
+const (
+	loginEmailFree     = 5
+	loginEmailInterval = 3 * time.Minute
+	loginAddrFree      = 20
+	loginAddrInterval  = 30 * time.Second
+)
+
+// LoginThrottle slows down password guessing with two token buckets (GCRA)
+// on a quota.Limiter: one per normalised email, across every address, and
+// one per client address (an IPv6 client's /64), across every email. On
+// the shared limiter every node draws on the same buckets through Redis;
+// in memory without it. An attempt is charged to both buckets before its
+// password is checked, in one limiter call (reserve before, settle after),
+// so parallel guesses cannot all pass a check that each of them then
+// fails; a successful sign-in gives its charge back (see Login).
 type LoginThrottle struct {
-	now      func() time.Time
-	free     int
-	maxWait  time.Duration
-	forgetIn time.Duration
-
-	mu    sync.Mutex
-	fails map[string]*loginFailures
+	limiter     quota.Limiter
+	email, addr quota.Params
 }
 
-type loginFailures struct {
-	count     int
-	last      time.Time
-	nextAfter time.Time
-}
-
-// NewLoginThrottle allows 5 free failures, then waits 1 s, 2 s, 4 s … up to
-// 15 minutes; a key is forgotten 15 minutes after its last failure.
+// NewLoginThrottle returns a throttle on a limiter of its own, in this
+// node's memory, on the clock now (nil: time.Now): for a single node and
+// for tests. A cluster uses NewSharedLoginThrottle.
 func NewLoginThrottle(now func() time.Time) *LoginThrottle {
-	if now == nil {
-		now = time.Now
-	}
-	return &LoginThrottle{now: now, free: 5, maxWait: 15 * time.Minute, forgetIn: 15 * time.Minute, fails: map[string]*loginFailures{}}
+	return NewSharedLoginThrottle(quota.NewMemory(now))
 }
 
-// Wait returns how long key must wait before its next attempt, 0 for none.
-func (t *LoginThrottle) Wait(key string) time.Duration {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	f, ok := t.fails[key]
-	if !ok {
-		return 0
-	}
-	now := t.now()
-	if now.Sub(f.last) > t.forgetIn {
-		delete(t.fails, key)
-		return 0
-	}
-	if wait := f.nextAfter.Sub(now); wait > 0 {
-		return wait
-	}
-	return 0
+// NewSharedLoginThrottle returns a throttle whose buckets live in limiter,
+// the node's shared limiter, so that every node counts the same failures.
+func NewSharedLoginThrottle(limiter quota.Limiter) *LoginThrottle {
+	return &LoginThrottle{limiter: limiter,
+		email: quota.Params{Capacity: loginEmailFree, RefillPerSec: 1 / loginEmailInterval.Seconds()},
+		addr:  quota.Params{Capacity: loginAddrFree, RefillPerSec: 1 / loginAddrInterval.Seconds()}}
 }
 
-// Fail records a failed attempt.
-func (t *LoginThrottle) Fail(key string) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	now := t.now()
-	if len(t.fails) > 100_000 {
-		t.sweep(now)
+// loginAttempt is one attempt charged to its two buckets, to be settled
+// when the password has been checked.
+type loginAttempt struct {
+	t                 *LoginThrottle
+	emailKey, addrKey string
+}
+
+// errLoginThrottled is the one answer to a locked attempt, whichever bucket
+// is empty and whether or not the email has an account: the lock says
+// nothing an attacker could not learn by failing.
+func errLoginThrottled(wait time.Duration) error {
+	return &apperr.Error{Code: apperr.RateLimited, Reason: "login_throttled", RetryAfter: wait,
+		Message: "too many sign-in attempts; try again in " + waitText(wait)}
+}
+
+// reserve charges an attempt at email from clientIP to both buckets, or
+// refuses it, charging neither, with the wait until both could take it.
+// Both buckets' keys share the hash tag "login", so that one script
+// charges them on Redis Cluster too (sign-ins are few; one slot holds
+// them).
+func (t *LoginThrottle) reserve(ctx context.Context, email, clientIP string) (loginAttempt, error) {
+	a := loginAttempt{t: t, emailKey: "login|e:" + models.NormalizeEmail(email), addrKey: "login|a:" + addressKey(clientIP)}
+	ds, err := t.limiter.AllowAll(ctx, []quota.Charge{
+		{Key: a.emailKey, Params: t.email, Weight: 1},
+		{Key: a.addrKey, Params: t.addr, Weight: 1},
+	})
+	if err != nil {
+		return loginAttempt{}, apperr.Wrap(err, "login throttle")
 	}
-	f := t.fails[key]
-	if f == nil || now.Sub(f.last) > t.forgetIn {
-		f = &loginFailures{}
-		t.fails[key] = f
-	}
-	f.count++
-	f.last = now
-	if over := f.count - t.free; over > 0 {
-		wait := t.maxWait
-		if over < 20 {
-			wait = min(time.Second<<(over-1), t.maxWait)
+	if !ds[0].Allowed { // refused: neither is charged, and none says Allowed
+		var wait time.Duration
+		for _, d := range ds {
+			wait = max(wait, d.RetryAfter)
 		}
-		f.nextAfter = now.Add(wait)
+		return loginAttempt{}, errLoginThrottled(wait)
 	}
+	return a, nil
 }
 
-// Succeed forgets key's failures.
-func (t *LoginThrottle) Succeed(key string) {
-	t.mu.Lock()
-	delete(t.fails, key)
-	t.mu.Unlock()
-}
-
-// sweep drops forgotten keys so a flood of distinct keys cannot grow the map
-// without bound.
-func (t *LoginThrottle) sweep(now time.Time) {
-	for k, f := range t.fails {
-		if now.Sub(f.last) > t.forgetIn {
-			delete(t.fails, k)
-		}
-	}
+// succeeded settles an attempt whose password was right: the email's
+// bucket forgets every failure (whoever made them, the account's holder
+// has now shown the password, as the old throttle's reset did), and the
+// address's gets back this attempt's charge only, so that signing in to an
+// account of one's own does not buy more guesses at others'. Best effort,
+// on a context of its own: a lost refund costs one attempt.
+func (a loginAttempt) succeeded(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+	defer cancel()
+	_ = a.t.limiter.Adjust(ctx, a.emailKey, a.t.email, -loginEmailFree)
+	_ = a.t.limiter.Adjust(ctx, a.addrKey, a.t.addr, -1)
 }
 
 // SignupThrottle bounds signups per client address: a token bucket on the
@@ -131,7 +142,7 @@ func (t *SignupThrottle) take(ctx context.Context, clientIP string) (giveBack fu
 	if t == nil {
 		return func() {}, nil
 	}
-	key := signupKey(clientIP)
+	key := "signup:" + addressKey(clientIP)
 	d, err := t.limiter.Allow(ctx, key, t.params, 1)
 	if err != nil {
 		return nil, apperr.Wrap(err, "signup throttle")
@@ -149,18 +160,19 @@ func (t *SignupThrottle) take(ctx context.Context, clientIP string) (giveBack fu
 	}, nil
 }
 
-// signupKey is the bucket of a client address: the address itself, or
-// an IPv6 address's /64.
-func signupKey(clientIP string) string {
+// addressKey names a client address's bucket: the address itself, or an
+// IPv6 address's /64, the block one subscriber usually holds, or one host
+// could try from endless addresses.
+func addressKey(clientIP string) string {
 	a, err := netip.ParseAddr(clientIP)
 	if err != nil {
-		return "signup:" + clientIP
+		return clientIP
 	}
 	if a = a.Unmap().WithZone(""); a.Is6() {
 		p, _ := a.Prefix(64)
-		return "signup:" + p.String()
+		return p.String()
 	}
-	return "signup:" + a.String()
+	return a.String()
 }
 
 // waitText says how long a wait is, rounded up so that it is never

@@ -77,6 +77,9 @@ type Config struct {
 	BatchRetention time.Duration // SLUICE_BATCH_RETENTION: how long batch files are kept, and finished batches after their window
 
 	ResponseRetention time.Duration // SLUICE_RESPONSE_RETENTION: how long stored Responses API responses are kept (OpenAI keeps them 30 days)
+	// SLUICE_DELETED_ORG_RETENTION: how long a deleted organization's data
+	// is kept, for export, before the purge deletes it
+	DeletedOrgRetention time.Duration
 
 	// Security.
 	TrustedProxies []netip.Prefix // SLUICE_TRUSTED_PROXIES: proxies whose X-Forwarded-For and X-Forwarded-Proto are believed; none by default
@@ -161,7 +164,8 @@ func Load(args []string, getenv func(string) string) (Config, error) {
 
 		BatchRetention: r.duration("SLUICE_BATCH_RETENTION", 30*24*time.Hour, time.Hour, 365*24*time.Hour),
 
-		ResponseRetention: r.duration("SLUICE_RESPONSE_RETENTION", 30*24*time.Hour, time.Minute, 365*24*time.Hour),
+		ResponseRetention:   r.duration("SLUICE_RESPONSE_RETENTION", 30*24*time.Hour, time.Minute, 365*24*time.Hour),
+		DeletedOrgRetention: r.duration("SLUICE_DELETED_ORG_RETENTION", 30*24*time.Hour, time.Hour, 365*24*time.Hour),
 
 		// Security.
 		TrustedProxies: r.prefixes("SLUICE_TRUSTED_PROXIES"),

@@ -15,7 +15,7 @@ func TestDefaults(t *testing.T) {
 	}
 	if c.Addr != ":8080" || c.SQLitePath() != "data/sluice.db" || !c.Embedded() || !c.AutoMigrate ||
 		c.MaxBodyBytes != 1<<20 || c.BcryptCost != 12 || c.AdminEmail != "admin@localhost" || c.Command != "serve" || c.SignupRate != 5 ||
-		c.ResponseRetention != 720*time.Hour {
+		c.ResponseRetention != 720*time.Hour || c.DeletedOrgRetention != 720*time.Hour {
 		t.Fatalf("unexpected defaults: %+v", c)
 	}
 }
@@ -44,21 +44,22 @@ func TestFlagsOverrideEnvironment(t *testing.T) {
 
 func TestInvalidValuesNameTheVariable(t *testing.T) {
 	cases := map[string]map[string]string{
-		"SLUICE_ADDR":               {"SLUICE_ADDR": "8080"},
-		"SLUICE_MAX_BODY_BYTES":     {"SLUICE_MAX_BODY_BYTES": "lots"},
-		"SLUICE_SESSION_TTL":        {"SLUICE_SESSION_TTL": "1"},
-		"SLUICE_AUTO_MIGRATE":       {"SLUICE_AUTO_MIGRATE": "maybe"},
-		"SLUICE_ADMIN_EMAIL":        {"SLUICE_ADMIN_EMAIL": "nobody"},
-		"SLUICE_ADMIN_PASSWORD":     {"SLUICE_ADMIN_PASSWORD": "short"},
-		"SLUICE_SESSION_SECRET":     {"SLUICE_SESSION_SECRET": "tooshort"},
-		"SLUICE_BCRYPT_COST":        {"SLUICE_BCRYPT_COST": "40"},
-		"SLUICE_LOG_LEVEL":          {"SLUICE_LOG_LEVEL": "loud"},
-		"SLUICE_EXPECTED_NODES":     {"SLUICE_EXPECTED_NODES": "0"},
-		"SLUICE_PRIORITY_WEIGHTS":   {"SLUICE_PRIORITY_WEIGHTS": "urgent=5"},
-		"REDIS_URL":                 {"REDIS_URL": "localhost:6379"},
-		"SLUICE_TUNE_INTERVAL":      {"SLUICE_TUNE_INTERVAL": "1ms"},
-		"SLUICE_SIGNUP_RATE":        {"SLUICE_SIGNUP_RATE": "-1"},
-		"SLUICE_RESPONSE_RETENTION": {"SLUICE_RESPONSE_RETENTION": "30s"},
+		"SLUICE_ADDR":                  {"SLUICE_ADDR": "8080"},
+		"SLUICE_MAX_BODY_BYTES":        {"SLUICE_MAX_BODY_BYTES": "lots"},
+		"SLUICE_SESSION_TTL":           {"SLUICE_SESSION_TTL": "1"},
+		"SLUICE_AUTO_MIGRATE":          {"SLUICE_AUTO_MIGRATE": "maybe"},
+		"SLUICE_ADMIN_EMAIL":           {"SLUICE_ADMIN_EMAIL": "nobody"},
+		"SLUICE_ADMIN_PASSWORD":        {"SLUICE_ADMIN_PASSWORD": "short"},
+		"SLUICE_SESSION_SECRET":        {"SLUICE_SESSION_SECRET": "tooshort"},
+		"SLUICE_BCRYPT_COST":           {"SLUICE_BCRYPT_COST": "40"},
+		"SLUICE_LOG_LEVEL":             {"SLUICE_LOG_LEVEL": "loud"},
+		"SLUICE_EXPECTED_NODES":        {"SLUICE_EXPECTED_NODES": "0"},
+		"SLUICE_PRIORITY_WEIGHTS":      {"SLUICE_PRIORITY_WEIGHTS": "urgent=5"},
+		"REDIS_URL":                    {"REDIS_URL": "localhost:6379"},
+		"SLUICE_TUNE_INTERVAL":         {"SLUICE_TUNE_INTERVAL": "1ms"},
+		"SLUICE_SIGNUP_RATE":           {"SLUICE_SIGNUP_RATE": "-1"},
+		"SLUICE_RESPONSE_RETENTION":    {"SLUICE_RESPONSE_RETENTION": "30s"},
+		"SLUICE_DELETED_ORG_RETENTION": {"SLUICE_DELETED_ORG_RETENTION": "30m"},
 	}
 	for name, vars := range cases {
 		_, err := Load(nil, env(vars))

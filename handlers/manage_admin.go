@@ -25,6 +25,8 @@ type overviewOut struct {
 	Rejected      int64   `json:"rejected"`
 	RejectionRate float64 `json:"rejection_rate"` // rejected / (requests + rejected), 4 decimals
 	ActiveFreezes int64   `json:"active_freezes"`
+	// DeletedAt is when an admin deleted it, null while it is live.
+	DeletedAt *time.Time `json:"deleted_at"`
 }
 
 // adminOrganizations answers GET /api/admin/organizations?q=&sort=&dir=&page=:
@@ -68,7 +70,7 @@ func (m *manage) adminOrganizations(c *gin.Context) {
 	for i, o := range res.Rows {
 		out[i] = overviewOut{orgOut: orgOut{ID: o.ID, Name: o.Name, Tier: o.Tier, CreatedAt: o.CreatedAt}, OwnerEmail: o.OwnerEmail,
 			Spend: o.Spend.String(), Requests: o.Requests, Rejected: o.Rejected,
-			RejectionRate: math.Round(o.RejectionRate()*10_000) / 10_000, ActiveFreezes: o.ActiveFreezes}
+			RejectionRate: math.Round(o.RejectionRate()*10_000) / 10_000, ActiveFreezes: o.ActiveFreezes, DeletedAt: o.DeletedAt}
 	}
 	c.JSON(http.StatusOK, gin.H{"data": out, "page": res.Page, "pages": res.Pages, "total": res.Total, "page_size": res.PageSize,
 		"period_start": models.MonthOf(now)})

@@ -155,6 +155,11 @@ func routeTable() []routeRow {
 		{method: "POST", route: "/api/admin/upgrade-requests/:id/decline", path: "/api/admin/upgrade-requests/{upgradeB}/decline", want: adminAPI(200)},
 		{method: "GET", route: "/api/admin/organizations", want: adminAPI(200)},
 		{method: "PUT", route: "/api/admin/organizations/:id/tier", path: "/api/admin/organizations/{orgA}/tier", body: `{"tier":"free"}`, want: adminAPI(200)},
+		{method: "GET", route: "/api/admin/organizations/:id/export", path: "/api/admin/organizations/{orgA}/export", want: adminAPI(200)},
+		{method: "DELETE", route: "/api/admin/organizations/:id", path: "/api/admin/organizations/{orgToDelete}", want: adminAPI(200)},
+		{method: "GET", route: "/api/admin/users", path: "/api/admin/users?q=aardvark", want: adminAPI(200)},
+		{method: "POST", route: "/api/admin/users/:id/disable", path: "/api/admin/users/{userToDisable}/disable", want: adminAPI(200)},
+		{method: "POST", route: "/api/admin/users/:id/enable", path: "/api/admin/users/{userToEnable}/enable", want: adminAPI(200)},
 		{method: "GET", route: "/api/admin/audit", want: adminAPI(200)},
 		{method: "GET", route: "/api/admin/freezes", want: adminAPI(200)},
 		{method: "DELETE", route: "/api/admin/freezes/:id", path: "/api/admin/freezes/{freezeAPI}", want: adminAPI(200)},
@@ -214,6 +219,11 @@ func routeTable() []routeRow {
 		{method: "GET", route: "/admin/organizations/:id/invoices/:invoice", path: "/admin/organizations/{orgA}/invoices/{invoice}", want: adminPage(200)},
 		{method: "GET", route: "/admin/organizations/:id/invoices/:invoice/csv", path: "/admin/organizations/{orgA}/invoices/{invoice}/csv", want: adminPage(200)},
 		{method: "POST", route: "/admin/organizations/:id/tier", path: "/admin/organizations/{orgA}/tier", form: url.Values{"tier": {"free"}}, want: adminPage(303)},
+		{method: "GET", route: "/admin/organizations/:id/export", path: "/admin/organizations/{orgA}/export", want: adminPage(200)},
+		{method: "POST", route: "/admin/organizations/:id/delete", path: "/admin/organizations/{pageOrgToDelete}/delete", form: url.Values{}, want: adminPage(303)},
+		{method: "GET", route: "/admin/users", want: adminPage(200)},
+		{method: "POST", route: "/admin/users/:id/disable", path: "/admin/users/{pageUserToDisable}/disable", form: url.Values{}, want: adminPage(303)},
+		{method: "POST", route: "/admin/users/:id/enable", path: "/admin/users/{pageUserToEnable}/enable", form: url.Values{}, want: adminPage(303)},
 		{method: "POST", route: "/admin/upgrade-requests/:id/approve", path: "/admin/upgrade-requests/{upgradeC}/approve", form: url.Values{}, want: adminPage(303)},
 		{method: "POST", route: "/admin/upgrade-requests/:id/decline", path: "/admin/upgrade-requests/{upgradeD}/decline", form: url.Values{}, want: adminPage(303)},
 		{method: "GET", route: "/admin/tiers", want: adminPage(200)},
@@ -585,6 +595,24 @@ func newTenantFixture(t *testing.T, db *models.DB) *tenantFixture {
 	_, f.ids["invitationForOwnerA"] = invite(capybara, "owner@aardvark.example")
 	_, f.ids["invitationForOwnerB"] = invite(capybara, "owner@zebra.example")
 	_, f.ids["invitationForGuest"] = invite(capybara, "guest@capybara.example")
+
+	// Organizations to delete and users to disable and enable, none of A's.
+	f.ids["orgToDelete"] = itoa(e.signupOrg("owner@emu.example", "Emu Exports"))
+	f.ids["pageOrgToDelete"] = itoa(e.signupOrg("owner@gnu.example", "Gnu Goods"))
+	for _, name := range []string{"userToDisable", "pageUserToDisable", "userToEnable", "pageUserToEnable"} {
+		email := strings.ToLower(name) + "@yak.example"
+		e.signup(email, "Yak "+name)
+		u, err := e.store.UserByEmail(ctx, email)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(name, "Enable") {
+			if _, err := e.acc.DisableUser(ctx, admin, u.ID); err != nil {
+				t.Fatal(err)
+			}
+		}
+		f.ids[name] = itoa(u.ID)
+	}
 
 	f.markers = []string{"aardvark", f.tokens["ownerA"][:20], f.tokens["memberA"][:20]}
 	return f

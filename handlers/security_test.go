@@ -132,27 +132,28 @@ func TestForwardedHeadersOnlyFromTrustedProxies(t *testing.T) {
 		}
 		return serve(h, req, remote).Code
 	}
-	// guess fails seven times: five are free, the sixth starts a wait that
-	// the seventh runs into (the test clock stands still).
-	guess := func(h http.Handler, remote string, forwarded func(i int) string, email string) int {
-		for i := range 6 {
-			if code := login(h, remote, forwarded(i), email, "wrong password"); code != http.StatusUnauthorized {
+	// guess sprays a password over 21 emails without accounts (each its
+	// own email bucket): the address's 20 failures are free, the 21st is
+	// refused (the test clock stands still).
+	guess := func(h http.Handler, remote string, forwarded func(i int) string, who string) int {
+		for i := range 20 {
+			if code := login(h, remote, forwarded(i), fmt.Sprintf("%s-%d@example.com", who, i), "wrong password"); code != http.StatusUnauthorized {
 				t.Fatalf("guess %d: %d", i, code)
 			}
 		}
-		return login(h, remote, forwarded(6), email, "wrong password")
+		return login(h, remote, forwarded(20), who+"-last@example.com", "wrong password")
 	}
-	rotating := func(i int) string { return fmt.Sprintf("198.51.100.%d", 10+i) }
+	rotating := func(i int) string { return fmt.Sprintf("198.51.100.%d", 100+i) }
 
 	direct := e.withOps(Ops{})
-	if code := guess(direct, "203.0.113.9:5555", rotating, "ada@example.com"); code != http.StatusTooManyRequests {
+	if code := guess(direct, "203.0.113.9:5555", rotating, "direct"); code != http.StatusTooManyRequests {
 		t.Errorf("without a trusted proxy, rotating X-Forwarded-For dodged the throttle: %d", code)
 	}
 
 	proxied := e.withOps(Ops{TrustedProxies: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}})
 	const proxy = "10.1.2.3:40000"
 	client := func(string) func(int) string { return func(int) string { return "198.51.100.7" } }("")
-	if code := guess(proxied, proxy, client, "bob@example.com"); code != http.StatusTooManyRequests {
+	if code := guess(proxied, proxy, client, "behind"); code != http.StatusTooManyRequests {
 		t.Errorf("behind the proxy, a guessing client was not throttled: %d", code)
 	}
 	if code := login(proxied, proxy, "198.51.100.8", "bob@example.com", "password123"); code != http.StatusOK {
@@ -163,7 +164,7 @@ func TestForwardedHeadersOnlyFromTrustedProxies(t *testing.T) {
 		t.Errorf("a forged entry in front of the proxy's dodged the throttle: %d", code)
 	}
 	// A client reaching Sluice directly is not a proxy, whatever it sends.
-	if code := guess(proxied, "203.0.113.50:1", rotating, "cy@example.com"); code != http.StatusTooManyRequests {
+	if code := guess(proxied, "203.0.113.50:1", rotating, "forger"); code != http.StatusTooManyRequests {
 		t.Errorf("a direct client's forged X-Forwarded-For was believed: %d", code)
 	}
 

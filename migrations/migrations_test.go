@@ -427,6 +427,52 @@ func TestMembershipsMigration(t *testing.T) {
 	}
 }
 
+// TestAdminUsersMigration: users and organizations that existed before
+// come out enabled and not deleted, and a session of theirs still works.
+func TestAdminUsersMigration(t *testing.T) {
+	for _, dialect := range []string{"sqlite", "postgres"} {
+		t.Run(dialect, func(t *testing.T) {
+			ctx := context.Background()
+			db, sqlDB, d, target := beforeMigration(t, dialect, "_admin_users.sql")
+			at := time.Date(2026, 2, 1, 10, 0, 0, 0, time.UTC)
+			var org, user int64
+			if err := db.Gorm.Raw(`INSERT INTO organizations (name, tier_id, created_at) VALUES ('Acme', (SELECT id FROM tiers WHERE name = 'free'), ?) RETURNING id`, at).Scan(&org).Error; err != nil {
+				t.Fatal(err)
+			}
+			if err := db.Gorm.Raw(`INSERT INTO users (org_id, email, password_hash, role, created_at) VALUES (?, 'ada@acme.example', 'h', 'member', ?) RETURNING id`, org, at).Scan(&user).Error; err != nil {
+				t.Fatal(err)
+			}
+			for _, q := range []string{
+				`INSERT INTO memberships (org_id, user_id, role, created_at) VALUES (?, ?, 'owner', ?)`,
+				`INSERT INTO login_sessions (id, org_id, user_id, created_at, expires_at) VALUES ('open', ?, ?, ?, ?)`,
+			} {
+				args := []any{org, user, at}
+				if strings.Contains(q, "login_sessions") {
+					args = []any{org, user, time.Now().UTC(), time.Now().UTC().Add(time.Hour)}
+				}
+				if err := db.Gorm.Exec(q, args...).Error; err != nil {
+					t.Fatal(err)
+				}
+			}
+			applied, err := migrations.Apply(ctx, sqlDB, d)
+			if err != nil || len(applied) == 0 || applied[0] != target.Version {
+				t.Fatalf("apply from the version before %s: %v %v", target.Name, applied, err)
+			}
+			s := models.NewStore(db)
+			u, err := s.User(ctx, user)
+			if err != nil || u.Disabled() || u.LastLoginAt != nil {
+				t.Errorf("user after the migration: %+v %v", u, err)
+			}
+			if o, err := s.Organization(ctx, org); err != nil || o.Deleted() || o.PurgeAfter != nil {
+				t.Errorf("organization after the migration: %+v %v", o, err)
+			}
+			if m, err := s.LoginSessionMember(ctx, "open", user); err != nil || m.OrgID != org {
+				t.Errorf("the open session: %+v %v", m, err)
+			}
+		})
+	}
+}
+
 // beforeMigration opens a fresh database of dialect (sqlite, postgres)
 // with every migration before the one whose name ends in suffix applied by
 // hand and recorded, as Apply would have, and returns it with that

@@ -107,6 +107,7 @@ type OrgOverview struct {
 	Rejected      int64        // refused this month (429s of any reason)
 	ActiveFreezes int64
 	CreatedAt     time.Time
+	DeletedAt     *time.Time // when an admin deleted it; nil while it is live
 }
 
 // RejectionRate is the share of this month's requests that were refused:
@@ -192,7 +193,7 @@ func (s *Store) OrganizationOverview(ctx context.Context, q OverviewQuery) (Over
 	add(orderBy+" LIMIT ? OFFSET ?", q.PageSize, (q.Page-1)*q.PageSize)
 	add(`
 		)
-		SELECT o.id, o.name, t.name AS tier, o.created_at, COALESCE(m.cost, 0) AS spend, COALESCE(m.requests, 0) AS requests,
+		SELECT o.id, o.name, t.name AS tier, o.created_at, o.deleted_at, COALESCE(m.cost, 0) AS spend, COALESCE(m.requests, 0) AS requests,
 			COALESCE(m.rejected, 0) AS rejected, COALESCE(f.n, 0) AS active_freezes, `+total+` AS total,
 			COALESCE((SELECT u.email FROM memberships mb JOIN users u ON u.id = mb.user_id WHERE mb.org_id = o.id
 				ORDER BY CASE mb.role WHEN 'owner' THEN 0 ELSE 1 END, mb.created_at, u.id LIMIT 1), '') AS owner_email
@@ -208,7 +209,7 @@ func (s *Store) OrganizationOverview(ctx context.Context, q OverviewQuery) (Over
 	}
 	out := OverviewPage{Page: q.Page, PageSize: q.PageSize, Rows: make([]OrgOverview, len(rows))}
 	for i, r := range rows {
-		r.CreatedAt = r.CreatedAt.UTC()
+		r.CreatedAt, r.DeletedAt = r.CreatedAt.UTC(), utc(r.DeletedAt)
 		out.Rows[i], out.Total = r.OrgOverview, r.Total
 	}
 	if len(rows) == 0 && q.Page > 1 { // past the end: no row carried the count

@@ -45,14 +45,16 @@ type sessionRow struct {
 // LoginSessionMember returns who an open session is: its user (not
 // revoked, belonging to userID) acting in the session's organization with
 // their role there. A session that was ended, never started, whose user is
-// gone, or whose user no longer belongs to its organization is not found.
+// gone or disabled, or whose user no longer belongs to its organization is
+// not found.
 func (s *Store) LoginSessionMember(ctx context.Context, id string, userID int64) (Member, error) {
 	var rows []sessionRow
 	err := s.db.WithContext(ctx).Table("users").
 		Select("users.*, login_sessions.org_id AS session_org_id, memberships.role AS member_role").
 		Joins("JOIN login_sessions ON login_sessions.user_id = users.id").
 		Joins("LEFT JOIN memberships ON memberships.org_id = login_sessions.org_id AND memberships.user_id = users.id").
-		Where("login_sessions.id = ? AND users.id = ? AND login_sessions.revoked_at IS NULL", id, userID).
+		// A disabled user's sessions were ended; this is the belt to those braces.
+		Where("login_sessions.id = ? AND users.id = ? AND login_sessions.revoked_at IS NULL AND users.disabled_at IS NULL", id, userID).
 		Scan(&rows).Error
 	if err != nil {
 		return Member{}, dbErr(err, "session")

@@ -31,7 +31,17 @@ type Organization struct {
 	WebhookURL    string
 	WebhookSecret string
 	CreatedAt     time.Time
+	// DeletedAt is when an admin deleted it (nil: it is live): it has no
+	// members and its tokens stop; its data stays until PurgeAfter, for
+	// export, and PurgedAt says when the purge deleted it.
+	DeletedAt  *time.Time
+	DeletedBy  *int64
+	PurgeAfter *time.Time
+	PurgedAt   *time.Time
 }
+
+// Deleted says whether an admin has deleted the organization.
+func (o Organization) Deleted() bool { return o.DeletedAt != nil }
 
 // Budget is an organization's spending limit as its owner sets it.
 type Budget struct {

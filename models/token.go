@@ -60,6 +60,10 @@ type TokenOwner struct {
 	// (MonthTerms.IncludedCredit): what a tier that blocks overage lets it
 	// spend.
 	IncludedCredit money.Amount `gorm:"-"`
+	// UserDisabledAt is when an admin disabled the token's user, and
+	// OrgDeletedAt when one deleted its organization: either stops it.
+	UserDisabledAt *time.Time
+	OrgDeletedAt   *time.Time
 }
 
 const maxTokenName = 100
@@ -223,8 +227,10 @@ func (s *Store) TokenOwnerByID(ctx context.Context, id int64) (TokenOwner, error
 func (s *Store) tokenOwner(ctx context.Context, where string, arg any) (TokenOwner, error) {
 	var o TokenOwner
 	err := s.db.WithContext(ctx).Table("api_tokens").
-		Select("api_tokens.*, tiers.name AS tier_name, organizations.budget_limit, organizations.budget_hard_stop").
+		Select("api_tokens.*, tiers.name AS tier_name, organizations.budget_limit, organizations.budget_hard_stop, "+
+			"users.disabled_at AS user_disabled_at, organizations.deleted_at AS org_deleted_at").
 		Joins("JOIN organizations ON organizations.id = api_tokens.org_id").
+		Joins("JOIN users ON users.id = api_tokens.user_id").
 		Joins("JOIN tiers ON tiers.id = organizations.tier_id").
 		Where(where, arg).Take(&o).Error
 	if err != nil {

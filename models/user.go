@@ -35,7 +35,16 @@ type User struct {
 	// they still belong to it.
 	LastOrgID int64 `gorm:"column:org_id"`
 	CreatedAt time.Time
+	// DisabledAt is when an admin disabled the user (nil: enabled): they
+	// cannot sign in, and neither their sessions nor their tokens work.
+	DisabledAt *time.Time
+	DisabledBy *int64
+	// LastLoginAt is their last sign-in; nil for none that Sluice recorded.
+	LastLoginAt *time.Time
 }
+
+// Disabled says whether an admin has disabled the user.
+func (u User) Disabled() bool { return u.DisabledAt != nil }
 
 // IsAdmin says whether the user may use the admin pages and API.
 func (u User) IsAdmin() bool { return u.AccountRole == RoleAdmin }

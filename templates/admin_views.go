@@ -17,6 +17,7 @@ const (
 	AdminSectionTiers         = "tiers"
 	AdminSectionPrices        = "prices"
 	AdminSectionAudit         = "audit"
+	AdminSectionUsers         = "users"
 )
 
 // AdminTiersView is the admin page for tiers: their limits and plans, the
@@ -175,6 +176,15 @@ type AdminOrgView struct {
 	Users         []AdminUserRow
 	Upgrade       *AdminUpgradeRow // its pending request; nil for none
 	AuditURL      string           // the audit log filtered to it
+	// ExportURL downloads its invoices and usage (a zip); "" once purged.
+	ExportURL string
+	// DeleteURL is where the delete form posts; "" once deleted.
+	DeleteURL    string
+	ActiveTokens int    // what deleting it stops
+	PurgeIn      string // how long after deletion its data is purged, e.g. "30 days"
+	// Deleted says when it was deleted and when its data goes (or went):
+	// "" while it is live.
+	Deleted string
 }
 
 // AdminBudget is an organization's budget state for the admin.
@@ -298,6 +308,7 @@ func tierDeleteURL(name string) templ.SafeURL {
 // adminLinks are the admin navigation's pages, in order.
 var adminLinks = []struct{ Section, Label, Href string }{
 	{AdminSectionOrganizations, "Organizations", "/admin/organizations"},
+	{AdminSectionUsers, "Users", "/admin/users"},
 	{AdminSectionTiers, "Tiers", "/admin/tiers"},
 	{AdminSectionPrices, "Prices", "/admin/prices"},
 	{AdminSectionAudit, "Audit log", "/admin/audit"},
@@ -332,4 +343,33 @@ func adminWaiting(shown int, total int64) string {
 		s += fmt.Sprintf("; the oldest %d are shown", shown)
 	}
 	return s + "."
+}
+
+// AdminUsersView is the admin's list of users: a search by email and a
+// page of users, with the next page's link.
+type AdminUsersView struct {
+	Search   string
+	Rows     []AdminUserListRow
+	NextURL  string // "" on the last page
+	FirstURL string // "" on the first page
+	Label    string // e.g. "12 users shown"
+}
+
+// AdminUserListRow is one user of the admin's list.
+type AdminUserListRow struct {
+	ID         int64
+	Email      string
+	Admin      bool
+	You        bool   // the admin looking: they cannot disable themselves
+	Disabled   string // "disabled 3 Mar 2027, 10:04"; "" when enabled
+	LastSignIn string // "never" for none recorded
+	Created    string
+	Orgs       []AdminUserOrgCell
+	DisableURL string
+	EnableURL  string
+}
+
+// AdminUserOrgCell is one of a user's organizations, linked.
+type AdminUserOrgCell struct {
+	Name, Role, URL string
 }

@@ -27,6 +27,7 @@ var adminOrgFlashes = map[string]string{
 	"tier":     "Organization moved. Its next API request uses the new tier.",
 	"approved": "Upgrade approved: the organization is on its new tier from its next request.",
 	"declined": "Upgrade request declined.",
+	"deleted":  "Organization deleted: its API tokens stopped and its members' sessions in it ended, on every node.",
 }
 
 // adminOverviewColumns are the overview's columns, in order, with their sort keys.
@@ -154,7 +155,14 @@ func (p *Pages) AdminOrganization(c *gin.Context) {
 	now := p.now()
 	view := templates.AdminOrgView{ID: o.ID, Name: o.Name, Tier: o.Tier.Name, TierURL: fmt.Sprintf("/admin/organizations/%d/tier", o.ID),
 		Created: formatTime(o.CreatedAt), TimeZone: cmp.Or(o.TimeZone, "UTC"), Period: models.MonthOf(now).Format("January 2006"),
-		AuditURL: "/admin/audit?org=" + strconv.FormatInt(o.ID, 10)}
+		AuditURL: "/admin/audit?org=" + strconv.FormatInt(o.ID, 10), Deleted: deletedText(o),
+		PurgeIn: retentionText(p.accounts.DeletedOrgRetention())}
+	if o.PurgedAt == nil {
+		view.ExportURL = fmt.Sprintf("/admin/organizations/%d/export", o.ID)
+	}
+	if !o.Deleted() {
+		view.DeleteURL = fmt.Sprintf("/admin/organizations/%d/delete", o.ID)
+	}
 
 	month, err := p.store.UsageInMonth(ctx, o.ID, now)
 	if err != nil {
@@ -195,8 +203,15 @@ func (p *Pages) AdminOrganization(c *gin.Context) {
 		return
 	}
 	for _, t := range toks {
+		status := t.Status(now)
+		switch {
+		case status == "active" && o.Deleted():
+			status = "stopped" // its organization's deletion stopped it
+		case status == "active":
+			view.ActiveTokens++
+		}
 		view.Tokens = append(view.Tokens, templates.TokenRow{ID: t.ID, Name: t.Name, Prefix: t.Prefix, Created: formatTime(t.CreatedAt),
-			LastUsed: formatOptionalTime(t.LastUsedAt, "never"), Expires: formatOptionalTime(t.ExpiresAt, "never"), Status: t.Status(now)})
+			LastUsed: formatOptionalTime(t.LastUsedAt, "never"), Expires: formatOptionalTime(t.ExpiresAt, "never"), Status: status})
 	}
 	users, err := p.store.OrganizationUsers(ctx, o.ID)
 	if err != nil {

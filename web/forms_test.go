@@ -175,15 +175,16 @@ func TestFormsShowTheirErrors(t *testing.T) {
 	})
 }
 
-// TestLoginIsThrottledByTheClock checks that repeated wrong passwords are
-// answered on the form with 429 until the injected clock moves on.
+// TestLoginIsThrottledByTheClock checks that after an email's five free
+// wrong passwords the form answers 429 with Retry-After and says when to
+// come back, the right password too, until the injected clock moves on.
 func TestLoginIsThrottledByTheClock(t *testing.T) {
 	t.Parallel()
 	s := newSite(t, testdb.SQLite(t))
 	s.signup("ada@example.com", "Analytical Engines")
 	b := s.anonymous()
 	wrong := url.Values{"email": {"ada@example.com"}, "password": {"wrong-password"}}
-	for i := range 6 { // five free failures, the sixth starts a 1 s wait
+	for i := range 5 { // five free failures
 		w := b.post("/login", wrong)
 		w.expectFormError(http.StatusUnauthorized, "login-form", "email or password is wrong")
 		if t.Failed() {
@@ -192,10 +193,16 @@ func TestLoginIsThrottledByTheClock(t *testing.T) {
 	}
 	right := url.Values{"email": {"ada@example.com"}, "password": {password}}
 	w := b.post("/login", right)
-	w.expectFormError(http.StatusTooManyRequests, "login-form", "too many failed sign-ins; try again in 1 second")
+	w.expectFormError(http.StatusTooManyRequests, "login-form", "too many sign-in attempts; try again in 3 minutes")
+	if got := w.Header().Get("Retry-After"); got != "180" {
+		t.Errorf("Retry-After %q, want 180", got)
+	}
 	if got := w.value("#login-email"); got != "ada@example.com" {
 		t.Errorf("email kept as %q", got)
 	}
+	s.clock.Advance(3*time.Minute - time.Second)
+	w = b.post("/login", right)
+	w.expectFormError(http.StatusTooManyRequests, "login-form", "too many sign-in attempts; try again in 1 second")
 	s.clock.Advance(time.Second)
 	b.post("/login", right).expectRedirect("/dashboard")
 	if b.cookie == nil {

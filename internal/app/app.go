@@ -171,10 +171,12 @@ func Build(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 		return nil, err
 	}
 	a.dir = dir
-	// Signups per client address draw on the node's limiter: one bucket
-	// per address for the whole cluster through Redis, in memory without.
-	acc, err := accounts.NewService(store, dir, sh.bus, accounts.NewLoginThrottle(nil), cfg.BcryptCost,
-		accounts.WithSignupThrottle(accounts.NewSignupThrottle(sh.limiter, cfg.SignupRate)), accounts.WithLedger(sh.ledger, log))
+	// Signups per client address and failed sign-ins per email and per
+	// address draw on the node's limiter: one bucket each for the whole
+	// cluster through Redis, in memory without.
+	acc, err := accounts.NewService(store, dir, sh.bus, accounts.NewSharedLoginThrottle(sh.limiter), cfg.BcryptCost,
+		accounts.WithSignupThrottle(accounts.NewSignupThrottle(sh.limiter, cfg.SignupRate)), accounts.WithLedger(sh.ledger, log),
+		accounts.WithDeletedOrgRetention(cfg.DeletedOrgRetention))
 	if err != nil {
 		return nil, err
 	}
@@ -327,6 +329,7 @@ func (a *App) Start(ctx context.Context) (<-chan error, error) {
 	a.worker("batch sweep", func(ctx context.Context) { a.batches.Run(ctx, a.queue, time.Minute) })
 	a.worker("job expiry", func(ctx context.Context) { expireJobsEvery(ctx, a.queue, time.Minute, a.log) })
 	a.worker("response expiry", func(ctx context.Context) { expireResponsesEvery(ctx, a.store, time.Minute, time.Now, a.log) })
+	a.worker("organization purge", func(ctx context.Context) { purgeOrganizationsEvery(ctx, a.store, 10*time.Minute, a.log) })
 	a.worker("auto-tuner", func(ctx context.Context) {
 		if err := runTuner(ctx, cfg, a.shared, a.accounts, a.store, a.inFlight, a.latency, a.pool, a.log); err != nil {
 			a.log.Error("auto-tuner stopped", "err", err)

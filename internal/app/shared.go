@@ -30,7 +30,11 @@ const (
 // The Redis keys of each part of a node, all under SLUICE_REDIS_PREFIX: one
 // table, so that no two parts can share one.
 const (
-	redisBuckets       = "q:"           // the shared token buckets (quota.Redis)
+	// the shared token buckets (quota.Redis), named by their users:
+	// "org:<id>…" (organizations and their tokens), "signup:<address>"
+	// (accounts.SignupThrottle), "login|e:<email>" and "login|a:<address>"
+	// (accounts.LoginThrottle, both under the hash tag "login")
+	redisBuckets       = "q:"
 	redisRejections    = ""             // rejection windows: "{<key>}:rej" (quota.RedisWindow)
 	redisNonces        = "sign:"        // signed requests' nonces (signing.RedisNonces)
 	redisSSOFlows      = "sso:"         // single sign-ons that came back, each finished once (signing.RedisNonces)

@@ -86,6 +86,26 @@ func expireResponsesEvery(ctx context.Context, store *models.Store, interval tim
 	})
 }
 
+// purgeBatch is how many rows of a deleted organization one statement of
+// the purge deletes.
+const purgeBatch = 1000
+
+// purgeOrganizationsEvery deletes, every interval, the data of the deleted
+// organizations whose retention has passed (Store.PurgeDueOrganizations).
+// Every node runs it: the deletes are idempotent and one node records each
+// purge.
+func purgeOrganizationsEvery(ctx context.Context, store *models.Store, interval time.Duration, log *slog.Logger) {
+	every(ctx, interval, func(ctx context.Context) {
+		ids, err := store.PurgeDueOrganizations(ctx, purgeBatch)
+		if len(ids) > 0 {
+			log.Info("purged deleted organizations", "organizations", ids)
+		}
+		if err != nil && ctx.Err() == nil {
+			log.Warn("purging deleted organizations failed; the next run carries on", "err", err)
+		}
+	})
+}
+
 // every runs fn every interval until ctx ends.
 func every(ctx context.Context, interval time.Duration, fn func(context.Context)) {
 	t := time.NewTicker(interval)
