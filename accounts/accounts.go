@@ -198,6 +198,7 @@ func (s *Service) Login(ctx context.Context, email, password, clientIP string) (
 	if err == nil && !u.HasPassword() {
 		// Made by single sign-on: there is no password to guess, so this
 		// costs no attempt, and saying so is what helps them sign in.
+		attempt.refund(ctx)
 		return models.Member{}, apperr.WithReason(apperr.Unauthorized, "sso_account",
 			"this account signs in with SSO: use “Sign in with SSO” instead of a password")
 	}

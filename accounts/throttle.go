@@ -111,6 +111,15 @@ func (a loginAttempt) succeeded(ctx context.Context) {
 	_ = a.t.limiter.Adjust(ctx, a.addrKey, a.t.addr, -1)
 }
 
+// refund gives an attempt that guessed nothing its charge back, to both
+// buckets: a sign-in of an account with no password (single sign-on's).
+func (a loginAttempt) refund(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+	defer cancel()
+	_ = a.t.limiter.Adjust(ctx, a.emailKey, a.t.email, -1)
+	_ = a.t.limiter.Adjust(ctx, a.addrKey, a.t.addr, -1)
+}
+
 // SignupThrottle bounds signups per client address: a token bucket on the
 // node's limiter holding perHour signups and refilled at perHour an hour,
 // keyed "signup:<address>". On the shared limiter every node draws on the
