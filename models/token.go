@@ -60,6 +60,9 @@ type TokenOwner struct {
 	// (MonthTerms.IncludedCredit): what a tier that blocks overage lets it
 	// spend.
 	IncludedCredit money.Amount `gorm:"-"`
+	// CreditWithheld says the included credit is 0 because it waits for an
+	// owner's verified email (MonthTerms.CreditWithheld).
+	CreditWithheld bool `gorm:"-"`
 }
 
 const maxTokenName = 100
@@ -231,7 +234,7 @@ func (s *Store) tokenOwner(ctx context.Context, where string, arg any) (TokenOwn
 		return o, dbErr(err, "token")
 	}
 	m, err := s.MonthTerms(ctx, o.OrgID, s.now())
-	o.IncludedCredit = m.IncludedCredit()
+	o.IncludedCredit, o.CreditWithheld = m.IncludedCredit(), m.CreditWithheld
 	return o, err
 }
 

@@ -35,6 +35,10 @@ type User struct {
 	// they still belong to it.
 	LastOrgID int64 `gorm:"column:org_id"`
 	CreatedAt time.Time
+	// EmailVerifiedAt is when the user showed they read mail at Email (a
+	// verification link, a signup or reset link that was mailed); nil:
+	// never.
+	EmailVerifiedAt *time.Time
 }
 
 // IsAdmin says whether the user may use the admin pages and API.
