@@ -6,7 +6,25 @@ import (
 	"strings"
 	"time"
 
-	"github.com/sluicehq/sluice/models"
+)
+
+// Message is one mail to queue: what it is about (a Kind…), to whom, and
+// its plain text.
+type Message struct {
+	Kind    string
+	To      string
+	Subject string
+	Text    string
+}
+
+// The kinds of mail Sluice sends.
+const (
+	KindInvitation    = "invitation"
+	KindPasswordReset = "password_reset"
+	KindVerification  = "email_verification"
+	KindSignup        = "signup"       // confirm a new account's address
+	KindSignupTaken   = "signup_taken" // someone signed up with an address that has an account
+	KindBudgetAlert   = "budget_alert"
 )
 
 // Composer writes Sluice's mails, plain text, with links under the
@@ -42,14 +60,14 @@ func (c Composer) InvitationLink(code string) string {
 
 const signature = "\n-- \nSluice · " // followed by the public URL
 
-func (c Composer) mail(kind, to, subject, body string) models.Mail {
-	return models.Mail{Kind: kind, ToAddr: to, Subject: oneLine(subject), BodyText: body + signature + c.base + "\n"}
+func (c Composer) mail(kind, to, subject, body string) Message {
+	return Message{Kind: kind, To: to, Subject: oneLine(subject), Text: body + signature + c.base + "\n"}
 }
 
 // PasswordReset is the mail of a password reset link, which works once,
 // for an hour.
-func (c Composer) PasswordReset(to, token string) models.Mail {
-	return c.mail(models.MailPasswordReset, to, "Reset your Sluice password", fmt.Sprintf(`Someone (we hope you) asked to reset the password of the Sluice account %s.
+func (c Composer) PasswordReset(to, token string) Message {
+	return c.mail(KindPasswordReset, to, "Reset your Sluice password", fmt.Sprintf(`Someone (we hope you) asked to reset the password of the Sluice account %s.
 
 Choose a new password here:
 
@@ -61,8 +79,8 @@ If you did not ask for it, ignore this mail: your password stays as it is.
 }
 
 // Verification asks an existing user to confirm their address.
-func (c Composer) Verification(to, token string) models.Mail {
-	return c.mail(models.MailVerification, to, "Confirm your email address for Sluice", fmt.Sprintf(`Please confirm that %s is your address:
+func (c Composer) Verification(to, token string) Message {
+	return c.mail(KindVerification, to, "Confirm your email address for Sluice", fmt.Sprintf(`Please confirm that %s is your address:
 
 %s
 
@@ -73,8 +91,8 @@ included credit where the plan asks for a confirmed address.
 
 // SignupConfirm finishes a signup: the account is made when the link is
 // opened.
-func (c Composer) SignupConfirm(to, orgName, token string) models.Mail {
-	return c.mail(models.MailSignup, to, "Confirm your Sluice account", fmt.Sprintf(`Welcome to Sluice.
+func (c Composer) SignupConfirm(to, orgName, token string) Message {
+	return c.mail(KindSignup, to, "Confirm your Sluice account", fmt.Sprintf(`Welcome to Sluice.
 
 To finish creating your account %s and the organization %q, confirm your
 address here:
@@ -89,8 +107,8 @@ mail: no account is made.
 // SignupTaken tells the owner of an address that someone signed up with
 // it: the signup's answer was the same as for a new address, so only the
 // address's owner learns it has an account.
-func (c Composer) SignupTaken(to string) models.Mail {
-	return c.mail(models.MailSignupTaken, to, "Someone tried to sign up to Sluice with your address", fmt.Sprintf(`Someone tried to create a Sluice account with %s, which already has one.
+func (c Composer) SignupTaken(to string) Message {
+	return c.mail(KindSignupTaken, to, "Someone tried to sign up to Sluice with your address", fmt.Sprintf(`Someone tried to create a Sluice account with %s, which already has one.
 Nothing was changed.
 
 If it was you: sign in at %s
@@ -101,12 +119,12 @@ If it was not you, you need not do anything.
 }
 
 // Invitation asks to into an organization.
-func (c Composer) Invitation(to, orgName, inviter string, role models.Role, code string, expires time.Time) models.Mail {
+func (c Composer) Invitation(to, orgName, inviter string, role string, code string, expires time.Time) Message {
 	from := "An owner"
 	if inviter != "" {
 		from = inviter
 	}
-	return c.mail(models.MailInvitation, to, "You are invited to "+oneLine(orgName)+" on Sluice", fmt.Sprintf(`%s invited you to join the organization %q on Sluice, as %s.
+	return c.mail(KindInvitation, to, "You are invited to "+oneLine(orgName)+" on Sluice", fmt.Sprintf(`%s invited you to join the organization %q on Sluice, as %s.
 
 Accept the invitation here (sign in, or make an account with this address):
 
@@ -118,8 +136,8 @@ The invitation works once, until %s.
 
 // BudgetAlert tells an owner their organization's spending crossed
 // percent of its monthly budget.
-func (c Composer) BudgetAlert(to, orgName string, percent int, spent, limit string, period time.Time) models.Mail {
-	return c.mail(models.MailBudgetAlert, to, fmt.Sprintf("%s has spent %d%% of its monthly budget", oneLine(orgName), percent), fmt.Sprintf(`The organization %q has spent $%s of its $%s monthly budget for %s (%d%%).
+func (c Composer) BudgetAlert(to, orgName string, percent int, spent, limit string, period time.Time) Message {
+	return c.mail(KindBudgetAlert, to, fmt.Sprintf("%s has spent %d%% of its monthly budget", oneLine(orgName), percent), fmt.Sprintf(`The organization %q has spent $%s of its $%s monthly budget for %s (%d%%).
 
 See the spending and change the budget at %s
 `, oneLine(orgName), spent, limit, period.UTC().Format("January 2006"), percent, c.Link("/dashboard")))

@@ -1,9 +1,10 @@
-// Package mail sends Sluice's mail: invitations, password resets, email
-// verification and budget alerts. Mails are written to a durable outbox
-// (models.Mail) in the transaction of what causes them; a Worker on every
-// node claims due mails and sends them over SMTP, retrying with backoff, so
-// a mail server that is down delays mail and never loses it or blocks a
-// request. Bodies may hold one-time links: nothing here logs them.
+// Package mail is Sluice's mail, with nothing of ours below it: what each
+// mail says (Composer: invitations, password resets, email verification,
+// budget alerts) and how one is sent (SMTP, with STARTTLS when offered).
+// Mails are not sent from a request: they are written to the outbox
+// (models.Mail) in the transaction of what causes them, and package
+// mail/outbox sends them. Bodies may hold one-time links: nothing here
+// logs them.
 package mail
 
 import (

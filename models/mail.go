@@ -13,7 +13,7 @@ import (
 // never logged.
 type Mail struct {
 	ID            int64
-	Kind          string // what the mail is about (MailInvitation, …), for the bounds and the log
+	Kind          string // what the mail is about (mail.KindInvitation, …), for the bounds and the log
 	ToAddr        string `gorm:"column:to_addr"`
 	Subject       string
 	BodyText      string
@@ -29,16 +29,6 @@ type Mail struct {
 
 // TableName is the outbox's table.
 func (Mail) TableName() string { return "mail_outbox" }
-
-// The kinds of mail Sluice sends.
-const (
-	MailInvitation    = "invitation"
-	MailPasswordReset = "password_reset"
-	MailVerification  = "email_verification"
-	MailSignup        = "signup"       // confirm a new account's address
-	MailSignupTaken   = "signup_taken" // someone signed up with an address that has an account
-	MailBudgetAlert   = "budget_alert"
-)
 
 // MailsPerAddressHour bounds the mails of one kind that anonymous requests
 // (signups, password resets, verification links) may have sent to one

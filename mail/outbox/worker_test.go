@@ -1,4 +1,4 @@
-package mail_test
+package outbox_test
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 	"github.com/sluicehq/sluice/internal/testdb"
 	"github.com/sluicehq/sluice/internal/testmail"
 	"github.com/sluicehq/sluice/mail"
+	"github.com/sluicehq/sluice/mail/outbox"
 	"github.com/sluicehq/sluice/models"
 )
 
@@ -44,10 +45,10 @@ func TestWorkerSendsTheOutbox(t *testing.T) {
 		store := models.NewStore(db, models.WithClock(clk.Now))
 		c := mail.NewComposer("https://sluice.example.com/")
 		to := db.Dialect + "-ada@example.com"
-		if err := store.EnqueueMail(ctx, c.PasswordReset(to, "lnk_SECRET")); err != nil {
+		if err := store.EnqueueMail(ctx, outbox.Row(c.PasswordReset(to, "lnk_SECRET"))); err != nil {
 			t.Fatal(err)
 		}
-		w := mail.NewWorker(store, sender(t, mp), quiet(), mail.WithClock(clk.Now))
+		w := outbox.NewWorker(store, sender(t, mp), quiet(), outbox.WithClock(clk.Now))
 		if n, err := w.SendDue(ctx); n != 1 || err != nil {
 			t.Fatalf("SendDue: %d %v", n, err)
 		}
@@ -77,10 +78,10 @@ func TestFailedSendStaysAndIsRetried(t *testing.T) {
 		clk := clocktest.New(time.Now())
 		store := models.NewStore(db, models.WithClock(clk.Now))
 		to := db.Dialect + "-retry@example.com"
-		if err := store.EnqueueMail(ctx, mail.NewComposer("https://s.example").SignupTaken(to)); err != nil {
+		if err := store.EnqueueMail(ctx, outbox.Row(mail.NewComposer("https://s.example").SignupTaken(to))); err != nil {
 			t.Fatal(err)
 		}
-		w := mail.NewWorker(store, sender(t, mp), quiet(), mail.WithClock(clk.Now), mail.WithRetry(time.Minute, time.Hour))
+		w := outbox.NewWorker(store, sender(t, mp), quiet(), outbox.WithClock(clk.Now), outbox.WithRetry(time.Minute, time.Hour))
 		mp.Stop(t)
 		if n, err := w.SendDue(ctx); n != 1 || err != nil {
 			t.Fatalf("SendDue with the server down: %d %v", n, err)
@@ -119,14 +120,14 @@ func TestWorkersNeverSendOneMailTwice(t *testing.T) {
 		const mails = 40
 		prefix := db.Dialect + "-many"
 		for i := range mails {
-			if err := store.EnqueueMail(ctx, c.Verification(fmt.Sprintf("%s-%d@example.com", prefix, i), "lnk_X")); err != nil {
+			if err := store.EnqueueMail(ctx, outbox.Row(c.Verification(fmt.Sprintf("%s-%d@example.com", prefix, i), "lnk_X"))); err != nil {
 				t.Fatal(err)
 			}
 		}
 		s := sender(t, mp)
 		var wg sync.WaitGroup
 		for range 4 {
-			w := mail.NewWorker(store, s, quiet())
+			w := outbox.NewWorker(store, s, quiet())
 			for range 8 {
 				wg.Go(func() {
 					for {
@@ -160,44 +161,3 @@ func TestWorkersNeverSendOneMailTwice(t *testing.T) {
 	})
 }
 
-// TestSTARTTLS: a server that requires STARTTLS gets it, and the user and
-// password are sent only over it.
-func TestSTARTTLS(t *testing.T) {
-	mp := testmail.Start(t, testmail.WithSTARTTLS())
-	s := sender(t, mp)
-	if err := s.Send(context.Background(), "tls@example.com", "over TLS", "hello"); err != nil {
-		t.Fatalf("send over STARTTLS: %v", err)
-	}
-	if got := mp.To(t, "tls@example.com"); len(got) != 1 || got[0].Subject != "over TLS" {
-		t.Fatalf("received %+v", got)
-	}
-	// Without trusting its certificate, nothing is sent.
-	server, _ := mail.ParseURL(mp.URL())
-	untrusting, _ := mail.NewSMTP(server, "sluice@example.com", nil)
-	if err := untrusting.Send(context.Background(), "tls@example.com", "x", "y"); err == nil || !strings.Contains(err.Error(), "STARTTLS") {
-		t.Fatalf("send to an untrusted certificate: %v", err)
-	}
-}
-
-// TestParseURL reads SLUICE_SMTP_URL and says what is wrong with a bad one.
-func TestParseURL(t *testing.T) {
-	s, err := mail.ParseURL("smtp://us%40er:p%3Ass@mail.example.com:2525")
-	if err != nil || s.Host != "mail.example.com" || s.Port != "2525" || s.Username != "us@er" || s.Password != "p:ss" || s.ImplicitTLS {
-		t.Fatalf("%+v %v", s, err)
-	}
-	if s, _ := mail.ParseURL("smtps://mail.example.com"); s.Port != "465" || !s.ImplicitTLS {
-		t.Fatalf("smtps: %+v", s)
-	}
-	if s, _ := mail.ParseURL("smtp://mail.example.com"); s.Port != "587" {
-		t.Fatalf("smtp default port: %+v", s)
-	}
-	for raw, want := range map[string]string{
-		"http://mail.example.com":       "must start with smtp://",
-		"smtp://":                       "names no host",
-		"smtp://mail.example.com/x?y=1": "no path or query",
-	} {
-		if _, err := mail.ParseURL(raw); err == nil || !strings.Contains(err.Error(), want) {
-			t.Errorf("%s: %v, want %q", raw, err, want)
-		}
-	}
-}

@@ -1,4 +1,8 @@
-package mail
+// Package outbox sends the mail queued in the outbox (models.Mail): a
+// Worker on every node claims due mails and sends them, retrying with
+// backoff, so a mail server that is down delays mail and never loses it or
+// blocks a request.
+package outbox
 
 import (
 	"context"
@@ -7,10 +11,16 @@ import (
 	"math/big"
 	"time"
 
+	"github.com/sluicehq/sluice/mail"
 	"github.com/sluicehq/sluice/models"
 )
 
-// Sender delivers one mail; *SMTP is the real one.
+// Row is the outbox row of m, to queue with the store.
+func Row(m mail.Message) models.Mail {
+	return models.Mail{Kind: m.Kind, ToAddr: m.To, Subject: m.Subject, BodyText: m.Text}
+}
+
+// Sender delivers one mail; *mail.SMTP is the real one.
 type Sender interface {
 	Send(ctx context.Context, to, subject, body string) error
 }
@@ -24,7 +34,7 @@ type Outbox interface {
 
 // Worker sends the outbox's due mails. Every node runs one; a mail is
 // claimed for Lease before it is sent (models.Store.ClaimMail), which is
-// far longer than a send may take (SMTP.Send stops at a minute), so two
+// far longer than a send may take (mail.SMTP.Send stops at a minute), so two
 // workers never send one mail at once. A node that dies between sending
 // and marking a mail sent leaves it to be sent again once the lease ends:
 // at least once, never lost.
