@@ -5,7 +5,6 @@ import (
 	"net/url"
 	"strings"
 	"time"
-
 )
 
 // Message is one mail to queue: what it is about (a Kind…), to whom, and

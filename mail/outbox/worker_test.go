@@ -160,4 +160,3 @@ func TestWorkersNeverSendOneMailTwice(t *testing.T) {
 		}
 	})
 }
-
