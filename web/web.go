@@ -54,6 +54,7 @@ type Pages struct {
 	limiterStatus func() quota.LimiterStatus
 	jobs          JobReader
 	batches       BatchReader
+	publicURL     string
 }
 
 // Deps are the services the pages use. Package handlers builds them once
@@ -69,6 +70,9 @@ type Deps struct {
 	PoolStatus    func() []upstream.KeyStatus // live state of provider keys
 	LimiterStatus func() quota.LimiterStatus  // where the rate limiter keeps its state
 	Now           func() time.Time
+	// PublicURL is where people reach Sluice (SLUICE_PUBLIC_URL), the base
+	// of links shown to be passed on; "" uses the host of the request.
+	PublicURL string
 }
 
 // New returns the browser handlers over d; the dashboard and the admin
@@ -76,7 +80,7 @@ type Deps struct {
 func New(log *slog.Logger, d Deps, jobs JobReader, batches BatchReader) *Pages {
 	return &Pages{log: log, store: d.Store, accounts: d.Accounts, sessions: d.Sessions, providers: d.Providers, aliases: d.Aliases,
 		billing: d.Billing, models: d.Models, poolStatus: d.PoolStatus, now: d.Now, origins: http.NewCrossOriginProtection(),
-		limiterStatus: d.LimiterStatus, jobs: jobs, batches: batches}
+		limiterStatus: d.LimiterStatus, jobs: jobs, batches: batches, publicURL: d.PublicURL}
 }
 
 // render writes a component with status.
