@@ -32,15 +32,6 @@ func WithMail(m Mailing) ServiceOption {
 // MailOn says whether Sluice sends mail.
 func (s *Service) MailOn() bool { return s.mail != nil }
 
-// Composer is what the mails say, for the links an admin is shown; the
-// zero Composer without mail.
-func (s *Service) Composer() mail.Composer {
-	if s.mail == nil {
-		return mail.Composer{}
-	}
-	return s.mail.Composer
-}
-
 // queued is the outbox row of m.
 func queued(m mail.Message) models.Mail {
 	return models.Mail{Kind: m.Kind, ToAddr: m.To, Subject: m.Subject, BodyText: m.Text}

@@ -61,6 +61,7 @@ func mailJourney(t *testing.T, base string, mp *testmail.Server, size string, wi
 	// Sign up: nothing is made until the mailed link is opened.
 	err := chromedp.Do(ctx,
 		chromedp.Navigate(base+"/signup"),
+		chromedp.WaitVisible(chromedp.CSS(`[data-testid=signup-by-mail]`)),
 		chromedp.SendKeys(chromedp.CSS(`input[name=email]`), email),
 		chromedp.SendKeys(chromedp.CSS(`input[name=password]`), "password123"),
 		chromedp.SendKeys(chromedp.CSS(`input[name=organization]`), "Mailed "+size),

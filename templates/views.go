@@ -42,6 +42,8 @@ type LoginView struct {
 type SignupView struct {
 	Email        string
 	Organization string
+	// MailOn: the account is made once the address is confirmed by mail.
+	MailOn bool
 }
 
 // DashboardView is an organization's overview.

@@ -51,7 +51,7 @@ func (p *Pages) Login(c *gin.Context) {
 
 // SignupForm shows the signup page.
 func (p *Pages) SignupForm(c *gin.Context) {
-	render(c, http.StatusOK, templates.Signup(templates.Page{Title: "Create your account"}, templates.SignupView{}))
+	render(c, http.StatusOK, templates.Signup(templates.Page{Title: "Create your account"}, templates.SignupView{MailOn: p.accounts.MailOn()}))
 }
 
 // Signup creates an organization on the free tier and signs its owner in;
@@ -62,7 +62,7 @@ func (p *Pages) Signup(c *gin.Context) {
 		p.signupByInvitation(c, code)
 		return
 	}
-	view := templates.SignupView{Email: c.PostForm("email"), Organization: c.PostForm("organization")}
+	view := templates.SignupView{Email: c.PostForm("email"), Organization: c.PostForm("organization"), MailOn: p.accounts.MailOn()}
 	if p.accounts.MailOn() {
 		p.requestSignup(c, view)
 		return
