@@ -28,6 +28,7 @@ type Service struct {
 	signups    *SignupThrottle // nil: signups are not throttled
 	ledger     Balances        // budgets; nil: no token's balance is brought up to date
 	ledgerLog  *slog.Logger
+	mail       *Mailing // nil: Sluice sends no mail
 	bcryptCost int
 	dummyHash  []byte // compared against for unknown emails, so timing does not reveal them
 	// deletedOrgRetention is how long a deleted organization's data stays

@@ -45,6 +45,10 @@ type Caller struct {
 	// IncludedCredit is the organization's included credit this month,
 	// prorated over the tiers and terms in force in it; read at cache fill.
 	IncludedCredit money.Amount
+	// CreditWithheld says IncludedCredit is 0 until an owner of the
+	// organization verifies their email (the tier's
+	// credit_needs_verified_email), which a refusal says.
+	CreditWithheld bool
 	// TokenPrefix is the token's display prefix (sk_sluice_ and 6
 	// characters), what logs may say of it; never the token.
 	TokenPrefix string
@@ -97,6 +101,10 @@ func (c Caller) AllowsAddress(addr netip.Addr) bool {
 func (c Caller) SpendLimit() (limit money.Amount, what string, ok bool) {
 	if c.Tier.Overage == models.OverageBlock {
 		limit, what, ok = c.IncludedCredit, "the "+c.Tier.Name+" tier's included credit", true
+		if c.CreditWithheld {
+			what = "the " + c.Tier.Name + " tier's included credit, which waits for a verified email: an owner of the organization must confirm " +
+				"their address with the link Sluice mailed them (the account page sends a new one)"
+		}
 	}
 	if b := c.Budget.Limit; b != nil && c.Budget.HardStop && (!ok || *b < limit) {
 		limit, what, ok = *b, "the organization's monthly budget", true
@@ -251,7 +259,7 @@ func (d *Directory) caller(e tokenEntry) (Caller, error) {
 	c := Caller{TokenID: e.owner.ID, OrgID: e.owner.OrgID, UserID: e.owner.UserID, Tier: tier,
 		RequestsKey: e.requestsKey, TPMKey: e.tpmKey, TokenKey: e.tokenKey,
 		Budget: models.Budget{Limit: e.owner.BudgetLimit, HardStop: e.owner.BudgetHardStop}, TokenPrefix: e.owner.Prefix,
-		SigningSecret: e.signingSecret, IncludedCredit: e.owner.IncludedCredit,
+		SigningSecret: e.signingSecret, IncludedCredit: e.owner.IncludedCredit, CreditWithheld: e.owner.CreditWithheld,
 		Models: e.owner.Models, TokenBudget: e.owner.MonthlyBudget, AllowedIPs: e.allowedIPs}
 	if rpm := e.owner.RequestsPerMinute; rpm != nil {
 		c.TokenRequestsKey, c.TokenRequestsPerMinute = e.tokenRequestsKey, *rpm

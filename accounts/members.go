@@ -34,6 +34,9 @@ func NeedOwner(m models.Member, what string) error {
 
 // Invite asks email into m's organization as role ("" is member) and
 // returns the invitation with its code, shown this once. Owners only.
+// Where Sluice sends mail the invitation is mailed, in the transaction
+// that makes it, and its code is shown to nobody else (the code returned
+// is ""): using it then proves the invitee's address.
 func (s *Service) Invite(ctx context.Context, m models.Member, email string, role models.Role) (models.Invitation, string, error) {
 	if err := NeedOwner(m, "invite people"); err != nil {
 		return models.Invitation{}, "", err
@@ -45,7 +48,21 @@ func (s *Service) Invite(ctx context.Context, m models.Member, email string, rol
 	if role == "" {
 		role = models.RoleMember
 	}
-	return s.store.CreateInvitation(ctx, m, email, role)
+	if s.mail == nil {
+		return s.store.CreateInvitation(ctx, m, email, role)
+	}
+	o, err := s.store.Organization(ctx, m.OrgID)
+	if err != nil {
+		return models.Invitation{}, "", err
+	}
+	expires := s.store.Now().Add(models.InvitationTTL)
+	inv, _, err := s.store.CreateMailedInvitation(ctx, m, email, role, func(code string) models.Mail {
+		return queued(s.mail.Composer.Invitation(email, o.Name, m.Email, string(role), code, expires))
+	})
+	if err == nil {
+		s.nudge()
+	}
+	return inv, "", err
 }
 
 // Invitations lists m's organization's recent invitations. Owners only:

@@ -178,6 +178,16 @@ func (s *Sessions) parse(token string) (session, error) {
 	return session{userID: id, id: claims.ID}, nil
 }
 
+// StoredID is the key of the row of the session of token (what
+// ChangePassword keeps), or "" when token is not a valid session.
+func (s *Sessions) StoredID(token string) string {
+	sess, err := s.parse(token)
+	if err != nil {
+		return ""
+	}
+	return storedID(sess.id)
+}
+
 // storedID is the key of a session's row: the SHA-256 of its jti, so the
 // table names no session by itself.
 func storedID(jti string) string {

@@ -119,6 +119,9 @@ func Build(plan models.MonthTerms, usage []Usage) Invoice {
 		inv.Lines = append(inv.Lines, l)
 	}
 	left := usageTotal
+	if plan.CreditWithheld {
+		left = 0 // no credit line: it waits for a verified owner's email
+	}
 	for _, t := range plan.Terms {
 		if credit := min(money.Prorate(t.Terms.IncludedCredit, t.Seconds, plan.Seconds).RoundCents(), left); credit > 0 {
 			inv.Lines = append(inv.Lines, Line{Kind: LineCredit, Description: creditDescription(plan, t), Amount: -credit})

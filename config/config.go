@@ -8,13 +8,14 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/mail"
+	netmail "net/mail"
 	"net/netip"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/sluicehq/sluice/mail"
 	"github.com/sluicehq/sluice/secrets"
 )
 
@@ -81,6 +82,11 @@ type Config struct {
 	// is kept, for export, before the purge deletes it
 	DeletedOrgRetention time.Duration
 
+	// Mail. Without SMTPURL Sluice sends none (the embedded default).
+	SMTPURL  string      // SLUICE_SMTP_URL: smtp://user:pass@host:port (STARTTLS when offered) or smtps://
+	SMTP     mail.Server // SMTPURL, parsed
+	MailFrom string      // SLUICE_MAIL_FROM: the From of every mail, e.g. Sluice <sluice@example.com>
+
 	// Security.
 	TrustedProxies []netip.Prefix // SLUICE_TRUSTED_PROXIES: proxies whose X-Forwarded-For and X-Forwarded-Proto are believed; none by default
 	SignupRate     int            // SLUICE_SIGNUP_RATE: signups an hour per client address; 0 = not throttled
@@ -92,8 +98,9 @@ type Config struct {
 	MetricsToken string // SLUICE_METRICS_TOKEN: bearer token /metrics requires
 
 	// PublicURL is where browsers reach Sluice (SLUICE_PUBLIC_URL,
-	// https://sluice.example.com), without a trailing slash: single
-	// sign-on's redirect URL is made of it. Empty when unset.
+	// https://sluice.example.com), without a trailing slash: the base of
+	// every link in a mail and of single sign-on's redirect URL. Empty
+	// when unset.
 	PublicURL string
 	OIDC      OIDC // SLUICE_OIDC_*: single sign-on; zero when off
 }
@@ -167,6 +174,9 @@ func Load(args []string, getenv func(string) string) (Config, error) {
 		ResponseRetention:   r.duration("SLUICE_RESPONSE_RETENTION", 30*24*time.Hour, time.Minute, 365*24*time.Hour),
 		DeletedOrgRetention: r.duration("SLUICE_DELETED_ORG_RETENTION", 30*24*time.Hour, time.Hour, 365*24*time.Hour),
 
+		SMTPURL:  r.str("SLUICE_SMTP_URL", ""),
+		MailFrom: r.str("SLUICE_MAIL_FROM", ""),
+
 		// Security.
 		TrustedProxies: r.prefixes("SLUICE_TRUSTED_PROXIES"),
 		SignupRate:     int(r.int64("SLUICE_SIGNUP_RATE", 5, 0, MaxSignupRate)),
@@ -205,6 +215,7 @@ func Load(args []string, getenv func(string) string) (Config, error) {
 	} else if c.DatabaseURL != "" {
 		r.errs = append(r.errs, errors.New("SLUICE_MASTER_KEY: required with DATABASE_URL (it seals provider keys; e.g. openssl rand -hex 32)"))
 	}
+	r.mail(&c)
 	if c.RedisURL != "" && !strings.HasPrefix(c.RedisURL, "redis://") && !strings.HasPrefix(c.RedisURL, "rediss://") {
 		r.errs = append(r.errs, errors.New("REDIS_URL: must start with redis:// or rediss://"))
 	}
@@ -229,7 +240,7 @@ func Load(args []string, getenv func(string) string) (Config, error) {
 	if _, _, err := net.SplitHostPort(c.Addr); err != nil {
 		r.errs = append(r.errs, fmt.Errorf("SLUICE_ADDR: %q is not host:port (e.g. :8080)", c.Addr))
 	}
-	if _, err := mail.ParseAddress(c.AdminEmail); err != nil {
+	if _, err := netmail.ParseAddress(c.AdminEmail); err != nil {
 		r.errs = append(r.errs, fmt.Errorf("SLUICE_ADMIN_EMAIL: %q is not an email address", c.AdminEmail))
 	}
 	if c.AdminPassword != "" && (len(c.AdminPassword) < 8 || len(c.AdminPassword) > 72) {
@@ -242,6 +253,33 @@ func Load(args []string, getenv func(string) string) (Config, error) {
 		r.errs = append(r.errs, errors.New("SLUICE_DATA_DIR: must not be empty"))
 	}
 	return c, errors.Join(r.errs...)
+}
+
+// MailOn says whether Sluice sends mail (SLUICE_SMTP_URL is set).
+func (c Config) MailOn() bool { return c.SMTPURL != "" }
+
+// mail checks the mail settings: a mail server needs a sender and a public
+// URL, since links in mails must not be built from a request's Host
+// header, which whoever asks for a password reset chooses.
+func (r *reader) mail(c *Config) {
+	if c.SMTPURL == "" {
+		if c.MailFrom != "" {
+			r.errs = append(r.errs, errors.New("SLUICE_MAIL_FROM: set without SLUICE_SMTP_URL, so no mail would be sent"))
+		}
+		return
+	}
+	server, err := mail.ParseURL(c.SMTPURL)
+	if err != nil {
+		// The URL may hold a password: the message names the variable, not its value.
+		r.errs = append(r.errs, fmt.Errorf("SLUICE_SMTP_URL: %w", err))
+	}
+	c.SMTP = server
+	if a, err := netmail.ParseAddress(c.MailFrom); c.MailFrom == "" || err != nil || a.Address == "" {
+		r.errs = append(r.errs, errors.New("SLUICE_MAIL_FROM: required with SLUICE_SMTP_URL, an address like Sluice <sluice@example.com>"))
+	}
+	if c.PublicURL == "" {
+		r.errs = append(r.errs, errors.New("SLUICE_PUBLIC_URL: required with SLUICE_SMTP_URL, the base of the links in mails (e.g. https://sluice.example.com)"))
+	}
 }
 
 // reader collects every bad variable so one start-up names them all.

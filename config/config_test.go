@@ -120,3 +120,32 @@ func TestSignupRate(t *testing.T) {
 		}
 	}
 }
+
+// TestMailSettings: mail is off by default; SLUICE_SMTP_URL needs a sender
+// and a public URL, and a bad one is named without echoing its password.
+func TestMailSettings(t *testing.T) {
+	c, err := Load(nil, env(nil))
+	if err != nil || c.MailOn() || c.PublicURL != "" {
+		t.Fatalf("default: %+v %v", c, err)
+	}
+	c, err = Load(nil, env(map[string]string{"SLUICE_SMTP_URL": "smtp://u:p@mail.example.com:2525", "SLUICE_MAIL_FROM": "Sluice <s@example.com>",
+		"SLUICE_PUBLIC_URL": "https://sluice.example.com/"}))
+	if err != nil || !c.MailOn() || c.SMTP.Addr() != "mail.example.com:2525" || c.SMTP.Username != "u" || c.PublicURL != "https://sluice.example.com" {
+		t.Fatalf("mail on: %+v %v", c, err)
+	}
+	for _, tt := range []struct {
+		env  map[string]string
+		want string
+	}{
+		{map[string]string{"SLUICE_SMTP_URL": "smtp://mail.example.com"}, "SLUICE_MAIL_FROM: required with SLUICE_SMTP_URL"},
+		{map[string]string{"SLUICE_SMTP_URL": "smtp://mail.example.com", "SLUICE_MAIL_FROM": "s@example.com"}, "SLUICE_PUBLIC_URL: required with SLUICE_SMTP_URL"},
+		{map[string]string{"SLUICE_SMTP_URL": "imap://u:hunter2@mail.example.com"}, "SLUICE_SMTP_URL: must start with smtp://"},
+		{map[string]string{"SLUICE_PUBLIC_URL": "sluice.example.com"}, "SLUICE_PUBLIC_URL: \"sluice.example.com\" must be where people reach Sluice"},
+		{map[string]string{"SLUICE_MAIL_FROM": "s@example.com"}, "SLUICE_MAIL_FROM: set without SLUICE_SMTP_URL"},
+	} {
+		_, err := Load(nil, env(tt.env))
+		if err == nil || !strings.Contains(err.Error(), tt.want) || strings.Contains(err.Error(), "hunter2") {
+			t.Errorf("%v: %v, want %q", tt.env, err, tt.want)
+		}
+	}
+}

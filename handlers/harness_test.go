@@ -24,7 +24,10 @@ import (
 	"github.com/sluicehq/sluice/conversations"
 	"github.com/sluicehq/sluice/internal/clocktest"
 	"github.com/sluicehq/sluice/internal/testjobs"
+	"github.com/sluicehq/sluice/internal/testmail"
 	"github.com/sluicehq/sluice/internal/testsync"
+	"github.com/sluicehq/sluice/mail"
+	"github.com/sluicehq/sluice/mail/outbox"
 	"github.com/sluicehq/sluice/metering"
 	"github.com/sluicehq/sluice/models"
 	"github.com/sluicehq/sluice/providers"
@@ -98,6 +101,21 @@ type env struct {
 	alerts *metering.BudgetAlerts
 	pipe   completion.Deps
 	deps   Deps
+	outbox *outbox.Worker // withMail's
+}
+
+// sendMail sends every mail the outbox holds due, as a node's worker does.
+func (e *env) sendMail() {
+	e.t.Helper()
+	for {
+		n, err := e.outbox.SendDue(context.Background())
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		if n == 0 {
+			return
+		}
+	}
 }
 
 // rebuild makes the pipeline, the batches (which check lines with the
@@ -130,18 +148,43 @@ func defaults(t testing.TB) config.Config {
 
 func discardLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
-func newEnv(t testing.TB, db *models.DB) *env {
+// envOption adjusts the env newEnv builds.
+type envOption func(*envConfig)
+
+type envConfig struct {
+	mailpit *testmail.Server // nil: Sluice sends no mail
+}
+
+// withMail has the env send mail through mp, as a node with
+// SLUICE_SMTP_URL does (public URL publicURL); e.sendMail sends what is
+// queued. Its store runs on the env's clock.
+func withMail(mp *testmail.Server) envOption { return func(c *envConfig) { c.mailpit = mp } }
+
+// publicURL is the mail env's SLUICE_PUBLIC_URL.
+const publicURL = "https://sluice.example"
+
+func newEnv(t testing.TB, db *models.DB, opts ...envOption) *env {
 	t.Helper()
+	var o envConfig
+	for _, opt := range opts {
+		opt(&o)
+	}
 	ctx := context.Background()
-	store := models.NewStore(db)
 	clk := clocktest.New(time.Now().UTC())
+	var storeOpts []models.StoreOption
+	var accOpts []accounts.ServiceOption
+	if o.mailpit != nil {
+		storeOpts = append(storeOpts, models.WithClock(clk.Now), models.WithEmailVerification())
+		accOpts = append(accOpts, accounts.WithMail(accounts.Mailing{Composer: mail.NewComposer(publicURL)}))
+	}
+	store := models.NewStore(db, storeOpts...)
 	box, _ := secrets.NewBox(bytes.Repeat([]byte{3}, 32))
 	dir, err := accounts.NewDirectory(ctx, store, time.Minute, clk.Now, accounts.WithSigningSecrets(box))
 	if err != nil {
 		t.Fatal(err)
 	}
 	ledger := metering.NewMemoryLedger(metering.StoreSeed(store))
-	acc, err := accounts.NewService(store, dir, cluster.None{}, accounts.NewLoginThrottle(clk.Now), 4, accounts.WithLedger(ledger, discardLog()))
+	acc, err := accounts.NewService(store, dir, cluster.None{}, accounts.NewLoginThrottle(clk.Now), 4, append(accOpts, accounts.WithLedger(ledger, discardLog()))...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -166,6 +209,19 @@ func newEnv(t testing.TB, db *models.DB) *env {
 	bill := billing.New(billing.Deps{Store: store, Directory: dir, Bus: cluster.None{}, Prices: prices, Ledger: ledger, Box: box,
 		Webhooks: webhooks, Log: discardLog(), Now: clk.Now})
 	alerts := metering.NewBudgetAlerts(store, discardLog(), clk.Now)
+	var worker *outbox.Worker
+	if o.mailpit != nil {
+		alerts.WithMail(mail.NewComposer(publicURL), nil)
+		server, err := mail.ParseURL(o.mailpit.URL())
+		if err != nil {
+			t.Fatal(err)
+		}
+		sender, err := mail.NewSMTP(server, "Sluice <sluice@example.com>", clk.Now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		worker = outbox.NewWorker(store, sender, discardLog(), outbox.WithClock(clk.Now))
+	}
 	convs := conversations.NewMemory(30*time.Minute, clk.Now)
 	queue := testjobs.Queue(t, db, dir, clk.Now)
 	aliases := providers.NewAliases(store, cluster.None{}, discardLog())
@@ -190,7 +246,7 @@ func newEnv(t testing.TB, db *models.DB) *env {
 			ResponseRetention: cfg.ResponseRetention,
 			Signatures:        signing.NewVerifier(signing.NewMemoryNonces(clk.Now), clk.Now),
 			InFlight:          &quota.InFlight{}, Latency: quota.NewLatencyWindow(1024, time.Minute, clk.Now)},
-		bill: bill, alerts: alerts,
+		bill: bill, alerts: alerts, outbox: worker,
 	}
 	e.rebuild()
 	return e

@@ -130,7 +130,11 @@ func toOrgOut(o models.Organization) orgOut {
 
 // signup answers POST /api/auth/signup {email, password, organization}:
 // a new organization with the user as its owner; with {invitation: code}
-// instead of an organization, the user joins the invitation's.
+// instead of an organization, the user joins the invitation's. Where
+// Sluice sends mail, a signup without an invitation is 202 and a link
+// confirms it (requestSignup). Without mail a taken address is 409
+// email_taken: there is no other way to tell the person, and the account
+// must work at once.
 func (m *manage) signup(c *gin.Context) {
 	var in struct {
 		Email        string `json:"email"`
@@ -153,6 +157,11 @@ func (m *manage) signup(c *gin.Context) {
 			"leave organization out when signing up with an invitation: you join the invitation's organization")
 	case in.Invitation != "":
 		u, o, err = m.Accounts.SignupByInvitation(c.Request.Context(), in.Email, in.Password, in.Invitation, c.ClientIP())
+	case m.Accounts.MailOn():
+		// Nothing is made until the address is confirmed, and a taken
+		// address is answered as a new one is.
+		m.requestSignup(c, in.Email, in.Password, in.Organization)
+		return
 	default:
 		u, o, err = m.Accounts.Signup(c.Request.Context(), in.Email, in.Password, in.Organization, c.ClientIP())
 	}

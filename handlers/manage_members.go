@@ -90,7 +90,9 @@ func (m *manage) toInvitationOut(i models.Invitation, inviter string) invitation
 
 // createInvitation answers POST /api/organization/invitations {email,
 // role}: 201 with the code and the link to send, shown this once (only
-// its hash is kept). Without mail the owner passes the link on.
+// its hash is kept). Without mail the owner passes the link on; with mail
+// it is mailed (mailed: true) and shown to nobody, so using it proves
+// the invitee's address.
 func (m *manage) createInvitation(c *gin.Context) {
 	var in struct {
 		Email string      `json:"email"`
@@ -105,8 +107,12 @@ func (m *manage) createInvitation(c *gin.Context) {
 		writeAPIError(c, m.log, err)
 		return
 	}
-	c.JSON(http.StatusCreated, gin.H{"id": inv.ID, "email": inv.Email, "role": inv.Role, "status": inv.Status(m.Store.Now()),
-		"code": code, "accept_url": web.InvitationURL(c, code), "expires_at": inv.ExpiresAt})
+	out := gin.H{"id": inv.ID, "email": inv.Email, "role": inv.Role, "status": inv.Status(m.Store.Now()), "mailed": inv.Mailed,
+		"expires_at": inv.ExpiresAt}
+	if !inv.Mailed {
+		out["code"], out["accept_url"] = code, web.Link(c, m.PublicURL, "/invitations/"+code)
+	}
+	c.JSON(http.StatusCreated, out)
 }
 
 // listInvitations answers GET /api/organization/invitations: those of the

@@ -139,8 +139,15 @@ func New(log *slog.Logger, ops Ops, d Deps) http.Handler {
 	m := &manage{Deps: d, log: log}
 	r.POST("/api/auth/signup", m.signup)
 	r.POST("/api/auth/login", m.login)
+	r.POST("/api/auth/verify-email", m.verifyEmail)
+	r.POST("/api/auth/password-reset", m.requestPasswordReset)
+	r.POST("/api/auth/password-reset/confirm", m.confirmPasswordReset)
 	authed := r.Group("/api", m.authenticateSession)
 	authed.POST("/auth/logout", m.logout)
+	// The user's own account, whatever organization they act in (or none).
+	authed.GET("/account", m.account)
+	authed.PUT("/account/password", m.changePassword)
+	authed.POST("/account/verification", m.sendVerification)
 	// A user who belongs to no organization may still see that, and join one.
 	authed.GET("/organizations", m.listOrganizations)
 	authed.PUT("/session/organization", m.switchOrganization)
@@ -195,6 +202,7 @@ func New(log *slog.Logger, ops Ops, d Deps) http.Handler {
 	admin.GET("/upstreams", m.listUpstreams)
 	admin.POST("/upstreams", m.createUpstream)
 	admin.DELETE("/upstreams/:id", m.deleteUpstream)
+	admin.POST("/users/:id/password-reset", m.adminPasswordReset)
 	admin.GET("/aliases", m.listAliases)
 	admin.POST("/aliases", m.createAlias)
 	admin.PUT("/aliases/:name", m.updateAlias)
@@ -216,11 +224,23 @@ func New(log *slog.Logger, ops Ops, d Deps) http.Handler {
 		b.GET("/auth/oidc/start", p.SSOStart)
 		b.GET("/auth/oidc/callback", p.SSOCallback)
 	}
+	// Links from mails (or, without mail, from an admin): each shows a
+	// form, and only its POST uses the link, so a mail scanner opening
+	// links uses up none.
+	b.GET("/password-reset", p.PasswordResetForm)
+	b.POST("/password-reset", p.RequestPasswordReset)
+	b.GET("/password-reset/:token", p.PasswordResetConfirmForm)
+	b.POST("/password-reset/:token", p.ConfirmPasswordReset)
+	b.GET("/verify-email/:token", p.VerifyEmailForm)
+	b.POST("/verify-email/:token", p.VerifyEmail)
 	// An invitation's link: anyone holding it may see whom it invites.
 	b.GET("/invitations/:code", p.Invitation)
 	member := b.Group("/", p.RequireUser)
 	member.POST("/invitations/:code/accept", p.AcceptInvitation)
 	member.POST("/session/organization", p.SwitchOrganization)
+	member.GET("/account", p.Account)
+	member.POST("/account/password", p.ChangePassword)
+	member.POST("/account/verification", p.SendVerification)
 	member.GET("/organization", p.Team) // the member list for everyone in it; management for owners
 	member.POST("/organization/invitations", p.Invite)
 	member.POST("/organization/invitations/:id/revoke", p.RevokeInvitation)

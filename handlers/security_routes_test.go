@@ -66,6 +66,9 @@ type routeRow struct {
 	fresh bool
 }
 
+// unknownLink is shaped like a one-time link's token and opens none.
+const unknownLink = "lnk_AAAAAAAAAAAAAAAAAAAAAAAAAA"
+
 // routeTable is every route Sluice serves. A route added to the router
 // without a row here fails TestRouteRoleTenantTable: decide who may call
 // it, and whether it names a tenant's data.
@@ -107,6 +110,15 @@ func routeTable() []routeRow {
 		{method: "POST", route: "/api/auth/signup", body: `{"email":"{role}@signup.example","password":"password123","organization":"New {role}"}`, want: anyone(201)},
 		{method: "POST", route: "/api/auth/login", body: `{"email":"login@quokka.example","password":"password123"}`, want: anyone(200)},
 		{method: "POST", route: "/api/auth/logout", want: signedIn(204), fresh: true},
+		// Passwords and addresses: anyone may ask for a reset (the same answer for every address) and use a link; these
+		// links are unknown. A user's own account names no tenant; a wrong current password changes nothing.
+		{method: "POST", route: "/api/auth/password-reset", body: `{"email":"{role}@reset.example"}`, want: anyone(202)},
+		{method: "POST", route: "/api/auth/password-reset/confirm", body: `{"token":"` + unknownLink + `","new_password":"password123"}`, want: anyone(404)},
+		{method: "POST", route: "/api/auth/verify-email", body: `{"token":"` + unknownLink + `"}`, want: anyone(404)},
+		{method: "GET", route: "/api/account", want: signedIn(200)},
+		{method: "PUT", route: "/api/account/password", body: `{"current_password":"not-the-password","new_password":"password456"}`, want: signedIn(403)},
+		// Without mail there is no link to send.
+		{method: "POST", route: "/api/account/verification", want: signedIn(409)},
 		{method: "POST", route: "/api/tokens", body: `{"name":"{role}'s"}`, want: signedIn(201)},
 		{method: "GET", route: "/api/tokens", want: signedIn(200)},
 		// A token's controls: an owner changes any of the organization's, a member only the ones they created (this one is the owner's).
@@ -144,6 +156,8 @@ func routeTable() []routeRow {
 		{method: "POST", route: "/api/invitations/:code/accept", path: "/api/invitations/{invitationForOwnerA}/accept", want: st(401, 403, 403, 403, 403, 200)},
 
 		{method: "GET", route: "/api/admin/tiers", want: adminAPI(200)},
+		// Without mail the admin is given the reset link to pass on.
+		{method: "POST", route: "/api/admin/users/:id/password-reset", path: "/api/admin/users/{secondOwnerA}/password-reset", want: adminAPI(201)},
 		{method: "POST", route: "/api/admin/tiers", body: `{"name":"tier-{role}","capacity":5,"refill_per_sec":1}`, want: adminAPI(201)},
 		{method: "PUT", route: "/api/admin/tiers/:name", path: "/api/admin/tiers/free", body: `{"capacity":30}`, want: adminAPI(200)},
 		{method: "DELETE", route: "/api/admin/tiers/:name", path: "/api/admin/tiers/spare-api", want: adminAPI(200)},
@@ -182,6 +196,16 @@ func routeTable() []routeRow {
 		{method: "POST", route: "/signup", form: url.Values{"email": {"{role}@pagesignup.example"}, "password": {"password123"}, "organization": {"Page {role}"}},
 			want: anyone(303), fresh: true},
 		{method: "POST", route: "/logout", form: url.Values{}, want: anyone(303), fresh: true},
+		{method: "GET", route: "/password-reset", want: anyone(200)},
+		{method: "POST", route: "/password-reset", form: url.Values{"email": {"{role}@pagereset.example"}}, want: anyone(202)},
+		{method: "GET", route: "/password-reset/:token", path: "/password-reset/" + unknownLink, want: anyone(200)},
+		{method: "POST", route: "/password-reset/:token", path: "/password-reset/" + unknownLink, form: url.Values{"new_password": {"password456"}}, want: anyone(404)},
+		{method: "GET", route: "/verify-email/:token", path: "/verify-email/" + unknownLink, want: anyone(200)},
+		{method: "POST", route: "/verify-email/:token", path: "/verify-email/" + unknownLink, form: url.Values{}, want: anyone(404)},
+		{method: "GET", route: "/account", want: signedInPage(200)},
+		{method: "POST", route: "/account/password", form: url.Values{"current_password": {"not-the-password"}, "new_password": {"password456"}},
+			want: st(303, 403, 403, 403, 403, 403)},
+		{method: "POST", route: "/account/verification", form: url.Values{}, want: st(303, 409, 409, 409, 409, 409)},
 		{method: "GET", route: "/dashboard", want: signedInPage(200)},
 		{method: "GET", route: "/tokens", want: signedInPage(200)},
 		{method: "POST", route: "/tokens", form: url.Values{"name": {"page token of {role}"}}, want: signedInPage(201)},

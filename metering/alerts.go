@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/sluicehq/sluice/mail"
 	"github.com/sluicehq/sluice/models"
 	"github.com/sluicehq/sluice/money"
 )
@@ -25,6 +26,16 @@ type BudgetAlerts struct {
 	log   *slog.Logger
 	now   func() time.Time
 	queue chan crossing
+	mail  *mail.Composer // nil: no mail
+	nudge func()
+}
+
+// WithMail has every alert also mailed to the organization's owners,
+// queued in the outbox with the alert's record; nudge wakes this node's
+// outbox worker (nil: its next poll finds the mail).
+func (a *BudgetAlerts) WithMail(c mail.Composer, nudge func()) *BudgetAlerts {
+	a.mail, a.nudge = &c, nudge
+	return a
 }
 
 // Deliver queues a signed POST of body to an organization's url: the
@@ -122,12 +133,22 @@ type alertBody struct {
 
 func (a *BudgetAlerts) send(ctx context.Context, c crossing, deliver Deliver) {
 	detail := fmt.Sprintf("spending reached %d%% of the monthly budget: %s of %s", c.percent, c.spent, c.limit)
-	fresh, err := a.store.RecordBudgetAlert(ctx, c.orgID, c.period, c.percent, detail)
+	var compose func(owner, orgName string) models.Mail
+	if a.mail != nil {
+		compose = func(owner, orgName string) models.Mail {
+			m := a.mail.BudgetAlert(owner, orgName, c.percent, c.spent.String(), c.limit.String(), c.period)
+			return models.Mail{Kind: m.Kind, ToAddr: m.To, Subject: m.Subject, BodyText: m.Text}
+		}
+	}
+	fresh, err := a.store.RecordBudgetAlert(ctx, c.orgID, c.period, c.percent, detail, compose)
 	if err != nil || !fresh {
 		if err != nil {
 			a.log.Error("recording a budget alert failed", "org_id", c.orgID, "percent", c.percent, "err", err)
 		}
 		return
+	}
+	if a.nudge != nil {
+		a.nudge()
 	}
 	o, err := a.store.Organization(ctx, c.orgID)
 	if err != nil || o.WebhookURL == "" {

@@ -567,3 +567,44 @@ func TestUserIdentitiesMigration(t *testing.T) {
 		})
 	}
 }
+
+// TestMailMigration applies 0020 (mail) to a database at the version
+// before it: the free tier's credit waits for a verified email and no
+// other tier's does; accounts from before are unverified (verification
+// did not exist) and keep working; a link of no known purpose is refused.
+func TestMailMigration(t *testing.T) {
+	for _, dialect := range []string{"sqlite", "postgres"} {
+		t.Run(dialect, func(t *testing.T) {
+			ctx := context.Background()
+			db, sqlDB, d, target := beforeMigration(t, dialect, "_mail.sql")
+			if err := db.Gorm.Exec("INSERT INTO tiers (name, capacity, refill_per_sec) VALUES ('team', 100, 2)").Error; err != nil {
+				t.Fatal(err)
+			}
+			s := models.NewStore(db)
+			if err := db.Gorm.Exec(`INSERT INTO organizations (name, tier_id, created_at) VALUES ('Acme', (SELECT id FROM tiers WHERE name = 'free'), ?)`, time.Now().UTC()).Error; err != nil {
+				t.Fatal(err)
+			}
+			if err := db.Gorm.Exec(`INSERT INTO users (org_id, email, password_hash, role, created_at) VALUES ((SELECT id FROM organizations WHERE name = 'Acme'), 'owner@acme.example', 'h', 'member', ?)`, time.Now().UTC()).Error; err != nil {
+				t.Fatal(err)
+			}
+			applied, err := migrations.Apply(ctx, sqlDB, d)
+			if err != nil || len(applied) == 0 || applied[0] != target.Version {
+				t.Fatalf("apply from the version before %s: %v %v", target.Name, applied, err)
+			}
+			for name, want := range map[string]bool{"free": true, "premium": false, "team": false} {
+				tier, err := s.TierByName(ctx, name)
+				if err != nil || tier.CreditNeedsVerifiedEmail != want {
+					t.Errorf("%s: credit_needs_verified_email %v (%v), want %v", name, tier.CreditNeedsVerifiedEmail, err, want)
+				}
+			}
+			u, err := s.UserByEmail(ctx, "owner@acme.example")
+			if err != nil || u.EmailVerifiedAt != nil {
+				t.Errorf("the user from before: %+v %v, want unverified", u, err)
+			}
+			if err := db.Gorm.Exec(`INSERT INTO account_links (purpose, token_hash, email, created_at, expires_at) VALUES ('login', 'x', 'a@b.c', ?, ?)`,
+				time.Now().UTC(), time.Now().UTC()).Error; err == nil {
+				t.Error("a link of no known purpose was stored")
+			}
+		})
+	}
+}

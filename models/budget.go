@@ -184,7 +184,11 @@ func (s *Store) seedLedgerRow(ctx context.Context, a LedgerAccount, period time.
 // RecordBudgetAlert notes that orgID's spending crossed percent of its
 // budget in period, with an audit entry. It reports false when the alert
 // was already recorded (by this node or another), so each is sent once.
-func (s *Store) RecordBudgetAlert(ctx context.Context, orgID int64, period time.Time, percent int, detail string) (bool, error) {
+// With mail, the mail compose writes for each owner of the organization
+// (by their address and the organization's name) is queued in the same
+// transaction.
+func (s *Store) RecordBudgetAlert(ctx context.Context, orgID int64, period time.Time, percent int, detail string,
+	mail func(owner, orgName string) Mail) (bool, error) {
 	var fresh bool
 	err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		res := tx.Exec(`INSERT INTO budget_alerts (org_id, period, percent, created_at) VALUES (?, ?, ?, ?)
@@ -194,6 +198,20 @@ func (s *Store) RecordBudgetAlert(ctx context.Context, orgID int64, period time.
 		}
 		if fresh = res.RowsAffected == 1; !fresh {
 			return nil
+		}
+		if mail != nil {
+			var owners []struct{ Email, OrgName string }
+			err := tx.Table("memberships").Select("users.email, organizations.name AS org_name").
+				Joins("JOIN users ON users.id = memberships.user_id").Joins("JOIN organizations ON organizations.id = memberships.org_id").
+				Where("memberships.org_id = ? AND memberships.role = ?", orgID, RoleOwner).Order("users.id").Scan(&owners).Error
+			if err != nil {
+				return dbErr(err, "owners")
+			}
+			for _, o := range owners {
+				if err := enqueueMail(tx, s.now(), mail(o.Email, o.OrgName)); err != nil {
+					return err
+				}
+			}
 		}
 		return audit(tx, orgID, 0, "budget.alert", "", detail)
 	})

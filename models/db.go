@@ -109,6 +109,9 @@ func (db *DB) SQL() (*sql.DB, error) { return db.Gorm.DB() }
 type Store struct {
 	db  *gorm.DB
 	now func() time.Time
+	// emailVerification: Sluice sends mail, so addresses can be verified
+	// and tiers' CreditNeedsVerifiedEmail is in force.
+	emailVerification bool
 }
 
 // StoreOption adjusts a Store.
@@ -119,6 +122,13 @@ type StoreOption func(*Store)
 // with now instead of the wall clock: tests move time by hand.
 func WithClock(now func() time.Time) StoreOption {
 	return func(s *Store) { s.now = now }
+}
+
+// WithEmailVerification puts tiers' CreditNeedsVerifiedEmail in force:
+// for a node that sends mail, where an address can be verified. Without
+// mail nobody could verify, so the setting waits.
+func WithEmailVerification() StoreOption {
+	return func(s *Store) { s.emailVerification = true }
 }
 
 // NewStore returns a store over db.

@@ -155,41 +155,50 @@ func (s *Store) CreateOrganizationWithOwner(ctx context.Context, orgName, tierNa
 // sign-on links the new owner's identity).
 func (s *Store) createOrganizationWithOwner(ctx context.Context, orgName, tierName, email, passwordHash string, accountRole Role,
 	also func(tx *gorm.DB, m Member) error) (Organization, Member, error) {
-	if accountRole != RoleAdmin {
-		accountRole = RoleMember
-	}
 	var (
 		o Organization
 		m Member
 	)
 	err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-		var t Tier
-		if err := tx.Where("name = ?", tierName).Take(&t).Error; err != nil {
-			return dbErr(err, "tier "+tierName)
-		}
-		now := s.now().UTC()
-		o = Organization{Name: orgName, TierID: t.ID, CreatedAt: now}
-		if err := tx.Omit("Tier").Create(&o).Error; err != nil {
-			return dbErr(err, "organization")
-		}
-		if err := tx.Create(&TierMembership{OrgID: o.ID, TierID: t.ID, EffectiveFrom: now.Truncate(time.Second)}).Error; err != nil {
-			return dbErr(err, "tier membership")
-		}
-		o.Tier = t
-		u := User{LastOrgID: o.ID, Email: NormalizeEmail(email), PasswordHash: passwordHash, AccountRole: accountRole, CreatedAt: now}
-		if err := createUser(tx, &u); err != nil {
+		var err error
+		if o, m, err = s.newOrganizationWithOwner(tx, orgName, tierName, email, passwordHash, accountRole, nil); err != nil {
 			return err
 		}
-		if err := addMembership(tx, o.ID, u.ID, RoleOwner, now); err != nil {
-			return err
-		}
-		m = Member{User: u, OrgID: o.ID, Role: RoleOwner}
 		if also != nil {
-			if err := also(tx, m); err != nil {
-				return err
-			}
+			return also(tx, m)
 		}
-		return audit(tx, o.ID, u.ID, "organization.create", o.Name, "owner "+u.Email)
+		return nil
 	})
 	return o, m, dbErr(err, "organization")
+}
+
+// newOrganizationWithOwner is CreateOrganizationWithOwner inside tx;
+// verifiedAt, when set, is when the owner's address was verified.
+func (s *Store) newOrganizationWithOwner(tx *gorm.DB, orgName, tierName, email, passwordHash string, accountRole Role, verifiedAt *time.Time) (Organization, Member, error) {
+	if accountRole != RoleAdmin {
+		accountRole = RoleMember
+	}
+	var t Tier
+	if err := tx.Where("name = ?", tierName).Take(&t).Error; err != nil {
+		return Organization{}, Member{}, dbErr(err, "tier "+tierName)
+	}
+	now := s.now().UTC()
+	o := Organization{Name: orgName, TierID: t.ID, CreatedAt: now}
+	if err := tx.Omit("Tier").Create(&o).Error; err != nil {
+		return o, Member{}, dbErr(err, "organization")
+	}
+	if err := tx.Create(&TierMembership{OrgID: o.ID, TierID: t.ID, EffectiveFrom: now.Truncate(time.Second)}).Error; err != nil {
+		return o, Member{}, dbErr(err, "tier membership")
+	}
+	o.Tier = t
+	u := User{LastOrgID: o.ID, Email: NormalizeEmail(email), PasswordHash: passwordHash, AccountRole: accountRole, CreatedAt: now,
+		EmailVerifiedAt: verifiedAt}
+	if err := createUser(tx, &u); err != nil {
+		return o, Member{}, err
+	}
+	if err := addMembership(tx, o.ID, u.ID, RoleOwner, now); err != nil {
+		return o, Member{}, err
+	}
+	m := Member{User: u, OrgID: o.ID, Role: RoleOwner}
+	return o, m, audit(tx, o.ID, u.ID, "organization.create", o.Name, "owner "+u.Email)
 }

@@ -124,12 +124,20 @@ type MonthTerms struct {
 	Period  time.Time // the month's first instant
 	Seconds int64     // in the month
 	Terms   []TermsInForce
+	// CreditWithheld says the organization gets no included credit: its
+	// tier's credit needs a verified email and none of its owners has one
+	// (Tier.CreditNeedsVerifiedEmail). IncludedCredit is then 0 and the
+	// invoice has no credit lines.
+	CreditWithheld bool
 }
 
 // IncludedCredit is the month's included credit: each pair's credit for
 // the share of the month it was in force, Σ credit × seconds / seconds of
 // the month, exactly, rounded down to the picodollar once.
 func (m MonthTerms) IncludedCredit() money.Amount {
+	if m.CreditWithheld {
+		return 0
+	}
 	p := money.NewProration(m.Seconds)
 	for _, t := range m.Terms {
 		p.Add(t.Terms.IncludedCredit, t.Seconds)
@@ -140,7 +148,31 @@ func (m MonthTerms) IncludedCredit() money.Amount {
 // MonthTerms returns what orgID's tiers charged over the month containing
 // period, from its memberships and the tiers' versions.
 func (s *Store) MonthTerms(ctx context.Context, orgID int64, period time.Time) (MonthTerms, error) {
-	return monthTerms(s.db.WithContext(ctx), orgID, MonthOf(period))
+	db := s.db.WithContext(ctx)
+	m, err := monthTerms(db, orgID, MonthOf(period))
+	if err != nil || !s.emailVerification {
+		return m, err
+	}
+	m.CreditWithheld, err = creditWithheld(db, orgID)
+	return m, err
+}
+
+// creditWithheld says whether orgID's tier withholds its included credit
+// until an owner's email is verified, and no owner's is. Owners are read
+// from memberships: any owner's verified address will do.
+func creditWithheld(db *gorm.DB, orgID int64) (bool, error) {
+	var rows []struct {
+		Needs    bool
+		Verified int64
+	}
+	err := db.Raw(`SELECT tiers.credit_needs_verified_email AS needs,
+			(SELECT COUNT(*) FROM memberships JOIN users ON users.id = memberships.user_id
+			 WHERE memberships.org_id = organizations.id AND memberships.role = ? AND users.email_verified_at IS NOT NULL) AS verified
+		FROM organizations JOIN tiers ON tiers.id = organizations.tier_id WHERE organizations.id = ?`, RoleOwner, orgID).Scan(&rows).Error
+	if err != nil {
+		return false, dbErr(err, "organization")
+	}
+	return len(rows) == 1 && rows[0].Needs && rows[0].Verified == 0, nil
 }
 
 // monthTerms cuts the month at every move of the organization and every

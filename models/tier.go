@@ -55,8 +55,13 @@ type Tier struct {
 	// MaxPendingBatchLines is the most batch lines an organization on the
 	// tier may have pending across its batches; 0 refuses batches.
 	MaxPendingBatchLines int64
-	CreatedAt            time.Time
-	UpdatedAt            time.Time
+	// CreditNeedsVerifiedEmail withholds the included credit from an
+	// organization until one of its owners has verified their email (on
+	// for free: its credit is what a throwaway address would be after).
+	// In force only where Sluice sends mail (Store WithEmailVerification).
+	CreditNeedsVerifiedEmail bool
+	CreatedAt                time.Time
+	UpdatedAt                time.Time
 }
 
 // Overage choices of a tier.
@@ -95,13 +100,16 @@ type TierSettings struct {
 	// queues; 0 refuses jobs or batches.
 	MaxQueuedJobs        int64
 	MaxPendingBatchLines int64
+	// CreditNeedsVerifiedEmail: no included credit until an owner's email
+	// is verified.
+	CreditNeedsVerifiedEmail bool
 }
 
 // Settings returns the tier's editable settings, to merge a partial update into.
 func (t Tier) Settings() TierSettings {
 	return TierSettings{t.Capacity, t.RefillPerSec, t.TokensPerMinute, t.FreezeThreshold, t.FreezeMinutes, t.Autotune, t.RefillFloor,
 		t.UpstreamFallback, t.MonthlyFee, t.IncludedCredit, t.Overage, t.BillCacheHits, t.BatchFileBytes, t.MaxAPITokens,
-		t.MaxQueuedJobs, t.MaxPendingBatchLines}
+		t.MaxQueuedJobs, t.MaxPendingBatchLines, t.CreditNeedsVerifiedEmail}
 }
 
 // MaxBatchFileBytes bounds a tier's batch file limit: an upload is held in
@@ -188,7 +196,8 @@ func (s *Store) CreateTier(ctx context.Context, actor User, name string, l TierS
 		FreezeThreshold: l.FreezeThreshold, FreezeMinutes: l.FreezeMinutes, Autotune: l.Autotune, RefillFloor: l.RefillFloor,
 		UpstreamFallback: l.UpstreamFallback, MonthlyFee: l.MonthlyFee, IncludedCredit: l.IncludedCredit,
 		Overage: l.Overage, BillCacheHits: l.BillCacheHits, BatchFileBytes: l.BatchFileBytes, CreatedAt: now, UpdatedAt: now,
-		MaxAPITokens: l.MaxAPITokens, MaxQueuedJobs: l.MaxQueuedJobs, MaxPendingBatchLines: l.MaxPendingBatchLines}
+		MaxAPITokens: l.MaxAPITokens, MaxQueuedJobs: l.MaxQueuedJobs, MaxPendingBatchLines: l.MaxPendingBatchLines,
+		CreditNeedsVerifiedEmail: l.CreditNeedsVerifiedEmail}
 	t.TermsFrom = now.Truncate(time.Second)
 	err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		if err := tx.Create(&t).Error; err != nil {
@@ -264,6 +273,7 @@ func (s *Store) UpdateTier(ctx context.Context, actor User, name string, l TierS
 		t.BatchFileBytes = l.BatchFileBytes
 		t.MaxAPITokens = l.MaxAPITokens
 		t.MaxQueuedJobs, t.MaxPendingBatchLines = l.MaxQueuedJobs, l.MaxPendingBatchLines
+		t.CreditNeedsVerifiedEmail = l.CreditNeedsVerifiedEmail
 		t.EffectiveRefillPerSec, t.UpdatedAt = nil, s.now().UTC()
 		if !sameTerms(was, t) {
 			// Never before the version in force, whatever this node's clock says.
@@ -275,7 +285,7 @@ func (s *Store) UpdateTier(ctx context.Context, actor User, name string, l TierS
 		err := tx.Model(&t).Select("capacity", "refill_per_sec", "tokens_per_minute", "freeze_threshold", "freeze_minutes",
 			"autotune", "refill_floor", "upstream_fallback", "monthly_fee", "included_credit", "overage", "bill_cache_hits",
 			"batch_file_bytes", "effective_refill_per_sec", "updated_at", "terms_from", "max_api_tokens",
-			"max_queued_jobs", "max_pending_batch_lines").Updates(&t).Error
+			"max_queued_jobs", "max_pending_batch_lines", "credit_needs_verified_email").Updates(&t).Error
 		if err != nil {
 			return dbErr(err, "tier "+name)
 		}
@@ -312,6 +322,7 @@ func describeChange(a, b TierSettings) string {
 	add("max_api_tokens", a.MaxAPITokens, b.MaxAPITokens)
 	add("max_queued_jobs", a.MaxQueuedJobs, b.MaxQueuedJobs)
 	add("max_pending_batch_lines", a.MaxPendingBatchLines, b.MaxPendingBatchLines)
+	add("credit_needs_verified_email", a.CreditNeedsVerifiedEmail, b.CreditNeedsVerifiedEmail)
 	if len(parts) == 0 {
 		return "no change"
 	}

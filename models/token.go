@@ -64,6 +64,9 @@ type TokenOwner struct {
 	// OrgDeletedAt when one deleted its organization: either stops it.
 	UserDisabledAt *time.Time
 	OrgDeletedAt   *time.Time
+	// CreditWithheld says the included credit is 0 because it waits for an
+	// owner's verified email (MonthTerms.CreditWithheld).
+	CreditWithheld bool `gorm:"-"`
 }
 
 const maxTokenName = 100
@@ -237,7 +240,7 @@ func (s *Store) tokenOwner(ctx context.Context, where string, arg any) (TokenOwn
 		return o, dbErr(err, "token")
 	}
 	m, err := s.MonthTerms(ctx, o.OrgID, s.now())
-	o.IncludedCredit = m.IncludedCredit()
+	o.IncludedCredit, o.CreditWithheld = m.IncludedCredit(), m.CreditWithheld
 	return o, err
 }
 

@@ -41,6 +41,10 @@ type User struct {
 	DisabledBy *int64
 	// LastLoginAt is their last sign-in; nil for none that Sluice recorded.
 	LastLoginAt *time.Time
+	// EmailVerifiedAt is when the user showed they read mail at Email (a
+	// verification link, a signup or reset link that was mailed); nil:
+	// never.
+	EmailVerifiedAt *time.Time
 }
 
 // Disabled says whether an admin has disabled the user.

@@ -68,8 +68,11 @@ type TierRow struct {
 	// queued jobs and pending batch lines; 0 refuses them.
 	MaxQueuedJobs        int64
 	MaxPendingBatchLines int64
-	Organizations        int64  // on this tier; a tier in use cannot be deleted
-	TermsFrom            string // when the fee, credit and overage took effect, e.g. "2026-11-16 09:30 UTC"; empty: since before terms were dated
+	// CreditNeedsVerifiedEmail withholds the included credit until an
+	// owner's email is verified.
+	CreditNeedsVerifiedEmail bool
+	Organizations            int64  // on this tier; a tier in use cannot be deleted
+	TermsFrom                string // when the fee, credit and overage took effect, e.g. "2026-11-16 09:30 UTC"; empty: since before terms were dated
 }
 
 // AdminTierForm refills the create-a-tier form after a failed attempt.
@@ -91,6 +94,9 @@ type AdminTierForm struct {
 	MaxAPITokens         string
 	MaxQueuedJobs        string
 	MaxPendingBatchLines string
+	// CreditNeedsVerifiedEmail: no included credit until an owner's email
+	// is verified.
+	CreditNeedsVerifiedEmail bool
 }
 
 // AdminOverviewView is the overview of every organization: one page of

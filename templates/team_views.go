@@ -15,10 +15,12 @@ type TeamView struct {
 	Members   []MemberRow
 	// Invitations are the last 30 days' (owners only).
 	Invitations []InvitationRow
-	// NewInvitation is the link of an invitation just made, shown this
-	// once: Sluice sends no mail, so the owner passes it on.
+	// NewInvitation is an invitation just made: mailed, or (without
+	// mail) its link, shown this once for the owner to pass on.
 	NewInvitation *NewInvitationView
-	Form          InviteForm
+	// MailOn: Sluice mails invitations; otherwise the owner gets links.
+	MailOn bool
+	Form   InviteForm
 	// Bounds says how many invitations may wait and be made an hour.
 	Bounds string
 	Flash  string // a form's outcome, shown beside the members
@@ -55,8 +57,9 @@ type InvitationRow struct {
 type NewInvitationView struct {
 	Email   string
 	Role    string
-	URL     string
+	URL     string // "" when it was mailed
 	Expires string
+	Mailed  bool
 }
 
 // InviteForm refills the invitation form after a failed attempt.

@@ -45,6 +45,8 @@ type LoginView struct {
 type SignupView struct {
 	Email        string
 	Organization string
+	// MailOn: the account is made once the address is confirmed by mail.
+	MailOn bool
 }
 
 // DashboardView is an organization's overview.
@@ -203,4 +205,38 @@ type UpstreamForm struct {
 	RPM      string
 	TPM      string
 	Models   string
+}
+
+// AccountView is the signed-in user's account page.
+type AccountView struct {
+	Email      string
+	Verified   bool
+	VerifiedAt string // when Verified
+	MailOn     bool   // Sluice sends mail, so the address can be verified
+	// PasswordError is the password form's problem.
+	PasswordError string
+}
+
+// ResetRequestView is the page that asks for a reset link.
+type ResetRequestView struct {
+	Email   string
+	MailOn  bool
+	Sent    bool   // the form was sent: Message says what happens next
+	Message string // the same whether or not the address has an account
+}
+
+// ResetConfirmView is the page a reset link opens.
+type ResetConfirmView struct {
+	Token string // the link's, checked for shape (models.LinkTokenShaped)
+}
+
+// VerifyView is the page a confirmation link opens.
+type VerifyView struct {
+	Token string // the link's, checked for shape
+}
+
+// NoticeView is a page of one message and a way on.
+type NoticeView struct {
+	Heading, Message  string
+	LinkURL, LinkText string // "" for none
 }

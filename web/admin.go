@@ -84,7 +84,7 @@ func (p *Pages) showAdmin(c *gin.Context, status int, formErr, flash string, new
 			Autotune: t.Autotune, RefillFloor: formatRate(t.RefillFloor), UpstreamFallback: t.UpstreamFallback,
 			MonthlyFee: t.MonthlyFee.String(), IncludedCredit: t.IncludedCredit.String(), Overage: t.Overage,
 			BillCacheHits: t.BillCacheHits, BatchFileMiB: formatMiB(t.BatchFileBytes), MaxAPITokens: t.MaxAPITokens,
-			MaxQueuedJobs: t.MaxQueuedJobs, MaxPendingBatchLines: t.MaxPendingBatchLines,
+			MaxQueuedJobs: t.MaxQueuedJobs, MaxPendingBatchLines: t.MaxPendingBatchLines, CreditNeedsVerifiedEmail: t.CreditNeedsVerifiedEmail,
 			Organizations: usage[t.ID], TermsFrom: formatTermsFrom(t.TermsFrom)})
 	}
 	view.Freezes = p.freezeRows(c, freezes, orgNames)
@@ -139,7 +139,7 @@ func (p *Pages) CreateTier(c *gin.Context) {
 		Autotune: c.PostForm("autotune") == "on", MonthlyFee: c.PostForm("monthly_fee"), IncludedCredit: c.PostForm("included_credit"),
 		Overage: c.PostForm("overage"), BillCacheHits: c.PostForm("bill_cache_hits") == "on", BatchFileMiB: c.PostForm("batch_file_mib"),
 		MaxAPITokens: c.PostForm("max_api_tokens"), MaxQueuedJobs: c.PostForm("max_queued_jobs"),
-		MaxPendingBatchLines: c.PostForm("max_pending_batch_lines")}
+		MaxPendingBatchLines: c.PostForm("max_pending_batch_lines"), CreditNeedsVerifiedEmail: c.PostForm("credit_needs_verified_email") == "on"}
 	var settings models.TierSettings
 	if err := tierForm(c, &settings); err != nil {
 		p.showAdmin(c, http.StatusUnprocessableEntity, err.Error(), "", form)
@@ -218,6 +218,7 @@ func tierForm(c *gin.Context, s *models.TierSettings) error {
 	}
 	if _, ok := c.GetPostForm("plan"); ok { // the plan fieldset is on the form: an unchecked box means off
 		s.BillCacheHits = c.PostForm("bill_cache_hits") == "on"
+		s.CreditNeedsVerifiedEmail = c.PostForm("credit_needs_verified_email") == "on"
 	}
 	if v, ok := c.GetPostForm("batch_file_mib"); ok {
 		mib, err := strconv.ParseFloat(strings.TrimSpace(v), 64)

@@ -2,6 +2,7 @@ package web
 
 import (
 	"net/http"
+	"strings"
 
 	"github.com/gin-gonic/gin"
 
@@ -50,7 +51,7 @@ func (p *Pages) Login(c *gin.Context) {
 
 // SignupForm shows the signup page.
 func (p *Pages) SignupForm(c *gin.Context) {
-	render(c, http.StatusOK, templates.Signup(templates.Page{Title: "Create your account"}, templates.SignupView{}))
+	render(c, http.StatusOK, templates.Signup(templates.Page{Title: "Create your account"}, templates.SignupView{MailOn: p.accounts.MailOn()}))
 }
 
 // Signup creates an organization on the free tier and signs its owner in;
@@ -61,7 +62,11 @@ func (p *Pages) Signup(c *gin.Context) {
 		p.signupByInvitation(c, code)
 		return
 	}
-	view := templates.SignupView{Email: c.PostForm("email"), Organization: c.PostForm("organization")}
+	view := templates.SignupView{Email: c.PostForm("email"), Organization: c.PostForm("organization"), MailOn: p.accounts.MailOn()}
+	if p.accounts.MailOn() {
+		p.requestSignup(c, view)
+		return
+	}
 	u, _, err := p.accounts.Signup(c.Request.Context(), view.Email, c.PostForm("password"), view.Organization, c.ClientIP())
 	if err == nil {
 		err = p.setSession(c, u)
@@ -73,6 +78,22 @@ func (p *Pages) Signup(c *gin.Context) {
 		return
 	}
 	c.Redirect(http.StatusSeeOther, "/dashboard")
+}
+
+// requestSignup is signup where Sluice sends mail: nothing is made until
+// the address is confirmed, and the page says the same for a new address
+// and a taken one.
+func (p *Pages) requestSignup(c *gin.Context, view templates.SignupView) {
+	err := p.accounts.RequestSignup(c.Request.Context(), view.Email, c.PostForm("password"), view.Organization, c.ClientIP())
+	if err != nil {
+		p.formError(c, err, func(page templates.Page) {
+			render(c, apperr.Status(apperr.CodeOf(err)), templates.Signup(page, view))
+		}, "Create your account")
+		return
+	}
+	render(c, http.StatusAccepted, templates.Notice(templates.Page{Title: "Check your mail"}, templates.NoticeView{Heading: "Check your mail",
+		Message: "We sent a mail to " + strings.TrimSpace(view.Email) + ". Open its link, within 24 hours, to finish signing up. " +
+			"(If the address already has an account, the mail says so instead.)"}))
 }
 
 // signupByInvitation makes the account an invitation's page asks for and

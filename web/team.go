@@ -22,16 +22,21 @@ var teamFlashes = map[string]string{
 	"joined":             "Invitation accepted: you are now a member of this organization.",
 }
 
-// InvitationURL is the link an invitation's code opens: on the host the
-// owner reached Sluice by, over TLS when they did. Sluice has no
-// configured public address, and the owner it is shown to is the one who
-// passes it on, so the host is theirs.
-func InvitationURL(c *gin.Context, code string) string {
+// Link is the address of path to show someone who passes it on (an
+// invitation's link to an owner, a reset link to an admin): under
+// publicURL (SLUICE_PUBLIC_URL) when set, else on the host they reached
+// Sluice by, over TLS when they did; the one it is shown to chose that
+// host. Links in mails never come from here: they are always under the
+// public URL.
+func Link(c *gin.Context, publicURL, path string) string {
+	if publicURL != "" {
+		return publicURL + path
+	}
 	scheme := "http"
 	if OverTLS(c) {
 		scheme = "https"
 	}
-	return scheme + "://" + c.Request.Host + "/invitations/" + code
+	return scheme + "://" + c.Request.Host + path
 }
 
 // Team shows the organization's members and, to owners, its invitations.
@@ -71,7 +76,7 @@ func (p *Pages) showTeam(c *gin.Context, status int, v templates.TeamView) {
 			owners++
 		}
 	}
-	v.OrgName, v.CanManage = o.Name, u.IsOwner()
+	v.OrgName, v.CanManage, v.MailOn = o.Name, u.IsOwner(), p.accounts.MailOn()
 	for _, m := range members {
 		v.Members = append(v.Members, templates.MemberRow{UserID: m.UserID, Email: m.Email, Role: string(m.Role),
 			Joined: formatTime(m.JoinedAt), You: m.UserID == u.ID, LastOwner: m.Role == models.RoleOwner && owners == 1,
@@ -93,7 +98,8 @@ func (p *Pages) showTeam(c *gin.Context, status int, v templates.TeamView) {
 	render(c, status, templates.Team(page, v))
 }
 
-// Invite makes an invitation and shows its link, this once.
+// Invite makes an invitation and shows its link, this once, or (with
+// mail) that it was mailed.
 func (p *Pages) Invite(c *gin.Context) {
 	u, _ := userOf(c)
 	form := templates.InviteForm{Email: strings.TrimSpace(c.PostForm("email")), Role: c.PostForm("role")}
@@ -110,8 +116,11 @@ func (p *Pages) Invite(c *gin.Context) {
 		p.fail(c, err)
 		return
 	}
-	p.showTeam(c, http.StatusCreated, templates.TeamView{NewInvitation: &templates.NewInvitationView{Email: inv.Email,
-		Role: string(inv.Role), URL: InvitationURL(c, code), Expires: formatTime(inv.ExpiresAt)}})
+	n := &templates.NewInvitationView{Email: inv.Email, Role: string(inv.Role), Expires: formatTime(inv.ExpiresAt), Mailed: inv.Mailed}
+	if !inv.Mailed {
+		n.URL = Link(c, p.publicURL, "/invitations/"+code)
+	}
+	p.showTeam(c, http.StatusCreated, templates.TeamView{NewInvitation: n})
 }
 
 // RevokeInvitation ends a pending invitation of the organization.

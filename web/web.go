@@ -55,6 +55,7 @@ type Pages struct {
 	jobs          JobReader
 	batches       BatchReader
 	sso           *accounts.SSO // nil: single sign-on is off
+	publicURL     string
 }
 
 // Deps are the services the pages use. Package handlers builds them once
@@ -71,6 +72,9 @@ type Deps struct {
 	LimiterStatus func() quota.LimiterStatus  // where the rate limiter keeps its state
 	Now           func() time.Time
 	SSO           *accounts.SSO // single sign-on (SLUICE_OIDC_*); nil: off, no button and no routes
+	// PublicURL is where people reach Sluice (SLUICE_PUBLIC_URL), the base
+	// of links shown to be passed on; "" uses the host of the request.
+	PublicURL string
 }
 
 // New returns the browser handlers over d; the dashboard and the admin
@@ -78,7 +82,7 @@ type Deps struct {
 func New(log *slog.Logger, d Deps, jobs JobReader, batches BatchReader) *Pages {
 	return &Pages{log: log, store: d.Store, accounts: d.Accounts, sessions: d.Sessions, providers: d.Providers, aliases: d.Aliases,
 		billing: d.Billing, models: d.Models, poolStatus: d.PoolStatus, now: d.Now, origins: http.NewCrossOriginProtection(),
-		limiterStatus: d.LimiterStatus, jobs: jobs, batches: batches, sso: d.SSO}
+		limiterStatus: d.LimiterStatus, jobs: jobs, batches: batches, sso: d.SSO, publicURL: d.PublicURL}
 }
 
 // render writes a component with status.

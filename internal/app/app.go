@@ -34,6 +34,8 @@ import (
 	"github.com/sluicehq/sluice/internal/datadir"
 	"github.com/sluicehq/sluice/jobs"
 	"github.com/sluicehq/sluice/logging"
+	"github.com/sluicehq/sluice/mail"
+	"github.com/sluicehq/sluice/mail/outbox"
 	"github.com/sluicehq/sluice/metering"
 	mtr "github.com/sluicehq/sluice/metrics"
 	"github.com/sluicehq/sluice/models"
@@ -100,6 +102,8 @@ type App struct {
 	inFlight *quota.InFlight
 	latency  *quota.LatencyWindow
 	invoicer *models.AdvisoryLeader
+	mailer   *outbox.Worker // nil without mail
+	composer mail.Composer
 	metrics  http.Handler
 	srv      *http.Server
 	ln       net.Listener
@@ -145,8 +149,25 @@ func Build(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 		return nil, err
 	}
 
-	store := models.NewStore(db)
+	var storeOpts []models.StoreOption
+	if cfg.MailOn() {
+		// Addresses can be verified: tiers' credit_needs_verified_email
+		// is in force.
+		storeOpts = append(storeOpts, models.WithEmailVerification())
+	}
+	store := models.NewStore(db, storeOpts...)
 	a.store = store
+	var accOpts []accounts.ServiceOption
+	if cfg.MailOn() {
+		sender, err := mail.NewSMTP(cfg.SMTP, cfg.MailFrom, nil)
+		if err != nil {
+			return nil, fmt.Errorf("SLUICE_MAIL_FROM: %w", err)
+		}
+		a.mailer = outbox.NewWorker(store, sender, log)
+		a.composer = mail.NewComposer(cfg.PublicURL)
+		log.Info("mail is on", "smtp_server", cfg.SMTP.Addr(), "from", cfg.MailFrom, "public_url", cfg.PublicURL)
+		accOpts = append(accOpts, accounts.WithMail(accounts.Mailing{Composer: a.composer, Nudge: a.mailer.Nudge}))
+	}
 	secret := cfg.SessionSecret
 	if secret == "" {
 		// Generated once and kept in the database, so restarts and other
@@ -174,9 +195,9 @@ func Build(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 	// Signups per client address and failed sign-ins per email and per
 	// address draw on the node's limiter: one bucket each for the whole
 	// cluster through Redis, in memory without.
-	acc, err := accounts.NewService(store, dir, sh.bus, accounts.NewSharedLoginThrottle(sh.limiter), cfg.BcryptCost,
-		accounts.WithSignupThrottle(accounts.NewSignupThrottle(sh.limiter, cfg.SignupRate)), accounts.WithLedger(sh.ledger, log),
+	accOpts = append(accOpts, accounts.WithSignupThrottle(accounts.NewSignupThrottle(sh.limiter, cfg.SignupRate)), accounts.WithLedger(sh.ledger, log),
 		accounts.WithDeletedOrgRetention(cfg.DeletedOrgRetention))
+	acc, err := accounts.NewService(store, dir, sh.bus, accounts.NewSharedLoginThrottle(sh.limiter), cfg.BcryptCost, accOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -219,6 +240,9 @@ func Build(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 		return nil, err
 	}
 	a.bill = newBilling(cfg, store, sh, dir, box, log)
+	if a.mailer != nil {
+		a.bill.alerts.WithMail(a.composer, a.mailer.Nudge) // budget alerts go to the owners by mail too
+	}
 	if err := a.bill.prices.Load(ctx, store); err != nil {
 		return nil, err
 	}
@@ -267,7 +291,7 @@ func Build(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 	}
 	handler := handlers.New(log, ops, handlers.Deps{
 		Deps: web.Deps{Store: store, Accounts: acc, Sessions: sessions, Providers: a.keys, Aliases: a.aliases, Billing: a.bill.billing,
-			PoolStatus: a.pool.Status, Models: a.pool.Models, LimiterStatus: sh.status, Now: time.Now, SSO: sso},
+			PoolStatus: a.pool.Status, Models: a.pool.Models, LimiterStatus: sh.status, Now: time.Now, SSO: sso, PublicURL: cfg.PublicURL},
 		Directory: dir, Pipeline: pipeline, Conversations: sh.conversations, Jobs: a.queue, Batches: a.batches, Callbacks: a.bill.billing,
 		TokenUse: a.recorder, Signatures: signing.NewVerifier(sh.nonces, nil), MaxBodyBytes: cfg.MaxBodyBytes, InFlight: a.inFlight, Latency: a.latency,
 		ResponseRetention: cfg.ResponseRetention,
@@ -320,6 +344,9 @@ func (a *App) Start(ctx context.Context) (<-chan error, error) {
 	a.worker("refusals", func(ctx context.Context) { a.keys.PersistRefusals(ctx, a.pool.Refusals()) })
 	a.worker("provider pool", a.pool.Run)
 	a.worker("prefetch give-backs", a.shared.runPrefetch)
+	if a.mailer != nil {
+		a.worker("mail outbox", a.mailer.Run)
+	}
 	a.worker("budget alerts", func(ctx context.Context) { a.bill.alerts.Run(ctx, a.queue.Deliver) })
 	a.invoicer = models.NewAdvisoryLeader(a.db, invoiceLockKey)
 	a.worker("invoices", func(ctx context.Context) { a.bill.billing.RunFinalizer(ctx, cfg.FinalizeInterval, a.invoicer) })
