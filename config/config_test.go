@@ -140,7 +140,7 @@ func TestMailSettings(t *testing.T) {
 		{map[string]string{"SLUICE_SMTP_URL": "smtp://mail.example.com"}, "SLUICE_MAIL_FROM: required with SLUICE_SMTP_URL"},
 		{map[string]string{"SLUICE_SMTP_URL": "smtp://mail.example.com", "SLUICE_MAIL_FROM": "s@example.com"}, "SLUICE_PUBLIC_URL: required with SLUICE_SMTP_URL"},
 		{map[string]string{"SLUICE_SMTP_URL": "imap://u:hunter2@mail.example.com"}, "SLUICE_SMTP_URL: must start with smtp://"},
-		{map[string]string{"SLUICE_PUBLIC_URL": "sluice.example.com"}, "SLUICE_PUBLIC_URL: \"sluice.example.com\" must be where people reach Sluice"},
+		{map[string]string{"SLUICE_PUBLIC_URL": "sluice.example.com"}, "SLUICE_PUBLIC_URL: \"sluice.example.com\" is not an absolute URL (e.g. https://sluice.example.com)"},
 		{map[string]string{"SLUICE_MAIL_FROM": "s@example.com"}, "SLUICE_MAIL_FROM: set without SLUICE_SMTP_URL"},
 	} {
 		_, err := Load(nil, env(tt.env))
