@@ -2,6 +2,9 @@ package handlers
 
 import (
 	"context"
+	"net/http"
+	"net/url"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -353,4 +356,50 @@ func auditHas(t *testing.T, s *models.Store, action, detail string) bool {
 		}
 	}
 	return false
+}
+
+// TestAdminUsersPageSendsAReset: "Send reset" on the admin's users page
+// mails the user a link (the list says so and shows none); on a Sluice
+// without mail it shows the admin the one-time link, which then sets the
+// password once.
+func TestAdminUsersPageSendsAReset(t *testing.T) {
+	mp := testmail.Start(t)
+	for _, mailed := range []bool{false, true} {
+		var opts []envOption
+		if mailed {
+			opts = append(opts, withMail(mp))
+		}
+		e := newEnv(t, testdb.SQLite(t), opts...)
+		addr := "page-reset-" + strconv.FormatBool(mailed) + "@example.com"
+		u := e.directSignup(addr)
+		admin := e.browserLogin(t, "admin@example.com", "admin-password")
+		w := admin.do("POST", "/admin/users/"+itoa(u.ID)+"/password-reset?q=page-reset", url.Values{}, nil)
+		if mailed {
+			if w.Code != http.StatusSeeOther || w.Header().Get("Location") != "/admin/users?done=reset&q=page-reset" {
+				t.Fatalf("with mail: %d %s", w.Code, w.Header().Get("Location"))
+			}
+			page := admin.do("GET", w.Header().Get("Location"), nil, nil).Body.String()
+			if !strings.Contains(page, "A password reset link is on its way to the user") || strings.Contains(page, `data-testid="user-reset-url"`) {
+				t.Fatalf("the list after a mailed reset:\n%s", page)
+			}
+			e.sendMail()
+			if got := mp.To(t, addr); len(got) != 1 {
+				t.Fatalf("mails to %s: %+v", addr, got)
+			}
+			continue
+		}
+		page := w.Body.String()
+		_, link, ok := strings.Cut(page, `data-testid="user-reset-url">`)
+		link, _, _ = strings.Cut(link, "<")
+		if w.Code != 200 || !ok || !strings.Contains(page, "Sluice sends no mail: copy this link now") || !strings.Contains(link, "/password-reset/") {
+			t.Fatalf("without mail: %d %q\n%s", w.Code, link, page)
+		}
+		tok := linkToken(t, link)
+		for i, want := range []int{200, 409} { // once
+			if w := e.do(request{method: "POST", path: "/api/auth/password-reset/confirm", body: `{"token":"` + tok + `","new_password":"password789"}`}); w.Code != want {
+				t.Fatalf("confirm %d: %d %s", i, w.Code, w.Body.String())
+			}
+		}
+		e.login(addr, "password789")
+	}
 }

@@ -270,6 +270,7 @@ func New(log *slog.Logger, ops Ops, d Deps) http.Handler {
 	adminPages.GET("/organizations/:id/export", p.AdminOrgExport)
 	adminPages.GET("/users", p.AdminUsers)
 	adminPages.POST("/users/:id/disable", p.DisableUser)
+	adminPages.POST("/users/:id/password-reset", p.SendUserReset)
 	adminPages.POST("/users/:id/enable", p.EnableUser)
 	adminPages.POST("/upgrade-requests/:id/approve", p.DecideUpgrade(true))
 	adminPages.POST("/upgrade-requests/:id/decline", p.DecideUpgrade(false))

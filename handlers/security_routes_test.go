@@ -247,6 +247,7 @@ func routeTable() []routeRow {
 		{method: "POST", route: "/admin/organizations/:id/delete", path: "/admin/organizations/{pageOrgToDelete}/delete", form: url.Values{}, want: adminPage(303)},
 		{method: "GET", route: "/admin/users", want: adminPage(200)},
 		{method: "POST", route: "/admin/users/:id/disable", path: "/admin/users/{pageUserToDisable}/disable", form: url.Values{}, want: adminPage(303)},
+		{method: "POST", route: "/admin/users/:id/password-reset", path: "/admin/users/{secondOwnerA}/password-reset", form: url.Values{}, want: adminPage(200)},
 		{method: "POST", route: "/admin/users/:id/enable", path: "/admin/users/{pageUserToEnable}/enable", form: url.Values{}, want: adminPage(303)},
 		{method: "POST", route: "/admin/upgrade-requests/:id/approve", path: "/admin/upgrade-requests/{upgradeC}/approve", form: url.Values{}, want: adminPage(303)},
 		{method: "POST", route: "/admin/upgrade-requests/:id/decline", path: "/admin/upgrade-requests/{upgradeD}/decline", form: url.Values{}, want: adminPage(303)},

@@ -359,6 +359,14 @@ type AdminUsersView struct {
 	NextURL  string // "" on the last page
 	FirstURL string // "" on the first page
 	Label    string // e.g. "12 users shown"
+	// Reset is the one-time password reset link an admin just made for a
+	// user, shown this once, on a Sluice that sends no mail.
+	Reset *AdminUserReset
+}
+
+// AdminUserReset is a reset link for the admin to pass on.
+type AdminUserReset struct {
+	Email, URL string
 }
 
 // AdminUserListRow is one user of the admin's list.
@@ -373,6 +381,7 @@ type AdminUserListRow struct {
 	Orgs       []AdminUserOrgCell
 	DisableURL string
 	EnableURL  string
+	ResetURL   string // where "Send reset" posts
 }
 
 // AdminUserOrgCell is one of a user's organizations, linked.

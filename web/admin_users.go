@@ -23,11 +23,16 @@ const adminUsersPage = 50
 var adminUsersFlashes = map[string]string{
 	"disabled": "User disabled: their sessions have ended and their API tokens stopped, on every node.",
 	"enabled":  "User enabled: they can sign in, and their API tokens that were not revoked work again.",
+	"reset":    "A password reset link is on its way to the user: it works once, for an hour, and their earlier links no longer work.",
 }
 
 // AdminUsers lists users, searched by email (?q=), a page at a time
 // (?cursor= the last id of the page before).
-func (p *Pages) AdminUsers(c *gin.Context) {
+func (p *Pages) AdminUsers(c *gin.Context) { p.adminUsers(c, nil) }
+
+// adminUsers is the users list, with a reset link just made for one of
+// them when reset is not nil.
+func (p *Pages) adminUsers(c *gin.Context, reset *templates.AdminUserReset) {
 	page, admin, _, err := p.page(c, "Users")
 	if err != nil {
 		p.fail(c, err)
@@ -63,7 +68,8 @@ func (p *Pages) AdminUsers(c *gin.Context) {
 	for _, u := range users {
 		row := templates.AdminUserListRow{ID: u.ID, Email: u.Email, Admin: u.Admin, You: u.ID == admin.ID,
 			LastSignIn: formatOptionalTime(u.LastLoginAt, "never"), Created: formatTime(u.CreatedAt),
-			DisableURL: adminUserActionURL(u.ID, "disable", search), EnableURL: adminUserActionURL(u.ID, "enable", search)}
+			DisableURL: adminUserActionURL(u.ID, "disable", search), EnableURL: adminUserActionURL(u.ID, "enable", search),
+			ResetURL: adminUserActionURL(u.ID, "password-reset", search)}
 		if u.DisabledAt != nil {
 			row.Disabled = "disabled " + formatTime(*u.DisabledAt)
 		}
@@ -73,7 +79,37 @@ func (p *Pages) AdminUsers(c *gin.Context) {
 		view.Rows = append(view.Rows, row)
 	}
 	page.Flash = adminUsersFlashes[c.Query("done")]
+	view.Reset = reset
 	render(c, http.StatusOK, templates.AdminUsers(page, view))
+}
+
+// SendUserReset makes a password reset link for a user: mailed to them,
+// or on a Sluice without mail shown to the admin this once, above the
+// list, to pass on.
+func (p *Pages) SendUserReset(c *gin.Context) {
+	id, ok := p.pathID(c, "No such user.")
+	if !ok {
+		return
+	}
+	u, _ := userOf(c)
+	token, mailed, err := p.accounts.AdminPasswordReset(c.Request.Context(), u.User, id)
+	if apperr.CodeOf(err) == apperr.NotFound {
+		err = apperr.New(apperr.NotFound, "No such user.")
+	}
+	if err != nil {
+		p.fail(c, err)
+		return
+	}
+	if mailed {
+		c.Redirect(http.StatusSeeOther, adminUsersURL(c.Query("q"), 0, "reset"))
+		return
+	}
+	target, err := p.store.User(c.Request.Context(), id)
+	if err != nil {
+		p.fail(c, err)
+		return
+	}
+	p.adminUsers(c, &templates.AdminUserReset{Email: target.Email, URL: Link(c, p.publicURL, "/password-reset/"+token)})
 }
 
 // adminUsersURL is a page of the users list.
