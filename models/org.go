@@ -30,7 +30,10 @@ type Organization struct {
 	// allows); WebhookSecret, sealed, signs them.
 	WebhookURL    string
 	WebhookSecret string
-	CreatedAt     time.Time
+	// LowBalanceThreshold is the prepaid balance at or below which its
+	// owners hear it runs low (once per fall); nil for no alert.
+	LowBalanceThreshold *money.Amount
+	CreatedAt           time.Time
 }
 
 // Budget is an organization's spending limit as its owner sets it.

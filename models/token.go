@@ -60,6 +60,8 @@ type TokenOwner struct {
 	// (MonthTerms.IncludedCredit): what a tier that blocks overage lets it
 	// spend.
 	IncludedCredit money.Amount `gorm:"-"`
+	// LowBalanceThreshold is the organization's low-balance alert, nil for none.
+	LowBalanceThreshold *money.Amount
 }
 
 const maxTokenName = 100
@@ -223,7 +225,8 @@ func (s *Store) TokenOwnerByID(ctx context.Context, id int64) (TokenOwner, error
 func (s *Store) tokenOwner(ctx context.Context, where string, arg any) (TokenOwner, error) {
 	var o TokenOwner
 	err := s.db.WithContext(ctx).Table("api_tokens").
-		Select("api_tokens.*, tiers.name AS tier_name, organizations.budget_limit, organizations.budget_hard_stop").
+		Select("api_tokens.*, tiers.name AS tier_name, organizations.budget_limit, organizations.budget_hard_stop, "+
+			"organizations.low_balance_threshold").
 		Joins("JOIN organizations ON organizations.id = api_tokens.org_id").
 		Joins("JOIN tiers ON tiers.id = organizations.tier_id").
 		Where(where, arg).Take(&o).Error
