@@ -58,6 +58,9 @@ type Caller struct {
 	Models []string
 	// TokenBudget is the token's own monthly budget, nil for none.
 	TokenBudget *money.Amount
+	// LowBalanceThreshold is the organization's low-balance alert on a
+	// prepaid tier, nil for none.
+	LowBalanceThreshold *money.Amount
 	// TokenRequestsKey names the token's own request bucket,
 	// "org:<id>|tok:<id>" (in its organization's Redis slot, so both are
 	// charged in one script); "" when it has none.
@@ -113,11 +116,15 @@ func (c Caller) TracksSpending() bool {
 }
 
 // LimitsSpending says whether anything limits what the request may cost:
-// the organization's spending limit or the token's own budget.
+// the organization's spending limit, its prepaid balance or the token's own
+// budget.
 func (c Caller) LimitsSpending() bool {
 	_, _, limited := c.SpendLimit()
-	return limited || c.TokenBudget != nil
+	return limited || c.TokenBudget != nil || c.Prepaid()
 }
+
+// Prepaid says the organization's requests spend from its prepaid balance.
+func (c Caller) Prepaid() bool { return c.Tier.Prepaid() }
 
 // Directory resolves API tokens for the gateway. It caches what the
 // database said about each token hash (negatively too, for unknown tokens)
@@ -237,7 +244,8 @@ func (d *Directory) caller(e tokenEntry) (Caller, error) {
 		RequestsKey: e.requestsKey, TPMKey: e.tpmKey, TokenKey: e.tokenKey,
 		Budget: models.Budget{Limit: e.owner.BudgetLimit, HardStop: e.owner.BudgetHardStop}, TokenPrefix: e.owner.Prefix,
 		SigningSecret: e.signingSecret, IncludedCredit: e.owner.IncludedCredit,
-		Models: e.owner.Models, TokenBudget: e.owner.MonthlyBudget, AllowedIPs: e.allowedIPs}
+		Models: e.owner.Models, TokenBudget: e.owner.MonthlyBudget, AllowedIPs: e.allowedIPs,
+		LowBalanceThreshold: e.owner.LowBalanceThreshold}
 	if rpm := e.owner.RequestsPerMinute; rpm != nil {
 		c.TokenRequestsKey, c.TokenRequestsPerMinute = e.tokenRequestsKey, *rpm
 	}

@@ -53,7 +53,7 @@ func newFixture(t *testing.T, db *models.DB, start time.Time) *fixture {
 	book := metering.NewPriceBook()
 	f := &fixture{t: t, store: store, clock: clk, book: book}
 	f.svc = New(Deps{Store: store, Directory: dir, Bus: cluster.None{}, Prices: book,
-		Ledger: metering.NewMemoryLedger(metering.StoreSeed(store)), Box: box, Webhooks: webhook.NewSender(webhook.Options{Hosts: webhook.Hosts{"hooks.example.com"}, Now: clk.Now,
+		Ledger: metering.NewMemoryLedger(metering.StoreSeed(store), metering.WithFunds(metering.StoreFunds(store))), Box: box, Webhooks: webhook.NewSender(webhook.Options{Hosts: webhook.Hosts{"hooks.example.com"}, Now: clk.Now,
 			// A public address for the allowed name, without asking DNS.
 			Lookup: func(context.Context, string) ([]netip.Addr, error) {
 				return []netip.Addr{netip.MustParseAddr("93.184.216.34")}, nil

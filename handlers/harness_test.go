@@ -140,7 +140,7 @@ func newEnv(t testing.TB, db *models.DB) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ledger := metering.NewMemoryLedger(metering.StoreSeed(store))
+	ledger := metering.NewMemoryLedger(metering.StoreSeed(store), metering.WithFunds(metering.StoreFunds(store)))
 	acc, err := accounts.NewService(store, dir, cluster.None{}, accounts.NewLoginThrottle(clk.Now), 4, accounts.WithLedger(ledger, discardLog()))
 	if err != nil {
 		t.Fatal(err)

@@ -30,6 +30,7 @@ type tierOut struct {
 	MaxAPITokens          int     `json:"max_api_tokens"`
 	MaxQueuedJobs         int64   `json:"max_queued_jobs"`
 	MaxPendingBatchLines  int64   `json:"max_pending_batch_lines"`
+	Billing               string  `json:"billing"`
 	// TermsEffectiveFrom is when the fee, credit and overage took effect.
 	TermsEffectiveFrom time.Time `json:"terms_effective_from"`
 }
@@ -37,7 +38,7 @@ type tierOut struct {
 func toTierOut(t models.Tier) tierOut {
 	return tierOut{t.Name, t.Capacity, t.RefillPerSec, t.EffectiveRefill(), t.TokensPerMinute, t.FreezeThreshold, t.FreezeMinutes,
 		t.Autotune, t.RefillFloor, t.UpstreamFallback, t.MonthlyFee.String(), t.IncludedCredit.String(), t.Overage, t.BillCacheHits,
-		t.BatchFileBytes, t.MaxAPITokens, t.MaxQueuedJobs, t.MaxPendingBatchLines, t.TermsFrom.UTC()}
+		t.BatchFileBytes, t.MaxAPITokens, t.MaxQueuedJobs, t.MaxPendingBatchLines, t.Billing, t.TermsFrom.UTC()}
 }
 
 func (m *manage) listTiers(c *gin.Context) {
@@ -73,6 +74,7 @@ type tierIn struct {
 	MaxAPITokens    *int     `json:"max_api_tokens"`
 	MaxQueuedJobs   *int64   `json:"max_queued_jobs"`
 	MaxPendingLines *int64   `json:"max_pending_batch_lines"`
+	Billing         *string  `json:"billing"`
 }
 
 // apply merges the given fields into l, reading money from decimal strings.
@@ -91,6 +93,7 @@ func (in tierIn) apply(l *models.TierSettings) error {
 	set(&l.MaxAPITokens, in.MaxAPITokens)
 	set(&l.MaxQueuedJobs, in.MaxQueuedJobs)
 	set(&l.MaxPendingBatchLines, in.MaxPendingLines)
+	set(&l.Billing, in.Billing)
 	for _, f := range []struct {
 		name string
 		in   *string

@@ -25,6 +25,37 @@ type BudgetAlerts struct {
 	log   *slog.Logger
 	now   func() time.Time
 	queue chan crossing
+	low   chan lowBalance
+	mail  LowBalanceMail
+}
+
+// LowBalanceMail mails an organization's owners that its prepaid balance
+// fell to balance, at or below their threshold. It is the hook the mail
+// outbox plugs into (WithLowBalanceMail); without it only the webhook is
+// sent.
+type LowBalanceMail func(ctx context.Context, orgID int64, balance, threshold money.Amount) error
+
+// lowBalance is a prepaid balance that fell to or below its threshold.
+type lowBalance struct {
+	orgID              int64
+	threshold, balance money.Amount
+}
+
+// WithLowBalanceMail has low-balance alerts mailed too.
+func (a *BudgetAlerts) WithLowBalanceMail(mail LowBalanceMail) *BudgetAlerts {
+	a.mail = mail
+	return a
+}
+
+// BalanceLow notes that a settlement took orgID's prepaid balance to
+// balance, at or below its threshold from above it. It never blocks, as
+// Spent does not.
+func (a *BudgetAlerts) BalanceLow(orgID int64, threshold, balance money.Amount) {
+	select {
+	case a.low <- lowBalance{orgID, threshold, balance}:
+	default:
+		a.log.Error("low-balance alert dropped: the alert queue is full", "org_id", orgID)
+	}
 }
 
 // Deliver queues a signed POST of body to an organization's url: the
@@ -41,7 +72,7 @@ type crossing struct {
 
 // NewBudgetAlerts returns alerts recorded in store.
 func NewBudgetAlerts(store *models.Store, log *slog.Logger, now func() time.Time) *BudgetAlerts {
-	return &BudgetAlerts{store: store, log: log, now: now, queue: make(chan crossing, 1024)}
+	return &BudgetAlerts{store: store, log: log, now: now, queue: make(chan crossing, 1024), low: make(chan lowBalance, 1024)}
 }
 
 // Spent notes that a settlement moved orgID's spending from before to
@@ -104,6 +135,8 @@ func (a *BudgetAlerts) Run(ctx context.Context, deliver Deliver) {
 			return
 		case c := <-a.queue:
 			a.send(ctx, c, deliver)
+		case l := <-a.low:
+			a.sendLow(ctx, l, deliver)
 		}
 	}
 }
@@ -137,5 +170,42 @@ func (a *BudgetAlerts) send(ctx context.Context, c crossing, deliver Deliver) {
 		Percent: c.percent, Spent: c.spent.String(), Limit: c.limit.String(), Currency: "USD", SentAt: a.now().UTC().Format(time.RFC3339)})
 	if err := deliver(ctx, c.orgID, o.WebhookURL, body); err != nil {
 		a.log.Error("queueing a budget alert's webhook failed", "org_id", c.orgID, "percent", c.percent, "err", err)
+	}
+}
+
+// lowBody is the low-balance webhook's JSON.
+type lowBody struct {
+	Type           string `json:"type"`
+	OrganizationID int64  `json:"organization_id"`
+	Balance        string `json:"balance"`
+	Threshold      string `json:"threshold"`
+	Currency       string `json:"currency"`
+	SentAt         string `json:"sent_at"`
+}
+
+// sendLow records a low-balance alert, once per fall however many nodes
+// see it, then posts the webhook and mails the owners.
+func (a *BudgetAlerts) sendLow(ctx context.Context, l lowBalance, deliver Deliver) {
+	detail := fmt.Sprintf("the prepaid balance fell to %s, at or below the alert at %s", l.balance, l.threshold)
+	fresh, err := a.store.RecordLowBalanceAlert(ctx, l.orgID, detail)
+	if err != nil || !fresh {
+		if err != nil {
+			a.log.Error("recording a low-balance alert failed", "org_id", l.orgID, "err", err)
+		}
+		return
+	}
+	if a.mail != nil {
+		if err := a.mail(ctx, l.orgID, l.balance, l.threshold); err != nil {
+			a.log.Error("mailing a low-balance alert failed", "org_id", l.orgID, "err", err)
+		}
+	}
+	o, err := a.store.Organization(ctx, l.orgID)
+	if err != nil || o.WebhookURL == "" {
+		return
+	}
+	body, _ := json.Marshal(lowBody{Type: "balance.low", OrganizationID: l.orgID, Balance: l.balance.String(),
+		Threshold: l.threshold.String(), Currency: "USD", SentAt: a.now().UTC().Format(time.RFC3339)})
+	if err := deliver(ctx, l.orgID, o.WebhookURL, body); err != nil {
+		a.log.Error("queueing a low-balance alert's webhook failed", "org_id", l.orgID, "err", err)
 	}
 }
