@@ -234,6 +234,8 @@ func New(log *slog.Logger, ops Ops, d Deps) http.Handler {
 	member.POST("/billing/time-zone", p.SetTimeZone)
 	member.POST("/billing/webhook", p.SetWebhook)
 	member.POST("/billing/upgrade", p.RequestUpgrade)
+	member.POST("/billing/redeem", p.Redeem)             // members too: a code credits the organization
+	member.POST("/billing/low-balance", p.SetLowBalance) // owners
 	adminPages := b.Group("/admin", p.RequireAdmin)
 	adminPages.GET("", p.AdminHome)
 	adminPages.GET("/organizations", p.AdminOverview)
@@ -241,6 +243,9 @@ func New(log *slog.Logger, ops Ops, d Deps) http.Handler {
 	adminPages.GET("/organizations/:id/invoices/:invoice", p.AdminInvoice)
 	adminPages.GET("/organizations/:id/invoices/:invoice/csv", p.AdminInvoiceCSV)
 	adminPages.POST("/organizations/:id/tier", p.SetOrganizationTier)
+	adminPages.POST("/organizations/:id/balance-adjustments", p.AdjustBalance)
+	adminPages.GET("/redeem-codes", p.AdminRedeemCodes)
+	adminPages.POST("/redeem-codes", p.CreateRedeemCode)
 	adminPages.POST("/upgrade-requests/:id/approve", p.DecideUpgrade(true))
 	adminPages.POST("/upgrade-requests/:id/decline", p.DecideUpgrade(false))
 	adminPages.GET("/tiers", p.AdminTiers)
