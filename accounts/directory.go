@@ -94,11 +94,13 @@ func (c Caller) AllowsAddress(addr netip.Addr) bool {
 
 // SpendLimit is what the organization may spend in a month before its
 // requests are refused, and what that limit is called: the month's
-// included credit when the tier blocks overage, the budget when it is a
+// included credit when the tier blocks overage (and is not prepaid), the budget when it is a
 // hard stop, the lower of the two when both apply. ok is false when
 // nothing limits spending.
 func (c Caller) SpendLimit() (limit money.Amount, what string, ok bool) {
-	if c.Tier.Overage == models.OverageBlock {
+	// On a prepaid tier the balance is what limits spending; the included
+	// credit is an invoiced tier's.
+	if c.Tier.Overage == models.OverageBlock && !c.Tier.Prepaid() {
 		limit, what, ok = c.IncludedCredit, "the "+c.Tier.Name+" tier's included credit", true
 	}
 	if b := c.Budget.Limit; b != nil && c.Budget.HardStop && (!ok || *b < limit) {

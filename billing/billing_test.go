@@ -325,3 +325,18 @@ func TestMonthsNoNodeClosedAreClosedLater(t *testing.T) {
 		}
 	})
 }
+
+// Usage paid from a prepaid balance is taken off the invoice, never more
+// than the usage, so it is not paid twice; the fee stays.
+func TestUsagePaidFromTheBalanceIsNotInvoicedAgain(t *testing.T) {
+	period := time.Date(2026, 2, 1, 0, 0, 0, 0, time.UTC)
+	terms := wholeMonth(period, models.TierTerms{TierName: "prepaid", MonthlyFee: 5 * money.Dollar})
+	inv := BuildPaid(terms, []Usage{{Model: "a", PriceID: 1, Cost: 12*money.Dollar + money.Picodollar}}, 12*money.Dollar+money.Picodollar)
+	if inv.Total != 5*money.Dollar || len(inv.Lines) != 3 || inv.Lines[2].Kind != LinePrepaid || inv.Lines[2].Amount != -12*money.Dollar {
+		t.Fatalf("%+v", inv)
+	}
+	// More paid than used this month (usage a later rollup lags): no credit beyond the usage.
+	if inv := BuildPaid(terms, []Usage{{Model: "a", PriceID: 1, Cost: money.Dollar}}, 3*money.Dollar); inv.Total != 5*money.Dollar {
+		t.Fatalf("total %s", inv.Total)
+	}
+}

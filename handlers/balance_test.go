@@ -431,3 +431,18 @@ func addMember(t *testing.T, e *env, owner, email string) string {
 	}
 	return decode(t, w)["token"].(string)
 }
+
+// On a prepaid tier the balance limits spending, not the included credit
+// an invoiced tier blocks at.
+func TestAPrepaidTierIsNotHeldToItsIncludedCredit(t *testing.T) {
+	e := newEnv(t, testdb.SQLite(t))
+	admin, _, key, _ := prepaidEnv(t, e, "1.00")
+	if w := e.do(request{method: "PUT", path: "/api/admin/tiers/free", bearer: admin, body: `{"included_credit":"0.000001","overage":"block"}`}); w.Code != 200 {
+		t.Fatalf("tier: %d %s", w.Code, w.Body.String())
+	}
+	for i := range 3 {
+		if r := chatWith(e, key, prepaidBody, nil); r.Code != 200 {
+			t.Fatalf("request %d past the included credit: %d %s", i, r.Code, r.Body)
+		}
+	}
+}

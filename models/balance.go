@@ -230,6 +230,15 @@ func (s *Store) BalanceSpending(ctx context.Context, orgID int64, from time.Time
 	return rows, dbErr(err, "balance spending")
 }
 
+// BalanceSpentBetween is what orgID spent from its balance on the days
+// (UTC) in [from, to).
+func (s *Store) BalanceSpentBetween(ctx context.Context, orgID int64, from, to time.Time) (money.Amount, error) {
+	var n money.Amount
+	err := s.db.WithContext(ctx).Raw(`SELECT COALESCE(SUM(amount), 0) FROM balance_spending WHERE org_id = ? AND day >= ? AND day < ?`,
+		orgID, from.UTC(), to.UTC()).Scan(&n).Error
+	return n, dbErr(err, "balance spending")
+}
+
 // SetLowBalanceThreshold sets (nil: removes) the balance at which orgID's
 // owners hear it runs low, and re-arms the alert.
 func (s *Store) SetLowBalanceThreshold(ctx context.Context, actor User, orgID int64, threshold *money.Amount) (Organization, error) {

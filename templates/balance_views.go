@@ -26,6 +26,8 @@ type BalanceView struct {
 	// Threshold is the owner's low-balance alert, "" for none;
 	// ThresholdInput refills the form after a refusal.
 	Threshold, ThresholdInput string
+	// ThresholdAmount is Threshold as the form takes it ("4.99").
+	ThresholdAmount string
 	// CanEdit says the visitor may set the alert (an owner).
 	CanEdit bool
 	// PaymentsOff, when set, says why there is no top-up by card.

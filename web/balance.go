@@ -31,7 +31,7 @@ func (p *Pages) balanceView(ctx context.Context, u models.Member, st dashboardSt
 		Available: dollars(b.Available), Empty: b.Prepaid && b.Available == 0, Low: b.Alerted && b.Threshold != nil,
 		CanEdit: canManageBilling(u), ThresholdInput: st.thresholdInput, RedeemInput: st.redeemInput}
 	if b.Threshold != nil {
-		v.Threshold = dollars(*b.Threshold)
+		v.Threshold, v.ThresholdAmount = dollars(*b.Threshold), b.Threshold.String()
 	}
 	if !b.Payments {
 		v.PaymentsOff = "Top-ups by card are not set up on this server; ask your operator for a redeem code."

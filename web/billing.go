@@ -202,6 +202,9 @@ func (p *Pages) billingView(ctx context.Context, u models.Member, o models.Organ
 	plan.ReadOnly = !canManageBilling(u)
 	v := &templates.BillingView{Usage: usage, Spend: spendView(budget, o.Tier.Name, loc), Invoices: invoices, Plan: plan, Notice: st.notice,
 		Balance: balance}
+	if o.Tier.Prepaid() {
+		v.Spend.CreditUsedUp = false // the balance limits spending, not the included credit
+	}
 	v.Settings = templates.SettingsView{CanEdit: canManageBilling(u), TimeZone: loc.String(), TimeZoneInput: st.timeZone,
 		WebhookURL: o.WebhookURL, WebhookInput: st.webhookURL, WebhookSecret: st.webhookSecret,
 		Budget: templates.BudgetForm{HardStop: true}}
