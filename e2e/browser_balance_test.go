@@ -55,7 +55,9 @@ func TestBrowserPrepaidBalance(t *testing.T) {
 	if err != nil {
 		t.Fatalf("admin sets the free tier prepaid: %v", err)
 	}
-	var tiers struct{ Data []struct{ Name, Billing string } }
+	var tiers struct {
+		Data []struct{ Name, Billing string }
+	}
 	c.call("GET", "/api/admin/tiers", adminAPI.Token, "", &tiers)
 	if got := fmt.Sprint(tiers.Data); !strings.Contains(got, "{free prepaid}") || !strings.Contains(got, "{premium invoice}") {
 		t.Fatalf("tiers after the form: %s", got)
