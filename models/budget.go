@@ -101,8 +101,10 @@ func (s *Store) LedgerReserve(ctx context.Context, period time.Time, amount mone
 		for i, h := range holds {
 			r := ledgerRow(h.Account, period)
 			args := append(append([]any{amount}, r.args...), amount, h.Limit)
+			// The casts keep Postgres from typing the amounts by the 0 of a
+			// budget's credits (int4).
 			res := tx.Raw(`UPDATE `+r.table+` SET reserved = reserved + ? WHERE `+r.where+`
-				AND spent + reserved + ? + `+r.withdrawn+` <= ? + `+r.credited+` RETURNING `+r.returning, args...).Scan(&bs[i])
+				AND spent + reserved + CAST(? AS BIGINT) + `+r.withdrawn+` <= CAST(? AS BIGINT) + `+r.credited+` RETURNING `+r.returning, args...).Scan(&bs[i])
 			if res.Error != nil {
 				return res.Error
 			}
