@@ -62,6 +62,9 @@ type Caller struct {
 	Models []string
 	// TokenBudget is the token's own monthly budget, nil for none.
 	TokenBudget *money.Amount
+	// LowBalanceThreshold is the organization's low-balance alert on a
+	// prepaid tier, nil for none.
+	LowBalanceThreshold *money.Amount
 	// TokenRequestsKey names the token's own request bucket,
 	// "org:<id>|tok:<id>" (in its organization's Redis slot, so both are
 	// charged in one script); "" when it has none.
@@ -95,11 +98,13 @@ func (c Caller) AllowsAddress(addr netip.Addr) bool {
 
 // SpendLimit is what the organization may spend in a month before its
 // requests are refused, and what that limit is called: the month's
-// included credit when the tier blocks overage, the budget when it is a
+// included credit when the tier blocks overage (and is not prepaid), the budget when it is a
 // hard stop, the lower of the two when both apply. ok is false when
 // nothing limits spending.
 func (c Caller) SpendLimit() (limit money.Amount, what string, ok bool) {
-	if c.Tier.Overage == models.OverageBlock {
+	// On a prepaid tier the balance is what limits spending; the included
+	// credit is an invoiced tier's.
+	if c.Tier.Overage == models.OverageBlock && !c.Tier.Prepaid() {
 		limit, what, ok = c.IncludedCredit, "the "+c.Tier.Name+" tier's included credit", true
 		if c.CreditWithheld {
 			what = "the " + c.Tier.Name + " tier's included credit, which waits for a verified email: an owner of the organization must confirm " +
@@ -121,11 +126,15 @@ func (c Caller) TracksSpending() bool {
 }
 
 // LimitsSpending says whether anything limits what the request may cost:
-// the organization's spending limit or the token's own budget.
+// the organization's spending limit, its prepaid balance or the token's own
+// budget.
 func (c Caller) LimitsSpending() bool {
 	_, _, limited := c.SpendLimit()
-	return limited || c.TokenBudget != nil
+	return limited || c.TokenBudget != nil || c.Prepaid()
 }
+
+// Prepaid says the organization's requests spend from its prepaid balance.
+func (c Caller) Prepaid() bool { return c.Tier.Prepaid() }
 
 // Directory resolves API tokens for the gateway. It caches what the
 // database said about each token hash (negatively too, for unknown tokens)
@@ -260,7 +269,8 @@ func (d *Directory) caller(e tokenEntry) (Caller, error) {
 		RequestsKey: e.requestsKey, TPMKey: e.tpmKey, TokenKey: e.tokenKey,
 		Budget: models.Budget{Limit: e.owner.BudgetLimit, HardStop: e.owner.BudgetHardStop}, TokenPrefix: e.owner.Prefix,
 		SigningSecret: e.signingSecret, IncludedCredit: e.owner.IncludedCredit, CreditWithheld: e.owner.CreditWithheld,
-		Models: e.owner.Models, TokenBudget: e.owner.MonthlyBudget, AllowedIPs: e.allowedIPs}
+		Models: e.owner.Models, TokenBudget: e.owner.MonthlyBudget, AllowedIPs: e.allowedIPs,
+		LowBalanceThreshold: e.owner.LowBalanceThreshold}
 	if rpm := e.owner.RequestsPerMinute; rpm != nil {
 		c.TokenRequestsKey, c.TokenRequestsPerMinute = e.tokenRequestsKey, *rpm
 	}

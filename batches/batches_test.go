@@ -145,7 +145,7 @@ func newFixture(t *testing.T, db *models.DB, url string) *fixture {
 	f.pipe = completion.New(completion.Deps{Log: slog.New(slog.DiscardHandler), Now: time.Now, Limiter: quota.NewMemory(nil), Freezes: f.dir,
 		Freezer: acc, Detector: quota.NewDetector(quota.NewMemoryWindow(nil)), Scorer: quota.NewValueScorer(quota.ValueRules{}, nil),
 		PriorityWeights: map[string]int64{"low": 1, "normal": 1, "high": 2}, DefaultMaxTokens: 16, Local: m, Providers: pool,
-		Prices: metering.NewPriceBook(), Ledger: metering.NewMemoryLedger(metering.StoreSeed(f.store)), Alerts: noAlerts{},
+		Prices: metering.NewPriceBook(), Ledger: metering.NewMemoryLedger(metering.StoreSeed(f.store), metering.WithFunds(metering.StoreFunds(f.store))), Alerts: noAlerts{},
 		Recorder: recorder{f.store}})
 	f.svc = f.service(db)
 	return f

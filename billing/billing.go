@@ -20,6 +20,7 @@ import (
 	"github.com/sluicehq/sluice/metering"
 	"github.com/sluicehq/sluice/models"
 	"github.com/sluicehq/sluice/money"
+	"github.com/sluicehq/sluice/quota"
 	"github.com/sluicehq/sluice/secrets"
 	"github.com/sluicehq/sluice/webhook"
 )
@@ -38,6 +39,9 @@ type Service struct {
 	webhooks *webhook.Sender
 	log      *slog.Logger
 	now      func() time.Time
+
+	redeemThrottle *redeemThrottle
+	payments       bool
 }
 
 // Deps are what a Service is built from.
@@ -51,12 +55,19 @@ type Deps struct {
 	Webhooks  *webhook.Sender // signs and sends budget webhooks and job callbacks, to allowed hosts only
 	Log       *slog.Logger
 	Now       func() time.Time
+	// Limiter holds the redeem attempts' buckets, RedeemRate of them an
+	// hour per organization and per client address; nil or 0: unthrottled.
+	Limiter    quota.Limiter
+	RedeemRate int
+	// Payments says top-ups by card (Stripe) are set up; off, the balance
+	// pages say so and point to redeem codes.
+	Payments bool
 }
 
 // New returns the billing service.
 func New(d Deps) *Service {
 	return &Service{store: d.Store, dir: d.Directory, bus: d.Bus, prices: d.Prices, ledger: d.Ledger, box: d.Box,
-		webhooks: d.Webhooks, log: d.Log, now: d.Now}
+		webhooks: d.Webhooks, log: d.Log, now: d.Now, redeemThrottle: newRedeemThrottle(d.Limiter, d.RedeemRate), payments: d.Payments}
 }
 
 // OpenSecret opens a sealed webhook secret, for the alerts that sign with it.

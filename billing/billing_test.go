@@ -53,7 +53,7 @@ func newFixture(t *testing.T, db *models.DB, start time.Time) *fixture {
 	book := metering.NewPriceBook()
 	f := &fixture{t: t, store: store, clock: clk, book: book}
 	f.svc = New(Deps{Store: store, Directory: dir, Bus: cluster.None{}, Prices: book,
-		Ledger: metering.NewMemoryLedger(metering.StoreSeed(store)), Box: box, Webhooks: webhook.NewSender(webhook.Options{Hosts: webhook.Hosts{"hooks.example.com"}, Now: clk.Now,
+		Ledger: metering.NewMemoryLedger(metering.StoreSeed(store), metering.WithFunds(metering.StoreFunds(store))), Box: box, Webhooks: webhook.NewSender(webhook.Options{Hosts: webhook.Hosts{"hooks.example.com"}, Now: clk.Now,
 			// A public address for the allowed name, without asking DNS.
 			Lookup: func(context.Context, string) ([]netip.Addr, error) {
 				return []netip.Addr{netip.MustParseAddr("93.184.216.34")}, nil
@@ -324,4 +324,19 @@ func TestMonthsNoNodeClosedAreClosedLater(t *testing.T) {
 			t.Fatalf("months after the outage: %v, want October and November final", closed)
 		}
 	})
+}
+
+// Usage paid from a prepaid balance is taken off the invoice, never more
+// than the usage, so it is not paid twice; the fee stays.
+func TestUsagePaidFromTheBalanceIsNotInvoicedAgain(t *testing.T) {
+	period := time.Date(2026, 2, 1, 0, 0, 0, 0, time.UTC)
+	terms := wholeMonth(period, models.TierTerms{TierName: "prepaid", MonthlyFee: 5 * money.Dollar})
+	inv := BuildPaid(terms, []Usage{{Model: "a", PriceID: 1, Cost: 12*money.Dollar + money.Picodollar}}, 12*money.Dollar+money.Picodollar)
+	if inv.Total != 5*money.Dollar || len(inv.Lines) != 3 || inv.Lines[2].Kind != LinePrepaid || inv.Lines[2].Amount != -12*money.Dollar {
+		t.Fatalf("%+v", inv)
+	}
+	// More paid than used this month (usage a later rollup lags): no credit beyond the usage.
+	if inv := BuildPaid(terms, []Usage{{Model: "a", PriceID: 1, Cost: money.Dollar}}, 3*money.Dollar); inv.Total != 5*money.Dollar {
+		t.Fatalf("total %s", inv.Total)
+	}
 }

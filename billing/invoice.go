@@ -35,6 +35,8 @@ const (
 	LineFee    = "fee"
 	LineUsage  = "usage"
 	LineCredit = "credit"
+	// LinePrepaid is usage already paid from the prepaid balance.
+	LinePrepaid = "prepaid"
 )
 
 // Line is one line of an invoice. Usage lines are per model and price
@@ -86,7 +88,13 @@ type Usage struct {
 // of the month, exactly. Each line is rounded once, half-up to the cent;
 // the total is the sum of the rounded lines, so the lines always add up to
 // it. Lines that come to nothing are left out.
-func Build(plan models.MonthTerms, usage []Usage) Invoice {
+func Build(plan models.MonthTerms, usage []Usage) Invoice { return BuildPaid(plan, usage, 0) }
+
+// BuildPaid is Build for an organization that paid prepaid of the month's
+// usage from its balance: a negative line takes it off the usage (rounded
+// once, never more than the usage), before the included credit covers
+// what is left, so usage paid in advance is never invoiced again.
+func BuildPaid(plan models.MonthTerms, usage []Usage, prepaid money.Amount) Invoice {
 	period := plan.Period
 	inv := Invoice{PeriodStart: period, PeriodEnd: period.AddDate(0, 1, 0), Status: Draft, Currency: "USD"}
 	for _, t := range plan.Terms {
@@ -119,6 +127,10 @@ func Build(plan models.MonthTerms, usage []Usage) Invoice {
 		inv.Lines = append(inv.Lines, l)
 	}
 	left := usageTotal
+	if paid := min(prepaid.RoundCents(), left); paid > 0 {
+		inv.Lines = append(inv.Lines, Line{Kind: LinePrepaid, Description: "Usage paid from the prepaid balance", Amount: -paid})
+		left -= paid
+	}
 	if plan.CreditWithheld {
 		left = 0 // no credit line: it waits for a verified owner's email
 	}

@@ -90,7 +90,11 @@ func (s *Service) build(ctx context.Context, orgID int64, period time.Time) (Inv
 			CompletionTokens: u.CompletionTokens, CachedTokens: u.CachedTokens, Cost: u.Cost,
 			InputPrice: p.InputPerMTok, OutputPrice: p.OutputPerMTok, CachedInputPrice: p.CachedInputPerMTok, EffectiveFrom: p.EffectiveFrom}
 	}
-	return Build(plan, usage), nil
+	prepaid, err := s.store.BalanceSpentBetween(ctx, orgID, period, period.AddDate(0, 1, 0))
+	if err != nil {
+		return Invoice{}, err
+	}
+	return BuildPaid(plan, usage, prepaid), nil
 }
 
 // FinalizeIfLeading runs FinalizeDue when this node leads, so one node

@@ -419,11 +419,12 @@ const tokensRecheck = time.Second
 
 // reserveBudget holds the request's worst-case cost in the budget ledger
 // when its spending is limited: by the organization's spending limit, by
-// its token's own budget, or both, reserved on both or on neither.
+// its token's own budget, by its prepaid balance, or several, reserved on
+// all of them or on none, in one ledger call (one round trip).
 // Nothing is reserved for an unpriced model, nor when nothing limits
 // spending (a soft budget is only tracked, at settlement).
 func (p *Pipeline) reserveBudget(ctx context.Context, c *call) error {
-	var holds [2]metering.Hold
+	var holds [3]metering.Hold
 	n := 0
 	orgLimit, orgWhat, orgLimited := c.caller.SpendLimit()
 	if orgLimited {
@@ -432,6 +433,11 @@ func (p *Pipeline) reserveBudget(ctx context.Context, c *call) error {
 	}
 	if b := c.caller.TokenBudget; b != nil {
 		holds[n] = metering.Hold{Account: metering.TokenAccount(c.caller.OrgID, c.caller.TokenID), Limit: *b}
+		n++
+	}
+	if c.caller.Prepaid() {
+		// All a prepaid balance may spend is what was credited to it.
+		holds[n] = metering.Hold{Account: metering.PrepaidAccount(c.caller.OrgID)}
 		n++
 	}
 	if n == 0 {
@@ -453,21 +459,27 @@ func (p *Pipeline) reserveBudget(ctx context.Context, c *call) error {
 	if !ok {
 		p.rejected(c.caller, c.req.Model, metering.RejectedBudget)
 		i := max(metering.Short(bs, holds[:n], worst), 0)
-		limit, what := holds[i].Limit, orgWhat
-		if holds[i].Account.TokenID != 0 {
-			what = tokenBudgetName
-		}
-		left := max(limit-bs[i].Spent-bs[i].Reserved, 0)
 		tokens := strconv.FormatInt(c.prompt, 10) + " prompt tokens and " + strconv.FormatInt(c.completion, 10) + " completion tokens" + boundNote(c)
 		if c.req.isEmbeddings() {
 			tokens = strconv.FormatInt(c.prompt, 10) + " input tokens"
 		}
+		cost := "this request may cost up to $" + worst.String() + " (" + tokens + aliasNote(c) + ")"
+		if holds[i].Account.Prepaid {
+			return &apperr.Error{Code: apperr.NoCredit, Reason: "insufficient_quota",
+				Message: cost + ", more than is left of the organization's prepaid balance ($" + max(bs[i].Left(0), 0).String() +
+					"); top up on the dashboard's balance page, or redeem a code there or with POST /api/balance/redeem"}
+		}
+		limit, what := holds[i].Limit, orgWhat
+		if holds[i].Account.TokenID != 0 {
+			what = tokenBudgetName
+		}
+		left := max(bs[i].Left(limit), 0)
 		return &apperr.Error{Code: apperr.NoCredit, Reason: "insufficient_quota",
-			Message: "this request may cost up to $" + worst.String() + " (" + tokens + aliasNote(c) + "), more than is left of " + what +
+			Message: cost + ", more than is left of " + what +
 				" ($" + left.String() + " of $" + limit.String() + " this month); it resets at " +
 				metering.PeriodEnd(period).Format(time.RFC3339)}
 	}
-	c.reserved, c.reservedOrg = worst, orgLimited
+	c.reserved, c.reservedOrg, c.prepaid = worst, orgLimited, c.caller.Prepaid()
 	return nil
 }
 
@@ -490,15 +502,16 @@ func aliasNote(c *call) string {
 }
 
 // settleBudget moves the reservation to the real cost, on the
-// organization's balance when it follows its spending and on the token's
-// when it has a budget, in one ledger call, and tells the alerts how
-// spending moved against the organization's budget.
+// organization's balance when it follows its spending, on the token's when
+// it has a budget and on the prepaid balance the request reserved on, in
+// one ledger call, and tells the alerts how spending moved against the
+// organization's budget and how its prepaid balance fell.
 func (p *Pipeline) settleBudget(ctx context.Context, c *call, cost money.Amount) {
 	org, tok := c.caller.TracksSpending(), c.caller.TokenBudget != nil
-	if !org && !tok || c.reserved == 0 && cost == 0 {
+	if !org && !tok && !c.prepaid || c.reserved == 0 && cost == 0 {
 		return
 	}
-	var rs [2]metering.Release
+	var rs [3]metering.Release
 	n := 0
 	if org {
 		rs[n] = metering.Release{Account: metering.OrgAccount(c.caller.OrgID)}
@@ -511,6 +524,10 @@ func (p *Pipeline) settleBudget(ctx context.Context, c *call, cost money.Amount)
 		rs[n] = metering.Release{Account: metering.TokenAccount(c.caller.OrgID, c.caller.TokenID), Reserved: c.reserved}
 		n++
 	}
+	if c.prepaid {
+		rs[n] = metering.Release{Account: metering.PrepaidAccount(c.caller.OrgID), Reserved: c.reserved}
+		n++
+	}
 	period := metering.Period(c.start)
 	bs, err := p.d.Ledger.Settle(ctx, period, cost, rs[:n]...)
 	if err != nil {
@@ -519,6 +536,13 @@ func (p *Pipeline) settleBudget(ctx context.Context, c *call, cost money.Amount)
 	}
 	if budget := c.caller.Budget.Limit; org && budget != nil {
 		p.d.Alerts.Spent(c.caller.OrgID, *budget, period, bs[0].Spent-cost, bs[0].Spent)
+	}
+	if th := c.caller.LowBalanceThreshold; c.prepaid && th != nil && p.d.BalanceAlerts != nil && cost > 0 {
+		b := bs[n-1]
+		after := b.Credited - b.Withdrawn - b.Spent
+		if after+cost > *th && after <= *th {
+			p.d.BalanceAlerts.BalanceLow(c.caller.OrgID, *th, after)
+		}
 	}
 }
 

@@ -88,6 +88,12 @@ type Alerts interface {
 	Spent(orgID int64, limit money.Amount, period time.Time, before, after money.Amount)
 }
 
+// BalanceAlerts hears that a settlement took an organization's prepaid
+// balance from above its low-balance threshold to at or below it.
+type BalanceAlerts interface {
+	BalanceLow(orgID int64, threshold, balance money.Amount)
+}
+
 // Deps are what a Pipeline is built from. Cache, Conversations and
 // Providers may be nil: that step is then off (no response cache, no
 // X-Sluice-Session histories, only the local model).
@@ -122,11 +128,14 @@ type Deps struct {
 	Conversations conversations.Store
 	HistoryBudget int // tokens of history kept in front of a request
 
-	Prices   *metering.PriceBook
-	Ledger   metering.Ledger // budgets and blocking included credit
-	Alerts   Alerts
-	Recorder Recorder
-	Metrics  *metrics.Gateway // nil: not counted
+	Prices *metering.PriceBook
+	Ledger metering.Ledger // budgets and blocking included credit
+	Alerts Alerts
+	// BalanceAlerts hears prepaid balances falling below their
+	// threshold; nil: none.
+	BalanceAlerts BalanceAlerts
+	Recorder      Recorder
+	Metrics       *metrics.Gateway // nil: not counted
 	// LogPrompts logs each exchange's prompt and reply, redacted: only when
 	// an operator asks for it (SLUICE_LOG_PROMPTS).
 	LogPrompts bool
@@ -190,6 +199,9 @@ type call struct {
 	// reservedOrg says the reservation is held on the organization's
 	// balance too, not only on the token's.
 	reservedOrg bool
+	// prepaid says the reservation is held on the organization's prepaid
+	// balance: the request's cost is debited from it.
+	prepaid bool
 }
 
 // messages are the call's messages as text: history, then the request's.
@@ -303,7 +315,7 @@ func (p *Pipeline) record(c *call, out Served) {
 		CacheCreationTokens: out.Usage.CacheCreationTokens, ReasoningTokens: out.Usage.ReasoningTokens, Dialect: c.req.dialect(),
 		Cost: cost, PriceID: priceID, Status: out.Status,
 		LatencyMs: int(p.d.Now().Sub(c.start) / time.Millisecond), CreatedAt: c.start.UTC(),
-		Cached: out.Cached, Fallback: out.Fallback,
+		Cached: out.Cached, Fallback: out.Fallback, Prepaid: c.prepaid,
 	}
 	if out.KeyID != 0 {
 		keyID := out.KeyID // a copy, so out itself stays on the stack

@@ -90,6 +90,7 @@ type Config struct {
 	// Security.
 	TrustedProxies []netip.Prefix // SLUICE_TRUSTED_PROXIES: proxies whose X-Forwarded-For and X-Forwarded-Proto are believed; none by default
 	SignupRate     int            // SLUICE_SIGNUP_RATE: signups an hour per client address; 0 = not throttled
+	RedeemRate     int            // SLUICE_REDEEM_RATE: redeem-code attempts an hour per organization and per client address; 0 = not throttled
 
 	// Observability.
 	LogFormat    string // SLUICE_LOG_FORMAT: json (default with DATABASE_URL) or text (default embedded)
@@ -180,6 +181,7 @@ func Load(args []string, getenv func(string) string) (Config, error) {
 		// Security.
 		TrustedProxies: r.prefixes("SLUICE_TRUSTED_PROXIES"),
 		SignupRate:     int(r.int64("SLUICE_SIGNUP_RATE", 5, 0, MaxSignupRate)),
+		RedeemRate:     int(r.int64("SLUICE_REDEEM_RATE", 10, 0, MaxSignupRate)),
 
 		// Observability.
 		MetricsAddr:  r.str("SLUICE_METRICS_ADDR", ""),

@@ -183,7 +183,7 @@ func newEnv(t testing.TB, db *models.DB, opts ...envOption) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ledger := metering.NewMemoryLedger(metering.StoreSeed(store))
+	ledger := metering.NewMemoryLedger(metering.StoreSeed(store), metering.WithFunds(metering.StoreFunds(store)))
 	acc, err := accounts.NewService(store, dir, cluster.None{}, accounts.NewLoginThrottle(clk.Now), 4, append(accOpts, accounts.WithLedger(ledger, discardLog()))...)
 	if err != nil {
 		t.Fatal(err)

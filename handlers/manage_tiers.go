@@ -33,6 +33,7 @@ type tierOut struct {
 	// CreditNeedsVerifiedEmail: no included credit until an owner of the
 	// organization has verified their email (where Sluice sends mail).
 	CreditNeedsVerifiedEmail bool `json:"credit_needs_verified_email"`
+	Billing               string  `json:"billing"`
 	// TermsEffectiveFrom is when the fee, credit and overage took effect.
 	TermsEffectiveFrom time.Time `json:"terms_effective_from"`
 }
@@ -40,7 +41,7 @@ type tierOut struct {
 func toTierOut(t models.Tier) tierOut {
 	return tierOut{t.Name, t.Capacity, t.RefillPerSec, t.EffectiveRefill(), t.TokensPerMinute, t.FreezeThreshold, t.FreezeMinutes,
 		t.Autotune, t.RefillFloor, t.UpstreamFallback, t.MonthlyFee.String(), t.IncludedCredit.String(), t.Overage, t.BillCacheHits,
-		t.BatchFileBytes, t.MaxAPITokens, t.MaxQueuedJobs, t.MaxPendingBatchLines, t.CreditNeedsVerifiedEmail, t.TermsFrom.UTC()}
+		t.BatchFileBytes, t.MaxAPITokens, t.MaxQueuedJobs, t.MaxPendingBatchLines, t.CreditNeedsVerifiedEmail, t.Billing, t.TermsFrom.UTC()}
 }
 
 func (m *manage) listTiers(c *gin.Context) {
@@ -77,6 +78,7 @@ type tierIn struct {
 	MaxQueuedJobs   *int64   `json:"max_queued_jobs"`
 	MaxPendingLines *int64   `json:"max_pending_batch_lines"`
 	CreditNeedsMail *bool    `json:"credit_needs_verified_email"`
+	Billing         *string  `json:"billing"`
 }
 
 // apply merges the given fields into l, reading money from decimal strings.
@@ -96,6 +98,7 @@ func (in tierIn) apply(l *models.TierSettings) error {
 	set(&l.MaxQueuedJobs, in.MaxQueuedJobs)
 	set(&l.MaxPendingBatchLines, in.MaxPendingLines)
 	set(&l.CreditNeedsVerifiedEmail, in.CreditNeedsMail)
+	set(&l.Billing, in.Billing)
 	for _, f := range []struct {
 		name string
 		in   *string

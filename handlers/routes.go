@@ -165,6 +165,9 @@ func New(log *slog.Logger, ops Ops, d Deps) http.Handler {
 	org.GET("/freezes", m.myFreezes)
 	org.GET("/budget", m.getBudget)
 	org.PUT("/budget", m.ownersMay("set its budget"), m.putBudget)
+	org.GET("/balance", m.getBalance)
+	org.PUT("/balance", m.ownersMay("set its low-balance alert"), m.putBalance)
+	org.POST("/balance/redeem", m.redeem) // members too: a code credits the organization
 	org.PUT("/organization", m.ownersMay("change its settings"), m.putOrganization)
 	org.GET("/organization/members", m.listMembers)
 	org.PUT("/organization/members/:user_id", m.ownersMay("change members' roles"), m.setMemberRole)
@@ -194,6 +197,9 @@ func New(log *slog.Logger, ops Ops, d Deps) http.Handler {
 	admin.GET("/users", m.adminUsers)
 	admin.POST("/users/:id/disable", m.disableUser)
 	admin.POST("/users/:id/enable", m.enableUser)
+	admin.POST("/organizations/:id/balance-adjustments", m.adjustBalance)
+	admin.GET("/redeem-codes", m.listRedeemCodes)
+	admin.POST("/redeem-codes", m.createRedeemCode)
 	admin.GET("/audit", m.adminAudit)
 	admin.GET("/freezes", m.listFreezes)
 	admin.DELETE("/freezes/:id", m.liftFreeze)
@@ -259,6 +265,8 @@ func New(log *slog.Logger, ops Ops, d Deps) http.Handler {
 	member.POST("/billing/time-zone", p.SetTimeZone)
 	member.POST("/billing/webhook", p.SetWebhook)
 	member.POST("/billing/upgrade", p.RequestUpgrade)
+	member.POST("/billing/redeem", p.Redeem)             // members too: a code credits the organization
+	member.POST("/billing/low-balance", p.SetLowBalance) // owners
 	adminPages := b.Group("/admin", p.RequireAdmin)
 	adminPages.GET("", p.AdminHome)
 	adminPages.GET("/organizations", p.AdminOverview)
@@ -272,6 +280,9 @@ func New(log *slog.Logger, ops Ops, d Deps) http.Handler {
 	adminPages.POST("/users/:id/disable", p.DisableUser)
 	adminPages.POST("/users/:id/password-reset", p.SendUserReset)
 	adminPages.POST("/users/:id/enable", p.EnableUser)
+	adminPages.POST("/organizations/:id/balance-adjustments", p.AdjustBalance)
+	adminPages.GET("/redeem-codes", p.AdminRedeemCodes)
+	adminPages.POST("/redeem-codes", p.CreateRedeemCode)
 	adminPages.POST("/upgrade-requests/:id/approve", p.DecideUpgrade(true))
 	adminPages.POST("/upgrade-requests/:id/decline", p.DecideUpgrade(false))
 	adminPages.GET("/tiers", p.AdminTiers)

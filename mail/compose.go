@@ -24,6 +24,7 @@ const (
 	KindSignup        = "signup"       // confirm a new account's address
 	KindSignupTaken   = "signup_taken" // someone signed up with an address that has an account
 	KindBudgetAlert   = "budget_alert"
+	KindLowBalance    = "low_balance"
 )
 
 // Composer writes Sluice's mails, plain text, with links under the
@@ -140,6 +141,15 @@ func (c Composer) BudgetAlert(to, orgName string, percent int, spent, limit stri
 
 See the spending and change the budget at %s
 `, oneLine(orgName), spent, limit, period.UTC().Format("January 2006"), percent, c.Link("/dashboard")))
+}
+
+// LowBalance tells an owner that the organization's prepaid balance fell
+// to balance, at or below the alert they set at threshold.
+func (c Composer) LowBalance(to, orgName, balance, threshold string) Message {
+	return c.mail(KindLowBalance, to, fmt.Sprintf("%s's prepaid balance is low: $%s", oneLine(orgName), balance), fmt.Sprintf(`The organization %q has $%s left of its prepaid balance, at or below the alert you set at $%s. Requests are refused once it is spent.
+
+Top it up, redeem a code or change the alert at %s
+`, oneLine(orgName), balance, threshold, c.Link("/dashboard")))
 }
 
 // oneLine keeps text on one line: a name in a subject must not start a

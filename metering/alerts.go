@@ -26,16 +26,35 @@ type BudgetAlerts struct {
 	log   *slog.Logger
 	now   func() time.Time
 	queue chan crossing
+	low   chan lowBalance
 	mail  *mail.Composer // nil: no mail
 	nudge func()
 }
 
-// WithMail has every alert also mailed to the organization's owners,
-// queued in the outbox with the alert's record; nudge wakes this node's
-// outbox worker (nil: its next poll finds the mail).
+// WithMail has every alert (budget thresholds, a low prepaid balance) also
+// mailed to the organization's owners, queued in the outbox with the
+// alert's record; nudge wakes this node's outbox worker (nil: its next
+// poll finds the mail).
 func (a *BudgetAlerts) WithMail(c mail.Composer, nudge func()) *BudgetAlerts {
 	a.mail, a.nudge = &c, nudge
 	return a
+}
+
+// lowBalance is a prepaid balance that fell to or below its threshold.
+type lowBalance struct {
+	orgID              int64
+	threshold, balance money.Amount
+}
+
+// BalanceLow notes that a settlement took orgID's prepaid balance to
+// balance, at or below its threshold from above it. It never blocks, as
+// Spent does not.
+func (a *BudgetAlerts) BalanceLow(orgID int64, threshold, balance money.Amount) {
+	select {
+	case a.low <- lowBalance{orgID, threshold, balance}:
+	default:
+		a.log.Error("low-balance alert dropped: the alert queue is full", "org_id", orgID)
+	}
 }
 
 // Deliver queues a signed POST of body to an organization's url: the
@@ -52,7 +71,7 @@ type crossing struct {
 
 // NewBudgetAlerts returns alerts recorded in store.
 func NewBudgetAlerts(store *models.Store, log *slog.Logger, now func() time.Time) *BudgetAlerts {
-	return &BudgetAlerts{store: store, log: log, now: now, queue: make(chan crossing, 1024)}
+	return &BudgetAlerts{store: store, log: log, now: now, queue: make(chan crossing, 1024), low: make(chan lowBalance, 1024)}
 }
 
 // Spent notes that a settlement moved orgID's spending from before to
@@ -115,6 +134,8 @@ func (a *BudgetAlerts) Run(ctx context.Context, deliver Deliver) {
 			return
 		case c := <-a.queue:
 			a.send(ctx, c, deliver)
+		case l := <-a.low:
+			a.sendLow(ctx, l, deliver)
 		}
 	}
 }
@@ -158,5 +179,47 @@ func (a *BudgetAlerts) send(ctx context.Context, c crossing, deliver Deliver) {
 		Percent: c.percent, Spent: c.spent.String(), Limit: c.limit.String(), Currency: "USD", SentAt: a.now().UTC().Format(time.RFC3339)})
 	if err := deliver(ctx, c.orgID, o.WebhookURL, body); err != nil {
 		a.log.Error("queueing a budget alert's webhook failed", "org_id", c.orgID, "percent", c.percent, "err", err)
+	}
+}
+
+// lowBody is the low-balance webhook's JSON.
+type lowBody struct {
+	Type           string `json:"type"`
+	OrganizationID int64  `json:"organization_id"`
+	Balance        string `json:"balance"`
+	Threshold      string `json:"threshold"`
+	Currency       string `json:"currency"`
+	SentAt         string `json:"sent_at"`
+}
+
+// sendLow records a low-balance alert, once per fall however many nodes
+// see it, then posts the webhook and mails the owners.
+func (a *BudgetAlerts) sendLow(ctx context.Context, l lowBalance, deliver Deliver) {
+	detail := fmt.Sprintf("the prepaid balance fell to %s, at or below the alert at %s", l.balance, l.threshold)
+	var compose func(owner, orgName string) models.Mail
+	if a.mail != nil {
+		compose = func(owner, orgName string) models.Mail {
+			m := a.mail.LowBalance(owner, orgName, l.balance.String(), l.threshold.String())
+			return models.Mail{Kind: m.Kind, ToAddr: m.To, Subject: m.Subject, BodyText: m.Text}
+		}
+	}
+	fresh, err := a.store.RecordLowBalanceAlert(ctx, l.orgID, detail, compose)
+	if err != nil || !fresh {
+		if err != nil {
+			a.log.Error("recording a low-balance alert failed", "org_id", l.orgID, "err", err)
+		}
+		return
+	}
+	if a.nudge != nil {
+		a.nudge()
+	}
+	o, err := a.store.Organization(ctx, l.orgID)
+	if err != nil || o.WebhookURL == "" {
+		return
+	}
+	body, _ := json.Marshal(lowBody{Type: "balance.low", OrganizationID: l.orgID, Balance: l.balance.String(),
+		Threshold: l.threshold.String(), Currency: "USD", SentAt: a.now().UTC().Format(time.RFC3339)})
+	if err := deliver(ctx, l.orgID, o.WebhookURL, body); err != nil {
+		a.log.Error("queueing a low-balance alert's webhook failed", "org_id", l.orgID, "err", err)
 	}
 }

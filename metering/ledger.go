@@ -10,10 +10,25 @@ import (
 )
 
 // Balance is what an account (an organization, or one of its tokens) has
-// spent in a billing period and what requests in flight hold reserved.
+// spent in a billing period and what requests in flight hold reserved. A
+// prepaid balance (PrepaidAccount) has no period, and its limit is raised
+// by what the organization was credited and lowered by what was withdrawn
+// by hand: what is left of it is Credited - Withdrawn - Spent - Reserved.
 type Balance struct {
-	Spent    money.Amount
-	Reserved money.Amount
+	Spent     money.Amount
+	Reserved  money.Amount
+	Credited  money.Amount
+	Withdrawn money.Amount
+}
+
+// Left is what of limit the balance has not spent or reserved.
+func (b Balance) Left(limit money.Amount) money.Amount {
+	return limit + b.Credited - b.Withdrawn - b.Spent - b.Reserved
+}
+
+// fits says whether amount more can be reserved under limit.
+func (b Balance) fits(limit, amount money.Amount) bool {
+	return b.Spent+b.Reserved+amount+b.Withdrawn <= limit+b.Credited
 }
 
 // Account names a balance in the ledger: an organization's (TokenID 0),
@@ -25,6 +40,12 @@ func OrgAccount(orgID int64) Account { return Account{OrgID: orgID} }
 
 // TokenAccount is one token's balance.
 func TokenAccount(orgID, tokenID int64) Account { return Account{OrgID: orgID, TokenID: tokenID} }
+
+// PrepaidAccount is the organization's prepaid balance. It is held with a
+// limit of 0: all it may spend is what it was credited (Balance.Credited)
+// less what was withdrawn, seeded from the store (Funds) and raised by
+// Resync after each credit.
+func PrepaidAccount(orgID int64) Account { return Account{OrgID: orgID, Prepaid: true} }
 
 // Hold is one limit a request's reservation must fit under: its
 // organization's budget or included credit, its token's budget.
@@ -73,20 +94,56 @@ type Ledger interface {
 // hold's limit: the limit that refused a reservation. -1 when none is.
 func Short(bs []Balance, holds []Hold, amount money.Amount) int {
 	for i, h := range holds {
-		if i < len(bs) && bs[i].Spent+bs[i].Reserved+amount > h.Limit {
+		if i < len(bs) && !bs[i].fits(h.Limit, amount) {
 			return i
 		}
 	}
 	return -1
 }
 
-// Seed returns what the store has billed an account in the period so far.
+// Seed returns what the store has billed an account in the period so far
+// (a prepaid balance: ever).
 type Seed func(ctx context.Context, a Account, period time.Time) (money.Amount, error)
 
+// Funds returns what the store says an organization's prepaid balance was
+// ever credited and had withdrawn. Both only grow, so a ledger's copy is
+// brought up to date by raising it to them.
+type Funds func(ctx context.Context, orgID int64) (credited, withdrawn money.Amount, err error)
+
+// StoreFunds reads funds from store's org_balances.
+func StoreFunds(store *models.Store) Funds {
+	return func(ctx context.Context, orgID int64) (money.Amount, money.Amount, error) {
+		t, err := store.BalanceTotals(ctx, orgID)
+		return t.Credited, t.Withdrawn, err
+	}
+}
+
+// LedgerOption adjusts a ledger.
+type LedgerOption func(*ledgerOptions)
+
+type ledgerOptions struct{ funds Funds }
+
+// WithFunds has prepaid balances' credits read from funds; without it a
+// prepaid balance has none (nothing fits).
+func WithFunds(f Funds) LedgerOption { return func(o *ledgerOptions) { o.funds = f } }
+
+func optionsOf(opts []LedgerOption) ledgerOptions {
+	o := ledgerOptions{funds: func(context.Context, int64) (money.Amount, money.Amount, error) { return 0, 0, nil }}
+	for _, f := range opts {
+		f(&o)
+	}
+	return o
+}
+
 // StoreSeed seeds ledgers from the rollups: an organization's from its
-// monthly rollup, a token's from its hours.
+// monthly rollup, a token's from its hours, a prepaid balance from its
+// days of spending.
 func StoreSeed(store *models.Store) Seed {
 	return func(ctx context.Context, a Account, period time.Time) (money.Amount, error) {
+		if a.Prepaid {
+			t, err := store.BalanceTotals(ctx, a.OrgID)
+			return t.Spent, err
+		}
 		if a.TokenID != 0 {
 			return store.TokenSpentInMonth(ctx, a.OrgID, a.TokenID, period)
 		}
@@ -105,9 +162,10 @@ func PeriodEnd(period time.Time) time.Time { return period.AddDate(0, 1, 0) }
 // under a mutex, which only organizations and tokens with a limit ever
 // touch.
 type MemoryLedger struct {
-	seed Seed
-	mu   sync.Mutex
-	m    map[ledgerKey]Balance
+	seed  Seed
+	funds Funds
+	mu    sync.Mutex
+	m     map[ledgerKey]Balance
 }
 
 type ledgerKey struct {
@@ -115,11 +173,16 @@ type ledgerKey struct {
 	period  int64 // unix seconds of the period's start
 }
 
-func keyOf(a Account, period time.Time) ledgerKey { return ledgerKey{a, Period(period).Unix()} }
+func keyOf(a Account, period time.Time) ledgerKey {
+	if a.Prepaid {
+		return ledgerKey{a, 0} // no period: it never resets
+	}
+	return ledgerKey{a, Period(period).Unix()}
+}
 
 // NewMemoryLedger returns an empty ledger seeded by seed.
-func NewMemoryLedger(seed Seed) *MemoryLedger {
-	return &MemoryLedger{seed: seed, m: make(map[ledgerKey]Balance)}
+func NewMemoryLedger(seed Seed, opts ...LedgerOption) *MemoryLedger {
+	return &MemoryLedger{seed: seed, funds: optionsOf(opts).funds, m: make(map[ledgerKey]Balance)}
 }
 
 // load seeds the balance if needed. The store is read without the lock
@@ -132,16 +195,26 @@ func (l *MemoryLedger) load(ctx context.Context, a Account, period time.Time) er
 	if ok {
 		return nil
 	}
-	spent, err := l.seed(ctx, a, Period(period))
+	b, err := l.stored(ctx, a, period)
 	if err != nil {
 		return err
 	}
 	l.mu.Lock()
 	if _, ok := l.m[k]; !ok {
-		l.m[k] = Balance{Spent: spent}
+		l.m[k] = b
 	}
 	l.mu.Unlock()
 	return nil
+}
+
+// stored is what the store says of an account.
+func (l *MemoryLedger) stored(ctx context.Context, a Account, period time.Time) (Balance, error) {
+	spent, err := l.seed(ctx, a, Period(period))
+	if err != nil || !a.Prepaid {
+		return Balance{Spent: spent}, err
+	}
+	credited, withdrawn, err := l.funds(ctx, a.OrgID)
+	return Balance{Spent: spent, Credited: credited, Withdrawn: withdrawn}, err
 }
 
 // Reserve implements Ledger.
@@ -157,7 +230,7 @@ func (l *MemoryLedger) Reserve(ctx context.Context, period time.Time, amount mon
 	ok := true
 	for i, h := range holds {
 		bs[i] = l.m[keyOf(h.Account, period)]
-		ok = ok && bs[i].Spent+bs[i].Reserved+amount <= h.Limit
+		ok = ok && bs[i].fits(h.Limit, amount)
 	}
 	if !ok {
 		return bs, false, nil
@@ -199,22 +272,29 @@ func (l *MemoryLedger) Balance(ctx context.Context, a Account, period time.Time)
 	return l.m[keyOf(a, period)], nil
 }
 
-// Resync implements Ledger.
+// Resync implements Ledger. A prepaid balance is loaded if it was not, so
+// a credit made while another request seeds it is not lost to that seed's
+// older read of the store.
 func (l *MemoryLedger) Resync(ctx context.Context, a Account, period time.Time) error {
 	k := keyOf(a, period)
+	if a.Prepaid {
+		if err := l.load(ctx, a, period); err != nil {
+			return err
+		}
+	}
 	l.mu.Lock()
 	_, ok := l.m[k]
 	l.mu.Unlock()
 	if !ok {
 		return nil // seeded from the store on its first use
 	}
-	billed, err := l.seed(ctx, a, Period(period))
+	st, err := l.stored(ctx, a, period)
 	if err != nil {
 		return err
 	}
 	l.mu.Lock()
-	if b, ok := l.m[k]; ok && b.Spent < billed {
-		b.Spent = billed
+	if b, ok := l.m[k]; ok {
+		b.Spent, b.Credited, b.Withdrawn = max(b.Spent, st.Spent), max(b.Credited, st.Credited), max(b.Withdrawn, st.Withdrawn)
 		l.m[k] = b
 	}
 	l.mu.Unlock()

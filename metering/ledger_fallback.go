@@ -33,8 +33,8 @@ type FallbackLedger struct {
 }
 
 // NewFallbackLedger wraps shared; share is the expected node count.
-func NewFallbackLedger(shared Ledger, seed Seed, share int, log *slog.Logger) *FallbackLedger {
-	return &FallbackLedger{shared: shared, local: NewMemoryLedger(seed), share: int64(max(share, 1)), log: log,
+func NewFallbackLedger(shared Ledger, seed Seed, share int, log *slog.Logger, opts ...LedgerOption) *FallbackLedger {
+	return &FallbackLedger{shared: shared, local: NewMemoryLedger(seed, opts...), share: int64(max(share, 1)), log: log,
 		touched: make(map[ledgerKey]time.Time)}
 }
 
@@ -50,7 +50,9 @@ func (l *FallbackLedger) Reserve(ctx context.Context, period time.Time, amount m
 		if err != nil {
 			return nil, false, err
 		}
-		shares[i] = Hold{Account: h.Account, Limit: local.Spent + max(h.Limit-local.Spent, 0)/money.Amount(l.share)}
+		// What is left (a prepaid balance counts its credits), shared.
+		left := max(local.Left(h.Limit)+local.Reserved, 0) / money.Amount(l.share)
+		shares[i] = Hold{Account: h.Account, Limit: local.Spent + left - local.Credited + local.Withdrawn}
 	}
 	return l.local.Reserve(ctx, period, amount, shares...)
 }

@@ -14,16 +14,21 @@ import (
 
 // RedisLedger is the Ledger of a cluster: one hash per account and period,
 // changed only by Lua scripts, so a reservation is one atomic round trip
-// over all of a request's limits however many nodes reserve at once.
+// over all of a request's limits however many nodes reserve at once. A
+// prepaid balance is one more hash, with no period, which also holds what
+// the organization was credited and had withdrawn: they only grow, so the
+// scripts raise them to what the store says (seeding, Resync after a
+// credit) and any order of raises from any node ends at the same figures.
 type RedisLedger struct {
 	client redis.UniversalClient
 	prefix string
 	seed   Seed
+	funds  Funds
 }
 
 // NewRedisLedger keeps balances under prefix ("sluice:budget:").
-func NewRedisLedger(client redis.UniversalClient, prefix string, seed Seed) *RedisLedger {
-	return &RedisLedger{client: client, prefix: prefix, seed: seed}
+func NewRedisLedger(client redis.UniversalClient, prefix string, seed Seed, opts ...LedgerOption) *RedisLedger {
+	return &RedisLedger{client: client, prefix: prefix, seed: seed, funds: optionsOf(opts).funds}
 }
 
 // key is one account's period. The braces hold the organization, so its
@@ -31,6 +36,9 @@ func NewRedisLedger(client redis.UniversalClient, prefix string, seed Seed) *Red
 // reserve on all of them.
 func (l *RedisLedger) key(a Account, period time.Time) string {
 	k := l.prefix + "{" + strconv.FormatInt(a.OrgID, 10) + "}:"
+	if a.Prepaid {
+		return k + "prepaid"
+	}
 	if a.TokenID != 0 {
 		k += "tok:" + strconv.FormatInt(a.TokenID, 10) + ":"
 	}
@@ -46,7 +54,8 @@ const ledgerIdle = time.Hour
 // 64-bit integers). Lua numbers are doubles, exact only to 2^53 picodollars
 // (about 9,000 USD), so the scripts never add money as Lua numbers: they
 // split each value into a high part and nine low digits, both exact in a
-// double, and compare those.
+// double, and compare those. A balance is seeded when it has no 'spent'
+// (a Resync may have raised the credits of one not seeded yet).
 const ledgerLua = `
 local function split(s)
   s = tostring(s)
@@ -59,71 +68,97 @@ local function add(ah, al, bh, bl)
   local carry = math.floor(l / 1000000000)
   return ah + bh + carry, l - carry * 1000000000
 end
-local function seeded(key, seed, ttl)
-  if redis.call('EXISTS', key) == 0 then
-    if seed == '' then return false end
-    redis.call('HSET', key, 'spent', seed, 'reserved', '0')
+local function field(key, f)
+  local v = redis.call('HGET', key, f)
+  if v then return v end
+  return '0'
+end
+local function raise(key, f, v)
+  if v == '' or v == '0' then return end
+  local cur = redis.call('HGET', key, f)
+  if cur then
+    local ch, cl = split(cur)
+    local vh, vl = split(v)
+    if not (ch < vh or (ch == vh and cl < vl)) then return end
   end
+  redis.call('HSET', key, f, v)
+end
+local function seeded(key, spent, credited, withdrawn, ttl)
+  if redis.call('HEXISTS', key, 'spent') == 0 then
+    if spent == '' then return false end
+    redis.call('HSET', key, 'spent', spent, 'reserved', '0')
+  end
+  raise(key, 'credited', credited)
+  raise(key, 'withdrawn', withdrawn)
   redis.call('EXPIRE', key, ttl)
   return true
 end
 `
 
 // needSeed is the reply of a script that found balances missing: -1 and
-// the (1-based) indexes of the keys whose seed it needs.
+// the (1-based) indexes of the keys whose seed it needs. Each key has four
+// ARGV from ARGV[4i-1]: its value (a limit, or what it reserved), then
+// its seed: spent, credited, withdrawn ("" when the caller has not read
+// the store).
 const needSeed = `
 local missing = {-1}
 for i = 1, #KEYS do
-  if redis.call('EXISTS', KEYS[i]) == 0 and ARGV[2 + 2 * i] == '' then missing[#missing + 1] = i end
+  if redis.call('HEXISTS', KEYS[i], 'spent') == 0 and ARGV[4 * i] == '' then missing[#missing + 1] = i end
 end
 if #missing > 1 then return missing end
-for i = 1, #KEYS do seeded(KEYS[i], ARGV[2 + 2 * i], ARGV[2]) end
+for i = 1, #KEYS do seeded(KEYS[i], ARGV[4 * i], ARGV[4 * i + 1], ARGV[4 * i + 2], ARGV[2]) end
 `
 
 // reserveScript: KEYS the balances. ARGV: amount, idle TTL in seconds,
-// then per key its limit and its seed ("" when the caller has not read the
-// store). It reserves on every key if each fits under its limit, else on
-// none, and returns {1|0, spent1, reserved1, spent2, ...}, or needSeed's
-// reply.
+// then per key its limit and its seed. It reserves on every key if each
+// fits (spent + reserved + amount + withdrawn <= limit + credited), else
+// on none, and returns {1|0, spent1, reserved1, credited1, withdrawn1,
+// spent2, ...}, or needSeed's reply.
 var reserveScript = redis.NewScript(ledgerLua + needSeed + `
 local ah, al = split(ARGV[1])
 local out, ok = {1}, 1
 for i = 1, #KEYS do
-  local spent = redis.call('HGET', KEYS[i], 'spent')
-  local reserved = redis.call('HGET', KEYS[i], 'reserved')
+  local spent, reserved = field(KEYS[i], 'spent'), field(KEYS[i], 'reserved')
+  local credited, withdrawn = field(KEYS[i], 'credited'), field(KEYS[i], 'withdrawn')
   local sh, sl = split(spent)
   local rh, rl = split(reserved)
-  local lh, ll = split(ARGV[1 + 2 * i])
+  local wh, wl = split(withdrawn)
   local th, tl = add(sh, sl, rh, rl)
   th, tl = add(th, tl, ah, al)
+  th, tl = add(th, tl, wh, wl)
+  local lh, ll = split(ARGV[4 * i - 1])
+  local ch, cl = split(credited)
+  lh, ll = add(lh, ll, ch, cl)
   if not (th < lh or (th == lh and tl <= ll)) then ok = 0 end
-  out[2 * i], out[2 * i + 1] = spent, reserved
+  local o = 4 * i - 2
+  out[o], out[o + 1], out[o + 2], out[o + 3] = spent, reserved, credited, withdrawn
 end
 out[1] = ok
 if ok == 1 then
   for i = 1, #KEYS do
     -- HINCRBY's reply is a double in Lua: the exact sum is read back.
     redis.call('HINCRBY', KEYS[i], 'reserved', ARGV[1])
-    out[2 * i + 1] = redis.call('HGET', KEYS[i], 'reserved')
+    out[4 * i - 1] = redis.call('HGET', KEYS[i], 'reserved')
   end
 end
 return out
 `)
 
 // settleScript: KEYS the balances. ARGV: actual, idle TTL, then per key
-// what it reserved and its seed. Returns {spent1, reserved1, ...}, or
-// needSeed's reply.
+// what it reserved and its seed. Returns {spent1, reserved1, credited1,
+// withdrawn1, ...}, or needSeed's reply.
 var settleScript = redis.NewScript(ledgerLua + needSeed + `
 local out = {}
 for i = 1, #KEYS do
-  local r = ARGV[1 + 2 * i]
+  local r = ARGV[4 * i - 1]
   if r ~= '0' then
     local reserved = redis.call('HINCRBY', KEYS[i], 'reserved', '-' .. r)
     if reserved < 0 then redis.call('HSET', KEYS[i], 'reserved', '0') end
   end
   redis.call('HINCRBY', KEYS[i], 'spent', ARGV[1])
-  out[2 * i - 1] = redis.call('HGET', KEYS[i], 'spent')
-  out[2 * i] = redis.call('HGET', KEYS[i], 'reserved')
+  local o = 4 * i - 3
+  out[o], out[o + 1] = redis.call('HGET', KEYS[i], 'spent'), redis.call('HGET', KEYS[i], 'reserved')
+  out[o + 2], out[o + 3] = field(KEYS[i], 'credited'), field(KEYS[i], 'withdrawn')
 end
 return out
 `)
@@ -137,7 +172,7 @@ func (l *RedisLedger) Reserve(ctx context.Context, period time.Time, amount mone
 	var bs []Balance
 	var ok bool
 	err := l.run(ctx, period, reserveScript, accounts, int64(amount), per, func(reply []any) error {
-		if len(reply) != 1+2*len(holds) {
+		if len(reply) != 1+4*len(holds) {
 			return fmt.Errorf("reserve: unexpected reply %v", reply)
 		}
 		ok = reply[0] == int64(1)
@@ -156,7 +191,7 @@ func (l *RedisLedger) Settle(ctx context.Context, period time.Time, actual money
 	}
 	var bs []Balance
 	err := l.run(ctx, period, settleScript, accounts, int64(actual), per, func(reply []any) error {
-		if len(reply) != 2*len(rs) {
+		if len(reply) != 4*len(rs) {
 			return fmt.Errorf("settle: unexpected reply %v", reply)
 		}
 		var err error
@@ -168,15 +203,24 @@ func (l *RedisLedger) Settle(ctx context.Context, period time.Time, actual money
 
 // Balance implements Ledger.
 func (l *RedisLedger) Balance(ctx context.Context, a Account, period time.Time) (Balance, error) {
-	vals, err := l.client.HMGet(ctx, l.key(a, period), "spent", "reserved").Result()
+	vals, err := l.client.HMGet(ctx, l.key(a, period), "spent", "reserved", "credited", "withdrawn").Result()
 	if err != nil {
 		return Balance{}, fmt.Errorf("ledger: %w", err)
 	}
-	if vals[0] == nil { // never used this period: what the store says
-		spent, err := l.seed(ctx, a, Period(period))
+	if vals[0] == nil { // never used (this period): what the store says
+		return l.stored(ctx, a, period)
+	}
+	return balanceOf(vals[0], vals[1], vals[2], vals[3])
+}
+
+// stored is what the store says of an account.
+func (l *RedisLedger) stored(ctx context.Context, a Account, period time.Time) (Balance, error) {
+	spent, err := l.seed(ctx, a, Period(period))
+	if err != nil || !a.Prepaid {
 		return Balance{Spent: spent}, err
 	}
-	return balanceOf(vals[0], vals[1])
+	credited, withdrawn, err := l.funds(ctx, a.OrgID)
+	return Balance{Spent: spent, Credited: credited, Withdrawn: withdrawn}, err
 }
 
 // Reset implements Ledger.
@@ -187,27 +231,33 @@ func (l *RedisLedger) Reset(ctx context.Context, a Account, period time.Time) er
 	return nil
 }
 
-// resyncScript: KEYS[1] the balance. ARGV: what the store has billed.
-// Raises spent to it when it is more; a missing balance is left to be
-// seeded.
+// resyncScript: KEYS[1] the balance. ARGV: what the store has billed,
+// credited and withdrawn ("" for a budget), the idle TTL. Raises each to
+// the store's when it is more. Spending is left to be seeded on a balance
+// not seeded yet, but the credits are raised even then: a seed that read
+// the store before a credit and lands after this keeps the credit.
 var resyncScript = redis.NewScript(ledgerLua + `
-if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
-local sh, sl = split(redis.call('HGET', KEYS[1], 'spent'))
-local bh, bl = split(ARGV[1])
-if sh < bh or (sh == bh and sl < bl) then
-  redis.call('HSET', KEYS[1], 'spent', ARGV[1])
-  return 1
-end
-return 0
+raise(KEYS[1], 'credited', ARGV[2])
+raise(KEYS[1], 'withdrawn', ARGV[3])
+if redis.call('EXISTS', KEYS[1]) == 1 then redis.call('EXPIRE', KEYS[1], ARGV[4]) end
+if redis.call('HEXISTS', KEYS[1], 'spent') == 0 then return 0 end
+raise(KEYS[1], 'spent', ARGV[1])
+return 1
 `)
 
 // Resync implements Ledger.
 func (l *RedisLedger) Resync(ctx context.Context, a Account, period time.Time) error {
-	billed, err := l.seed(ctx, a, Period(period))
+	st, err := l.stored(ctx, a, period)
 	if err != nil {
 		return err
 	}
-	if err := resyncScript.Run(ctx, l.client, []string{l.key(a, period)}, int64(billed)).Err(); err != nil {
+	credited, withdrawn := "", ""
+	if a.Prepaid {
+		credited, withdrawn = strconv.FormatInt(int64(st.Credited), 10), strconv.FormatInt(int64(st.Withdrawn), 10)
+	}
+	err = resyncScript.Run(ctx, l.client, []string{l.key(a, period)}, strconv.FormatInt(int64(st.Spent), 10), credited, withdrawn,
+		strconv.FormatInt(int64(ledgerIdle/time.Second), 10)).Err()
+	if err != nil {
 		return fmt.Errorf("ledger: %w", err)
 	}
 	return nil
@@ -221,10 +271,10 @@ func (l *RedisLedger) run(ctx context.Context, period time.Time, script *redis.S
 	for i, a := range accounts {
 		keys[i] = l.key(a, period)
 	}
-	args := make([]any, 2+2*len(accounts))
+	args := make([]any, 2+4*len(accounts))
 	args[0], args[1] = total, strconv.FormatInt(int64(ledgerIdle/time.Second), 10)
 	for i := range accounts {
-		args[2+2*i], args[3+2*i] = per[i], ""
+		args[2+4*i], args[3+4*i], args[4+4*i], args[5+4*i] = per[i], "", "", ""
 	}
 	for range 2 {
 		reply, err := script.Run(ctx, l.client, keys, args...).Slice()
@@ -239,21 +289,23 @@ func (l *RedisLedger) run(ctx context.Context, period time.Time, script *redis.S
 			if !ok || i < 1 || int(i) > len(accounts) {
 				return fmt.Errorf("ledger: unexpected reply %v", reply)
 			}
-			spent, err := l.seed(ctx, accounts[i-1], Period(period))
+			st, err := l.stored(ctx, accounts[i-1], period)
 			if err != nil {
 				return err
 			}
-			args[3+2*(i-1)] = strconv.FormatInt(int64(spent), 10)
+			j := 3 + 4*(i-1)
+			args[j], args[j+1], args[j+2] = strconv.FormatInt(int64(st.Spent), 10),
+				strconv.FormatInt(int64(st.Credited), 10), strconv.FormatInt(int64(st.Withdrawn), 10)
 		}
 	}
 	return errors.New("ledger: balance vanished while seeding")
 }
 
-// balancesOf reads pairs of spent and reserved.
+// balancesOf reads fours of spent, reserved, credited and withdrawn.
 func balancesOf(reply []any) ([]Balance, error) {
-	bs := make([]Balance, len(reply)/2)
+	bs := make([]Balance, len(reply)/4)
 	for i := range bs {
-		b, err := balanceOf(reply[2*i], reply[2*i+1])
+		b, err := balanceOf(reply[4*i], reply[4*i+1], reply[4*i+2], reply[4*i+3])
 		if err != nil {
 			return nil, err
 		}
@@ -262,11 +314,18 @@ func balancesOf(reply []any) ([]Balance, error) {
 	return bs, nil
 }
 
-func balanceOf(spent, reserved any) (Balance, error) {
-	s, err1 := strconv.ParseInt(fmt.Sprint(spent), 10, 64)
-	r, err2 := strconv.ParseInt(fmt.Sprint(reserved), 10, 64)
-	if err := errors.Join(err1, err2); err != nil {
-		return Balance{}, fmt.Errorf("ledger: bad balance: %w", err)
+// balanceOf reads a balance's fields; a missing one (nil) is 0.
+func balanceOf(vals ...any) (Balance, error) {
+	var n [4]int64
+	for i, v := range vals {
+		if v == nil {
+			continue
+		}
+		x, err := strconv.ParseInt(fmt.Sprint(v), 10, 64)
+		if err != nil {
+			return Balance{}, fmt.Errorf("ledger: bad balance: %w", err)
+		}
+		n[i] = x
 	}
-	return Balance{Spent: money.Amount(s), Reserved: money.Amount(r)}, nil
+	return Balance{Spent: money.Amount(n[0]), Reserved: money.Amount(n[1]), Credited: money.Amount(n[2]), Withdrawn: money.Amount(n[3])}, nil
 }

@@ -11,7 +11,9 @@ import (
 // SQLLedger is the Ledger of a cluster without Redis: a row per account and
 // period, changed by conditional updates, the holds of one request in one
 // transaction. It costs a database write per budgeted request, which is
-// why clusters should have Redis.
+// why clusters should have Redis. A prepaid balance's credits are read from
+// org_balances in the statement that reserves, so a credit counts at once
+// on every node.
 type SQLLedger struct {
 	store *models.Store
 	seed  Seed

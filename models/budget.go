@@ -3,6 +3,7 @@ package models
 import (
 	"context"
 	"errors"
+	"strconv"
 	"time"
 
 	"gorm.io/gorm"
@@ -17,17 +18,23 @@ import (
 // token_budget_ledgers; a request limited by both reserves on both in one
 // transaction, both or neither.
 
-// LedgerBalance is a ledger row's spending.
+// LedgerBalance is a ledger row's spending. A prepaid balance's row also
+// carries what the organization was credited and had withdrawn (read from
+// org_balances), which its limit is raised and lowered by.
 type LedgerBalance struct {
-	Spent    money.Amount
-	Reserved money.Amount
+	Spent     money.Amount
+	Reserved  money.Amount
+	Credited  money.Amount
+	Withdrawn money.Amount
 }
 
 // LedgerAccount names a balance: an organization's (TokenID 0) or one of
-// its API tokens'.
+// its API tokens', or with Prepaid the organization's prepaid balance,
+// which has no period (it never resets).
 type LedgerAccount struct {
 	OrgID   int64
 	TokenID int64
+	Prepaid bool
 }
 
 // LedgerHold is one limit a reservation must fit under.
@@ -46,13 +53,32 @@ type LedgerRelease struct {
 // a new row starts.
 type LedgerSeed func(LedgerAccount) (money.Amount, error)
 
-// ledgerRow is where an account's balances are kept: the table, its key
-// column and the key.
-func ledgerRow(a LedgerAccount) (table, column string, key int64) {
-	if a.TokenID != 0 {
-		return "token_budget_ledgers", "token_id", a.TokenID
+// ledgerRow is where an account's balance is kept in period: the table,
+// the condition that picks its row and the condition's arguments, and what
+// the row's statements return (spent, reserved, credited, withdrawn) and
+// its limit is raised (credited) and lowered (withdrawn) by.
+type ledgerRowSQL struct {
+	table, where        string
+	args                []any
+	credited, withdrawn string
+	returning           string
+}
+
+func ledgerRow(a LedgerAccount, period time.Time) ledgerRowSQL {
+	switch {
+	case a.Prepaid:
+		org := strconv.FormatInt(a.OrgID, 10)
+		r := ledgerRowSQL{table: "balance_ledgers", where: "org_id = ?", args: []any{a.OrgID},
+			credited:  "COALESCE((SELECT credited FROM org_balances WHERE org_id = " + org + "), 0)",
+			withdrawn: "COALESCE((SELECT withdrawn FROM org_balances WHERE org_id = " + org + "), 0)"}
+		r.returning = "spent, reserved, " + r.credited + " AS credited, " + r.withdrawn + " AS withdrawn"
+		return r
+	case a.TokenID != 0:
+		return ledgerRowSQL{table: "token_budget_ledgers", where: "token_id = ? AND period = ?", args: []any{a.TokenID, period},
+			credited: "0", withdrawn: "0", returning: "spent, reserved"}
 	}
-	return "budget_ledgers", "org_id", a.OrgID
+	return ledgerRowSQL{table: "budget_ledgers", where: "org_id = ? AND period = ?", args: []any{a.OrgID, period},
+		credited: "0", withdrawn: "0", returning: "spent, reserved"}
 }
 
 // errLedgerShort rolls back a reservation one of whose limits refused it.
@@ -73,9 +99,12 @@ func (s *Store) LedgerReserve(ctx context.Context, period time.Time, amount mone
 	short := -1
 	err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		for i, h := range holds {
-			table, column, key := ledgerRow(h.Account)
-			res := tx.Raw(`UPDATE `+table+` SET reserved = reserved + ? WHERE `+column+` = ? AND period = ?
-				AND spent + reserved + ? <= ? RETURNING spent, reserved`, amount, key, period, amount, h.Limit).Scan(&bs[i])
+			r := ledgerRow(h.Account, period)
+			args := append(append([]any{amount}, r.args...), amount, h.Limit)
+			// The casts keep Postgres from typing the amounts by the 0 of a
+			// budget's credits (int4).
+			res := tx.Raw(`UPDATE `+r.table+` SET reserved = reserved + ? WHERE `+r.where+`
+				AND spent + reserved + CAST(? AS BIGINT) + `+r.withdrawn+` <= CAST(? AS BIGINT) + `+r.credited+` RETURNING `+r.returning, args...).Scan(&bs[i])
 			if res.Error != nil {
 				return res.Error
 			}
@@ -83,7 +112,7 @@ func (s *Store) LedgerReserve(ctx context.Context, period time.Time, amount mone
 				continue
 			}
 			short = i
-			if err := tx.Raw(`SELECT spent, reserved FROM `+table+` WHERE `+column+` = ? AND period = ?`, key, period).Scan(&bs[i]).Error; err != nil {
+			if err := tx.Raw(`SELECT `+r.returning+` FROM `+r.table+` WHERE `+r.where, r.args...).Scan(&bs[i]).Error; err != nil {
 				return err
 			}
 			return errLedgerShort
@@ -113,11 +142,11 @@ func (s *Store) LedgerSettle(ctx context.Context, period time.Time, actual money
 	}
 	bs := make([]LedgerBalance, len(rs))
 	err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-		for i, r := range rs {
-			table, column, key := ledgerRow(r.Account)
-			err := tx.Raw(`UPDATE `+table+` SET reserved = CASE WHEN reserved > ? THEN reserved - ? ELSE 0 END,
-				spent = spent + ? WHERE `+column+` = ? AND period = ? RETURNING spent, reserved`,
-				r.Reserved, r.Reserved, actual, key, period).Scan(&bs[i]).Error
+		for i, rel := range rs {
+			r := ledgerRow(rel.Account, period)
+			args := append([]any{rel.Reserved, rel.Reserved, actual}, r.args...)
+			err := tx.Raw(`UPDATE `+r.table+` SET reserved = CASE WHEN reserved > ? THEN reserved - ? ELSE 0 END,
+				spent = spent + ? WHERE `+r.where+` RETURNING `+r.returning, args...).Scan(&bs[i]).Error
 			if err != nil {
 				return err
 			}
@@ -134,16 +163,16 @@ func (s *Store) LedgerRead(ctx context.Context, a LedgerAccount, period time.Tim
 	if err := s.seedLedgerRow(ctx, a, period, seed); err != nil {
 		return b, dbErr(err, "budget ledger")
 	}
-	table, column, key := ledgerRow(a)
-	err := s.db.WithContext(ctx).Raw(`SELECT spent, reserved FROM `+table+` WHERE `+column+` = ? AND period = ?`, key, period).Scan(&b).Error
+	r := ledgerRow(a, period)
+	err := s.db.WithContext(ctx).Raw(`SELECT `+r.returning+` FROM `+r.table+` WHERE `+r.where, r.args...).Scan(&b).Error
 	return b, dbErr(err, "budget ledger")
 }
 
 // LedgerReset deletes an account's row for the period; the next use seeds
 // it again.
 func (s *Store) LedgerReset(ctx context.Context, a LedgerAccount, period time.Time) error {
-	table, column, key := ledgerRow(a)
-	err := s.db.WithContext(ctx).Exec(`DELETE FROM `+table+` WHERE `+column+` = ? AND period = ?`, key, MonthOf(period)).Error
+	r := ledgerRow(a, MonthOf(period))
+	err := s.db.WithContext(ctx).Exec(`DELETE FROM `+r.table+` WHERE `+r.where, r.args...).Error
 	return dbErr(err, "budget ledger")
 }
 
@@ -151,19 +180,19 @@ func (s *Store) LedgerReset(ctx context.Context, a LedgerAccount, period time.Ti
 // spent, keeping what is reserved; a period without a row is left to be
 // seeded.
 func (s *Store) LedgerRaiseSpent(ctx context.Context, a LedgerAccount, period time.Time, spent money.Amount) error {
-	table, column, key := ledgerRow(a)
-	err := s.db.WithContext(ctx).Exec(`UPDATE `+table+` SET spent = ? WHERE `+column+` = ? AND period = ? AND spent < ?`,
-		spent, key, MonthOf(period), spent).Error
+	r := ledgerRow(a, MonthOf(period))
+	args := append(append([]any{spent}, r.args...), spent)
+	err := s.db.WithContext(ctx).Exec(`UPDATE `+r.table+` SET spent = ? WHERE `+r.where+` AND spent < ?`, args...).Error
 	return dbErr(err, "budget ledger")
 }
 
 // seedLedgerRow makes sure the account's row exists (seeded once: a
 // concurrent seed loses to the first).
 func (s *Store) seedLedgerRow(ctx context.Context, a LedgerAccount, period time.Time, seed LedgerSeed) error {
-	table, column, key := ledgerRow(a)
+	r := ledgerRow(a, period)
 	db := s.db.WithContext(ctx)
 	var n int64
-	if err := db.Raw(`SELECT COUNT(*) FROM `+table+` WHERE `+column+` = ? AND period = ?`, key, period).Scan(&n).Error; err != nil {
+	if err := db.Raw(`SELECT COUNT(*) FROM `+r.table+` WHERE `+r.where, r.args...).Scan(&n).Error; err != nil {
 		return err
 	}
 	if n > 0 {
@@ -172,6 +201,10 @@ func (s *Store) seedLedgerRow(ctx context.Context, a LedgerAccount, period time.
 	spent, err := seed(a)
 	if err != nil {
 		return err
+	}
+	if a.Prepaid {
+		return db.Exec(`INSERT INTO balance_ledgers (org_id, spent, reserved) VALUES (?, ?, 0)
+			ON CONFLICT (org_id) DO NOTHING`, a.OrgID, spent).Error
 	}
 	if a.TokenID != 0 {
 		return db.Exec(`INSERT INTO token_budget_ledgers (token_id, period, org_id, spent, reserved) VALUES (?, ?, ?, ?, 0)
@@ -199,23 +232,34 @@ func (s *Store) RecordBudgetAlert(ctx context.Context, orgID int64, period time.
 		if fresh = res.RowsAffected == 1; !fresh {
 			return nil
 		}
-		if mail != nil {
-			var owners []struct{ Email, OrgName string }
-			err := tx.Table("memberships").Select("users.email, organizations.name AS org_name").
-				Joins("JOIN users ON users.id = memberships.user_id").Joins("JOIN organizations ON organizations.id = memberships.org_id").
-				Where("memberships.org_id = ? AND memberships.role = ?", orgID, RoleOwner).Order("users.id").Scan(&owners).Error
-			if err != nil {
-				return dbErr(err, "owners")
-			}
-			for _, o := range owners {
-				if err := enqueueMail(tx, s.now(), mail(o.Email, o.OrgName)); err != nil {
-					return err
-				}
-			}
+		if err := s.mailOwners(tx, orgID, mail); err != nil {
+			return err
 		}
 		return audit(tx, orgID, 0, "budget.alert", "", detail)
 	})
 	return fresh, dbErr(err, "budget alert")
+}
+
+// mailOwners queues, in tx, the mail compose writes for each owner of
+// orgID (by their address and the organization's name); nil compose
+// queues none.
+func (s *Store) mailOwners(tx *gorm.DB, orgID int64, compose func(owner, orgName string) Mail) error {
+	if compose == nil {
+		return nil
+	}
+	var owners []struct{ Email, OrgName string }
+	err := tx.Table("memberships").Select("users.email, organizations.name AS org_name").
+		Joins("JOIN users ON users.id = memberships.user_id").Joins("JOIN organizations ON organizations.id = memberships.org_id").
+		Where("memberships.org_id = ? AND memberships.role = ?", orgID, RoleOwner).Order("users.id").Scan(&owners).Error
+	if err != nil {
+		return dbErr(err, "owners")
+	}
+	for _, o := range owners {
+		if err := enqueueMail(tx, s.now(), compose(o.Email, o.OrgName)); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // BudgetAlerts lists the thresholds orgID crossed in period.

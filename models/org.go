@@ -38,6 +38,9 @@ type Organization struct {
 	DeletedBy  *int64
 	PurgeAfter *time.Time
 	PurgedAt   *time.Time
+	// LowBalanceThreshold is the prepaid balance at or below which its
+	// owners hear it runs low (once per fall); nil for no alert.
+	LowBalanceThreshold *money.Amount
 }
 
 // Deleted says whether an admin has deleted the organization.

@@ -60,8 +60,12 @@ type Tier struct {
 	// for free: its credit is what a throwaway address would be after).
 	// In force only where Sluice sends mail (Store WithEmailVerification).
 	CreditNeedsVerifiedEmail bool
-	CreatedAt                time.Time
-	UpdatedAt                time.Time
+	// Billing is how the tier's organizations pay: "invoice" (usage on a
+	// monthly invoice) or "prepaid" (every priced request is reserved from,
+	// and settled against, the organization's balance).
+	Billing   string
+	CreatedAt time.Time
+	UpdatedAt time.Time
 }
 
 // Overage choices of a tier.
@@ -69,6 +73,15 @@ const (
 	OverageBill  = "bill"
 	OverageBlock = "block"
 )
+
+// Billing choices of a tier.
+const (
+	BillingInvoice = "invoice"
+	BillingPrepaid = "prepaid"
+)
+
+// Prepaid says the tier's organizations spend from a prepaid balance.
+func (t Tier) Prepaid() bool { return t.Billing == BillingPrepaid }
 
 // EffectiveRefill is the refill the gateway applies now.
 func (t Tier) EffectiveRefill() float64 {
@@ -103,13 +116,16 @@ type TierSettings struct {
 	// CreditNeedsVerifiedEmail: no included credit until an owner's email
 	// is verified.
 	CreditNeedsVerifiedEmail bool
+	// Billing: "invoice" or "prepaid"; empty keeps the tier's current
+	// choice (a new tier's is invoice).
+	Billing string
 }
 
 // Settings returns the tier's editable settings, to merge a partial update into.
 func (t Tier) Settings() TierSettings {
 	return TierSettings{t.Capacity, t.RefillPerSec, t.TokensPerMinute, t.FreezeThreshold, t.FreezeMinutes, t.Autotune, t.RefillFloor,
 		t.UpstreamFallback, t.MonthlyFee, t.IncludedCredit, t.Overage, t.BillCacheHits, t.BatchFileBytes, t.MaxAPITokens,
-		t.MaxQueuedJobs, t.MaxPendingBatchLines, t.CreditNeedsVerifiedEmail}
+		t.MaxQueuedJobs, t.MaxPendingBatchLines, t.CreditNeedsVerifiedEmail, t.Billing}
 }
 
 // MaxBatchFileBytes bounds a tier's batch file limit: an upload is held in
@@ -159,6 +175,8 @@ func (l TierSettings) Validate() error {
 		return apperr.New(apperr.Unprocessable, "max_queued_jobs must be from 0 (no jobs) to %d", MaxTierQueuedJobs)
 	case l.MaxPendingBatchLines < 0 || l.MaxPendingBatchLines > MaxTierPendingBatchLines:
 		return apperr.New(apperr.Unprocessable, "max_pending_batch_lines must be from 0 (no batches) to %d", MaxTierPendingBatchLines)
+	case l.Billing != "" && l.Billing != BillingInvoice && l.Billing != BillingPrepaid:
+		return apperr.New(apperr.Unprocessable, "billing must be invoice or prepaid")
 	}
 	return nil
 }
@@ -188,6 +206,9 @@ func (s *Store) CreateTier(ctx context.Context, actor User, name string, l TierS
 	if l.Overage == "" {
 		l.Overage = OverageBlock
 	}
+	if l.Billing == "" {
+		l.Billing = BillingInvoice
+	}
 	if err := l.Validate(); err != nil {
 		return Tier{}, err
 	}
@@ -197,7 +218,7 @@ func (s *Store) CreateTier(ctx context.Context, actor User, name string, l TierS
 		UpstreamFallback: l.UpstreamFallback, MonthlyFee: l.MonthlyFee, IncludedCredit: l.IncludedCredit,
 		Overage: l.Overage, BillCacheHits: l.BillCacheHits, BatchFileBytes: l.BatchFileBytes, CreatedAt: now, UpdatedAt: now,
 		MaxAPITokens: l.MaxAPITokens, MaxQueuedJobs: l.MaxQueuedJobs, MaxPendingBatchLines: l.MaxPendingBatchLines,
-		CreditNeedsVerifiedEmail: l.CreditNeedsVerifiedEmail}
+		CreditNeedsVerifiedEmail: l.CreditNeedsVerifiedEmail, Billing: l.Billing}
 	t.TermsFrom = now.Truncate(time.Second)
 	err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		if err := tx.Create(&t).Error; err != nil {
@@ -269,6 +290,9 @@ func (s *Store) UpdateTier(ctx context.Context, actor User, name string, l TierS
 		if l.Overage != "" {
 			t.Overage = l.Overage
 		}
+		if l.Billing != "" {
+			t.Billing = l.Billing
+		}
 		t.MonthlyFee, t.IncludedCredit, t.BillCacheHits = l.MonthlyFee, l.IncludedCredit, l.BillCacheHits
 		t.BatchFileBytes = l.BatchFileBytes
 		t.MaxAPITokens = l.MaxAPITokens
@@ -285,7 +309,7 @@ func (s *Store) UpdateTier(ctx context.Context, actor User, name string, l TierS
 		err := tx.Model(&t).Select("capacity", "refill_per_sec", "tokens_per_minute", "freeze_threshold", "freeze_minutes",
 			"autotune", "refill_floor", "upstream_fallback", "monthly_fee", "included_credit", "overage", "bill_cache_hits",
 			"batch_file_bytes", "effective_refill_per_sec", "updated_at", "terms_from", "max_api_tokens",
-			"max_queued_jobs", "max_pending_batch_lines", "credit_needs_verified_email").Updates(&t).Error
+			"max_queued_jobs", "max_pending_batch_lines", "credit_needs_verified_email", "billing").Updates(&t).Error
 		if err != nil {
 			return dbErr(err, "tier "+name)
 		}
@@ -323,6 +347,9 @@ func describeChange(a, b TierSettings) string {
 	add("max_queued_jobs", a.MaxQueuedJobs, b.MaxQueuedJobs)
 	add("max_pending_batch_lines", a.MaxPendingBatchLines, b.MaxPendingBatchLines)
 	add("credit_needs_verified_email", a.CreditNeedsVerifiedEmail, b.CreditNeedsVerifiedEmail)
+	if b.Billing != "" {
+		add("billing", a.Billing, b.Billing)
+	}
 	if len(parts) == 0 {
 		return "no change"
 	}

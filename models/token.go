@@ -67,6 +67,8 @@ type TokenOwner struct {
 	// CreditWithheld says the included credit is 0 because it waits for an
 	// owner's verified email (MonthTerms.CreditWithheld).
 	CreditWithheld bool `gorm:"-"`
+	// LowBalanceThreshold is the organization's low-balance alert, nil for none.
+	LowBalanceThreshold *money.Amount
 }
 
 const maxTokenName = 100
@@ -231,7 +233,7 @@ func (s *Store) tokenOwner(ctx context.Context, where string, arg any) (TokenOwn
 	var o TokenOwner
 	err := s.db.WithContext(ctx).Table("api_tokens").
 		Select("api_tokens.*, tiers.name AS tier_name, organizations.budget_limit, organizations.budget_hard_stop, "+
-			"users.disabled_at AS user_disabled_at, organizations.deleted_at AS org_deleted_at").
+			"users.disabled_at AS user_disabled_at, organizations.deleted_at AS org_deleted_at", "organizations.low_balance_threshold").
 		Joins("JOIN organizations ON organizations.id = api_tokens.org_id").
 		Joins("JOIN users ON users.id = api_tokens.user_id").
 		Joins("JOIN tiers ON tiers.id = organizations.tier_id").

@@ -42,7 +42,10 @@ type UsageEvent struct {
 	Cached              bool   // answered from the response cache
 	Fallback            bool   // answered by sluice-local because providers were unavailable
 	UpstreamKeyID       *int64 // the provider key that answered, nil for local answers
-	CreatedAt           time.Time
+	// Prepaid says the cost was debited from the organization's prepaid
+	// balance: storing the event adds it to the day's balance_spending.
+	Prepaid   bool
+	CreatedAt time.Time
 }
 
 // TouchOnly says the event only marks a token as used (it has no request id
@@ -88,7 +91,10 @@ func uniqueRequests(evs []UsageEvent) []UsageEvent {
 // usageColumns are the columns a usage batch writes, in order.
 var usageColumns = []string{"request_id", "org_id", "token_id", "model", "prompt_tokens", "completion_tokens",
 	"cached_tokens", "cost", "price_id", "status", "latency_ms", "cached", "fallback", "upstream_key_id", "created_at",
-	"cache_creation_tokens", "reasoning_tokens", "dialect"}
+	"cache_creation_tokens", "reasoning_tokens", "dialect", "prepaid"}
+
+// spendingUpdate adds a batch's spending from balances to a day's.
+const spendingUpdate = `ON CONFLICT (org_id, day) DO UPDATE SET amount = balance_spending.amount + EXCLUDED.amount`
 
 // rollupUpdate adds the incoming counts to a rollup row's.
 const rollupUpdate = `requests = usage_hourly.requests + EXCLUDED.requests,
@@ -165,6 +171,10 @@ func copyNewUsage(ctx context.Context, pg *pgx.Conn, evs []UsageEvent) error {
 			SELECT * FROM unnest($18::bigint[], $19::timestamptz[], $20::text[], $21::bigint[], $22::bigint[],
 				$23::bigint[], $24::bigint[], $25::bigint[], $26::bigint[])
 			`+pricedUpdate+`
+		), spending AS (
+			INSERT INTO balance_spending (org_id, day, amount)
+			SELECT * FROM unnest($27::bigint[], $28::timestamptz[], $29::bigint[])
+			`+spendingUpdate+`
 		)
 		INSERT INTO usage_monthly (period, org_id, requests, tokens, cost)
 		SELECT * FROM unnest($13::timestamptz[], $14::bigint[], $15::bigint[], $16::bigint[], $17::bigint[])
@@ -179,16 +189,16 @@ func copyNewUsage(ctx context.Context, pg *pgx.Conn, evs []UsageEvent) error {
 type usageSource struct {
 	evs []UsageEvent
 	i   int
-	row [18]any
+	row [19]any
 }
 
 func (u *usageSource) Next() bool { u.i++; return u.i <= len(u.evs) }
 func (u *usageSource) Err() error { return nil }
 func (u *usageSource) Values() ([]any, error) {
 	e := &u.evs[u.i-1]
-	u.row = [18]any{e.RequestID, e.OrgID, e.TokenID, e.Model, e.PromptTokens, e.CompletionTokens,
+	u.row = [19]any{e.RequestID, e.OrgID, e.TokenID, e.Model, e.PromptTokens, e.CompletionTokens,
 		e.CachedTokens, int64(e.Cost), e.PriceID, e.Status, e.LatencyMs, e.Cached, e.Fallback, e.UpstreamKeyID, e.CreatedAt.UTC(),
-		e.CacheCreationTokens, e.ReasoningTokens, e.Dialect}
+		e.CacheCreationTokens, e.ReasoningTokens, e.Dialect, e.Prepaid}
 	return u.row[:], nil
 }
 
@@ -208,13 +218,19 @@ type rollups struct {
 	pPeriod                                         []time.Time
 	pModel                                          []string
 	pRequests, pPrompt, pCompletion, pCached, pCost []int64
+	// Spending from prepaid balances per organization and day (balance_spending).
+	sOrg, sAmount []int64
+	sDay          []time.Time
 }
 
 func (r *rollups) args() []any {
 	return []any{r.hOrg, r.hHour, r.hToken, r.hModel, r.hPrice, r.hRequests, r.hPrompt, r.hCompletion, r.hCached, r.hHits, r.hCost,
 		r.models, r.mPeriod, r.mOrg, r.mRequests, r.mTokens, r.mCost,
-		r.pOrg, r.pPeriod, r.pModel, r.pPrice, r.pRequests, r.pPrompt, r.pCompletion, r.pCached, r.pCost}
+		r.pOrg, r.pPeriod, r.pModel, r.pPrice, r.pRequests, r.pPrompt, r.pCompletion, r.pCached, r.pCost,
+		r.sOrg, r.sDay, r.sAmount}
 }
+
+type spendingKey struct{ org, day int64 }
 
 type hourlyKey struct {
 	org, hour, token, price int64
@@ -260,9 +276,13 @@ func rollUp(evs []UsageEvent) *rollups {
 	monthly := make(map[monthlyKey]*monthlySums)
 	priced := make(map[pricedKey]*hourlySums) // hits unused
 	seen := make(map[string]struct{})
+	spending := make(map[spendingKey]int64)
 	for i := range evs {
 		e := &evs[i]
 		at := e.CreatedAt.UTC()
+		if e.Prepaid && e.Cost != 0 {
+			spending[spendingKey{e.OrgID, at.Truncate(24 * time.Hour).Unix()}] += int64(e.Cost)
+		}
 		entry(hourly, hourlyKey{e.OrgID, at.Truncate(time.Hour).Unix(), e.TokenID, e.PriceID, e.Model}).add(e)
 		mk := monthlyKey{MonthOf(at).Unix(), e.OrgID}
 		m := entry(monthly, mk)
@@ -302,6 +322,12 @@ func rollUp(evs []UsageEvent) *rollups {
 		r.pRequests, r.pPrompt, r.pCompletion = append(r.pRequests, p.requests), append(r.pPrompt, p.prompt), append(r.pCompletion, p.completion)
 		r.pCached, r.pCost = append(r.pCached, p.cached), append(r.pCost, p.cost)
 	}
+	sks := slices.SortedFunc(maps.Keys(spending), func(a, b spendingKey) int {
+		return cmp.Or(cmp.Compare(a.org, b.org), cmp.Compare(a.day, b.day))
+	})
+	for _, k := range sks {
+		r.sOrg, r.sDay, r.sAmount = append(r.sOrg, k.org), append(r.sDay, time.Unix(k.day, 0).UTC()), append(r.sAmount, spending[k])
+	}
 	return r
 }
 
@@ -319,7 +345,7 @@ func copyUsageSkippingStored(ctx context.Context, pg *pgx.Conn, evs []UsageEvent
 		request_id TEXT, org_id BIGINT, token_id BIGINT, model TEXT, prompt_tokens INTEGER,
 		completion_tokens INTEGER, cached_tokens INTEGER, cost BIGINT, price_id BIGINT, status INTEGER,
 		latency_ms INTEGER, cached BOOLEAN, fallback BOOLEAN, upstream_key_id BIGINT, created_at TIMESTAMPTZ,
-		cache_creation_tokens INTEGER, reasoning_tokens INTEGER, dialect TEXT)
+		cache_creation_tokens INTEGER, reasoning_tokens INTEGER, dialect TEXT, prepaid BOOLEAN)
 		ON COMMIT DELETE ROWS`)
 	if err != nil {
 		return err
@@ -331,7 +357,11 @@ func copyUsageSkippingStored(ctx context.Context, pg *pgx.Conn, evs []UsageEvent
 	_, err = tx.Exec(ctx, `WITH stored AS (
 			INSERT INTO usage_events (`+cols+`) SELECT `+cols+` FROM usage_incoming
 			ON CONFLICT (request_id) DO NOTHING
-			RETURNING org_id, token_id, model, price_id, created_at, prompt_tokens, completion_tokens, cached_tokens, cost, cached
+			RETURNING org_id, token_id, model, price_id, created_at, prompt_tokens, completion_tokens, cached_tokens, cost, cached, prepaid
+		), spending AS (
+			INSERT INTO balance_spending (org_id, day, amount)
+			SELECT org_id, date_trunc('day', created_at, 'UTC'), sum(cost) FROM stored WHERE prepaid AND cost <> 0 GROUP BY 1, 2
+			`+spendingUpdate+`
 		), hourly AS (
 			INSERT INTO usage_hourly (org_id, hour, token_id, model, price_id, requests, prompt_tokens,
 				completion_tokens, cached_tokens, cache_hits, cost)
@@ -408,6 +438,11 @@ func (s *Store) insertUsageRows(ctx context.Context, evs []UsageEvent) error {
 			sql.Named("last", last)).Error; err != nil {
 			return err
 		}
+		if err := tx.Exec(`INSERT INTO balance_spending (org_id, day, amount)
+			SELECT org_id, substr(created_at, 1, 10) || ' 00:00:00+00:00', sum(cost) FROM usage_events
+			WHERE id > ? AND prepaid AND cost <> 0 GROUP BY 1, 2 `+spendingUpdate, last).Error; err != nil {
+			return err
+		}
 		return tx.Exec(`INSERT INTO metered_models (model) SELECT DISTINCT model FROM usage_events WHERE id > ?
 			ON CONFLICT (model) DO NOTHING`, last).Error
 	})
@@ -443,6 +478,7 @@ func appendUsageJSON(b []byte, evs []UsageEvent) []byte {
 		b = num(b, int64(e.CacheCreationTokens))
 		b = num(b, int64(e.ReasoningTokens))
 		b, _ = jsontext.AppendQuote(append(b, ','), e.Dialect)
+		b = strconv.AppendBool(append(b, ','), e.Prepaid)
 		b = append(b, ']')
 	}
 	return append(b, ']')

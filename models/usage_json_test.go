@@ -17,15 +17,15 @@ func TestAppendUsageJSONReadsAsEncodingJSONWould(t *testing.T) {
 	evs := []UsageEvent{
 		{RequestID: "req_1", OrgID: 1, TokenID: 2, Model: "gpt-4o-mini", PromptTokens: 10, CompletionTokens: 20,
 			CachedTokens: 3, Cost: money.Amount(1_234_567), PriceID: 9, Status: 200, LatencyMs: 12,
-			Cached: true, UpstreamKeyID: &key, CreatedAt: at, CacheCreationTokens: 4, ReasoningTokens: 5, Dialect: "messages"},
+			Cached: true, UpstreamKeyID: &key, CreatedAt: at, CacheCreationTokens: 4, ReasoningTokens: 5, Dialect: "messages", Prepaid: true},
 		{RequestID: "req_2", OrgID: 1 << 40, TokenID: -1, Model: "we\"ird\\ é <m> & \u2028 \x01 \xff",
 			Cost: money.Amount(-5), Status: 429, Fallback: true, CreatedAt: at.Add(time.Hour)},
 	}
 	var want []any
 	for _, e := range evs {
-		want = append(want, [18]any{e.RequestID, e.OrgID, e.TokenID, e.Model, e.PromptTokens, e.CompletionTokens,
+		want = append(want, [19]any{e.RequestID, e.OrgID, e.TokenID, e.Model, e.PromptTokens, e.CompletionTokens,
 			e.CachedTokens, int64(e.Cost), e.PriceID, e.Status, e.LatencyMs, e.Cached, e.Fallback, e.UpstreamKeyID,
-			e.CreatedAt.UTC().Format(sqliteTime), e.CacheCreationTokens, e.ReasoningTokens, e.Dialect})
+			e.CreatedAt.UTC().Format(sqliteTime), e.CacheCreationTokens, e.ReasoningTokens, e.Dialect, e.Prepaid})
 	}
 	old, err := json.Marshal(want)
 	if err != nil {

@@ -61,6 +61,7 @@ type TierRow struct {
 	MonthlyFee       string // dollars, e.g. "49.00"
 	IncludedCredit   string // dollars of usage the fee covers each month
 	Overage          string // "bill" or "block"
+	Billing          string // "invoice" or "prepaid"
 	BillCacheHits    bool
 	BatchFileMiB     string // the largest batch file, in MiB, e.g. "1" or "0.5"
 	MaxAPITokens     int    // active API tokens an organization may hold; 0: no limit
@@ -89,6 +90,7 @@ type AdminTierForm struct {
 	MonthlyFee           string
 	IncludedCredit       string
 	Overage              string
+	Billing              string
 	BillCacheHits        bool
 	BatchFileMiB         string
 	MaxAPITokens         string
@@ -191,6 +193,36 @@ type AdminOrgView struct {
 	// Deleted says when it was deleted and when its data goes (or went):
 	// "" while it is live.
 	Deleted string
+	Balance       AdminBalance
+}
+
+// AdminBalance is an organization's prepaid balance for the admin, and the
+// adjust form (refilled after a refusal, with its Error).
+type AdminBalance struct {
+	Billing                  string // the tier's: "invoice" or "prepaid"
+	Balance, Reserved        string
+	AdjustURL                string
+	AmountInput, ReasonInput string
+	Error                    string
+}
+
+// AdminRedeemCodesView is the admin's redeem codes: the create form, a new
+// code shown once, and every code.
+type AdminRedeemCodesView struct {
+	NewCode string // the plain code just made, shown this once
+	Form    AdminRedeemForm
+	Codes   []AdminRedeemRow
+}
+
+// AdminRedeemForm refills the create form after a refusal.
+type AdminRedeemForm struct {
+	Amount, Uses, ExpiresAt, Note string
+}
+
+// AdminRedeemRow is one redeem code as admins see it (never the code).
+type AdminRedeemRow struct {
+	Prefix, Amount, Uses, Expires, Note, Created string
+	Spent                                        bool // used up or expired
 }
 
 // AdminBudget is an organization's budget state for the admin.
@@ -320,7 +352,11 @@ var adminLinks = []struct{ Section, Label, Href string }{
 	{AdminSectionAudit, "Audit log", "/admin/audit"},
 	{AdminSectionAliases, "Aliases", "/admin/aliases"},
 	{"upstreams", "Upstreams", "/admin/upstreams"},
+	{AdminSectionRedeemCodes, "Redeem codes", "/admin/redeem-codes"},
 }
+
+// AdminSectionRedeemCodes is the redeem codes page's place in the navigation.
+const AdminSectionRedeemCodes = "redeem-codes"
 
 // adminAriaCurrent marks the current page's link.
 func adminAriaCurrent(current bool) string {

@@ -7,6 +7,8 @@ package templates
 
 // BillingView is everything the dashboard shows about usage and money.
 type BillingView struct {
+	// Balance is the prepaid balance section.
+	Balance  BalanceView
 	Usage    UsageView
 	Spend    SpendView
 	Invoices InvoicesView

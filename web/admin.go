@@ -28,7 +28,7 @@ var adminFlashes = map[string]string{
 // gets through the API when it gives none.
 var newTierDefaults = templates.AdminTierForm{TokensPerMinute: "0", FreezeThreshold: "20", FreezeMinutes: "10",
 	RefillFloor: "0", UpstreamFallback: "local", MonthlyFee: "0.00", IncludedCredit: "0.00", Overage: models.OverageBlock,
-	BatchFileMiB: "1", MaxAPITokens: "10", MaxQueuedJobs: "100", MaxPendingBatchLines: "1000"}
+	Billing: models.BillingInvoice, BatchFileMiB: "1", MaxAPITokens: "10", MaxQueuedJobs: "100", MaxPendingBatchLines: "1000"}
 
 // AdminTiers shows the tiers with their editable limits and plans, the
 // freezes and the auto-tuner.
@@ -82,7 +82,7 @@ func (p *Pages) showAdmin(c *gin.Context, status int, formErr, flash string, new
 			EffectiveRefill: formatRate(t.EffectiveRefill()), TokensPerMinute: t.TokensPerMinute,
 			FreezeThreshold: t.FreezeThreshold, FreezeMinutes: t.FreezeMinutes,
 			Autotune: t.Autotune, RefillFloor: formatRate(t.RefillFloor), UpstreamFallback: t.UpstreamFallback,
-			MonthlyFee: t.MonthlyFee.String(), IncludedCredit: t.IncludedCredit.String(), Overage: t.Overage,
+			MonthlyFee: t.MonthlyFee.String(), IncludedCredit: t.IncludedCredit.String(), Overage: t.Overage, Billing: t.Billing,
 			BillCacheHits: t.BillCacheHits, BatchFileMiB: formatMiB(t.BatchFileBytes), MaxAPITokens: t.MaxAPITokens,
 			MaxQueuedJobs: t.MaxQueuedJobs, MaxPendingBatchLines: t.MaxPendingBatchLines, CreditNeedsVerifiedEmail: t.CreditNeedsVerifiedEmail,
 			Organizations: usage[t.ID], TermsFrom: formatTermsFrom(t.TermsFrom)})
@@ -137,7 +137,8 @@ func (p *Pages) CreateTier(c *gin.Context) {
 		FreezeThreshold: c.PostForm("freeze_threshold"), FreezeMinutes: c.PostForm("freeze_minutes"),
 		RefillFloor: c.PostForm("refill_floor"), UpstreamFallback: c.PostForm("upstream_fallback"),
 		Autotune: c.PostForm("autotune") == "on", MonthlyFee: c.PostForm("monthly_fee"), IncludedCredit: c.PostForm("included_credit"),
-		Overage: c.PostForm("overage"), BillCacheHits: c.PostForm("bill_cache_hits") == "on", BatchFileMiB: c.PostForm("batch_file_mib"),
+		Overage: c.PostForm("overage"), Billing: c.PostForm("billing"), BillCacheHits: c.PostForm("bill_cache_hits") == "on",
+		BatchFileMiB: c.PostForm("batch_file_mib"),
 		MaxAPITokens: c.PostForm("max_api_tokens"), MaxQueuedJobs: c.PostForm("max_queued_jobs"),
 		MaxPendingBatchLines: c.PostForm("max_pending_batch_lines"), CreditNeedsVerifiedEmail: c.PostForm("credit_needs_verified_email") == "on"}
 	var settings models.TierSettings
@@ -215,6 +216,9 @@ func tierForm(c *gin.Context, s *models.TierSettings) error {
 	}
 	if v, ok := c.GetPostForm("overage"); ok {
 		s.Overage = v
+	}
+	if v, ok := c.GetPostForm("billing"); ok {
+		s.Billing = v
 	}
 	if _, ok := c.GetPostForm("plan"); ok { // the plan fieldset is on the form: an unchecked box means off
 		s.BillCacheHits = c.PostForm("bill_cache_hits") == "on"

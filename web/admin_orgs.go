@@ -28,6 +28,7 @@ var adminOrgFlashes = map[string]string{
 	"approved": "Upgrade approved: the organization is on its new tier from its next request.",
 	"declined": "Upgrade request declined.",
 	"deleted":  "Organization deleted: its API tokens stopped and its members' sessions in it ended, on every node.",
+	"adjusted": "Balance adjusted. The organization sees it, with the reason, in its history.",
 }
 
 // adminOverviewColumns are the overview's columns, in order, with their sort keys.
@@ -142,6 +143,12 @@ func (p *Pages) AdminOverview(c *gin.Context) {
 // usage, budget, invoices, tokens, users, its tier and its pending upgrade
 // request.
 func (p *Pages) AdminOrganization(c *gin.Context) {
+	p.showAdminOrganization(c, http.StatusOK, templates.AdminBalance{})
+}
+
+// showAdminOrganization renders an organization's page with status and
+// the balance adjust form as it was sent (with its error after a refusal).
+func (p *Pages) showAdminOrganization(c *gin.Context, status int, form templates.AdminBalance) {
 	o, ok := p.adminPathOrg(c)
 	if !ok {
 		return
@@ -196,6 +203,15 @@ func (p *Pages) AdminOrganization(c *gin.Context) {
 	go func() { defer wg.Done(); budget, budgetErr = p.adminBudget(ctx, o.ID) }()
 	go func() { defer wg.Done(); invoices, invoicesErr = p.billing.Invoices(ctx, o.ID) }()
 	defer wg.Wait() // on an early return, too: nothing outlives the request
+
+	bal, err := p.billing.Balance(ctx, o.ID)
+	if err != nil {
+		p.fail(c, err)
+		return
+	}
+	form.Billing, form.Balance, form.Reserved = o.Tier.Billing, dollars(bal.Balance), dollars(bal.Reserved)
+	form.AdjustURL = adminOrgURL(o.ID) + "/balance-adjustments"
+	view.Balance = form
 
 	toks, err := p.store.APITokens(ctx, o.ID)
 	if err != nil {
@@ -255,7 +271,33 @@ func (p *Pages) AdminOrganization(c *gin.Context) {
 			Status: inv.Status, Total: cents(inv.Total), URL: u, CSVURL: u + "/csv"})
 	}
 	page.Flash = adminOrgFlashes[c.Query("done")]
-	render(c, http.StatusOK, templates.AdminOrganization(page, view))
+	render(c, status, templates.AdminOrganization(page, view))
+}
+
+// AdjustBalance changes an organization's prepaid balance by hand, with a
+// reason; a refused adjustment comes back on the page, filled in.
+func (p *Pages) AdjustBalance(c *gin.Context) {
+	id, ok := p.pathID(c, "No such organization.")
+	if !ok {
+		return
+	}
+	form := templates.AdminBalance{AmountInput: strings.TrimSpace(c.PostForm("amount")), ReasonInput: strings.TrimSpace(c.PostForm("reason"))}
+	u, _ := userOf(c)
+	amount, err := billing.ParseDollars("amount", strings.TrimPrefix(form.AmountInput, "$"))
+	if err == nil {
+		_, err = p.billing.AdjustBalance(c.Request.Context(), u.User, id, amount, form.ReasonInput)
+	}
+	if err != nil {
+		switch apperr.CodeOf(err) {
+		case apperr.Invalid, apperr.Conflict:
+			form.Error = apperr.As(err).Message
+			p.showAdminOrganization(c, http.StatusUnprocessableEntity, form)
+		default:
+			p.fail(c, err)
+		}
+		return
+	}
+	c.Redirect(http.StatusSeeOther, adminOrgURL(id)+"?done=adjusted#balance")
 }
 
 // adminUsageCharts are an organization's requests (admitted and rejected) and

@@ -23,11 +23,13 @@ import (
 // billingFlashes are the fixed outcomes a redirect may name with ?done=,
 // each shown beside its form.
 var billingFlashes = map[string]templates.FormNotice{
-	"budget":         {Form: templates.FormBudget, Flash: "Budget saved. It applies from the next request."},
-	"budget-removed": {Form: templates.FormBudget, Flash: "Budget removed: spending is no longer limited by a budget."},
-	"time-zone":      {Form: templates.FormTimeZone, Flash: "Time zone saved. The charts count days in it now."},
-	"webhook-off":    {Form: templates.FormWebhook, Flash: "Webhook removed: budget alerts are no longer posted."},
-	"upgrade":        {Form: templates.FormUpgrade, Flash: "Upgrade requested. An admin will answer it."},
+	"budget":          {Form: templates.FormBudget, Flash: "Budget saved. It applies from the next request."},
+	"budget-removed":  {Form: templates.FormBudget, Flash: "Budget removed: spending is no longer limited by a budget."},
+	"time-zone":       {Form: templates.FormTimeZone, Flash: "Time zone saved. The charts count days in it now."},
+	"webhook-off":     {Form: templates.FormWebhook, Flash: "Webhook removed: budget alerts are no longer posted."},
+	"upgrade":         {Form: templates.FormUpgrade, Flash: "Upgrade requested. An admin will answer it."},
+	"low-balance":     {Form: templates.FormLowBalance, Flash: "Alert saved. It applies from the next request."},
+	"low-balance-off": {Form: templates.FormLowBalance, Flash: "Alert removed: a low balance is no longer announced."},
 }
 
 // dashboardState is what a billing form's answer adds to the dashboard:
@@ -39,6 +41,8 @@ type dashboardState struct {
 	webhookURL    string
 	webhookSecret string
 	upgrade       templates.UpgradeForm
+	// The balance's forms, refilled after a refusal.
+	redeemInput, thresholdInput string
 }
 
 // canManageBilling says whether u may change the organization's budget,
@@ -178,23 +182,29 @@ func (p *Pages) billingView(ctx context.Context, u models.Member, o models.Organ
 	// rollups: they go at once, each on its own connection, so the page
 	// waits for the slowest rather than their sum.
 	var (
-		wg                               sync.WaitGroup
-		usage                            templates.UsageView
-		budget                           billing.BudgetState
-		invoices                         templates.InvoicesView
-		usageErr, budgetErr, invoicesErr error
+		wg                                           sync.WaitGroup
+		usage                                        templates.UsageView
+		budget                                       billing.BudgetState
+		invoices                                     templates.InvoicesView
+		balance                                      templates.BalanceView
+		usageErr, budgetErr, invoicesErr, balanceErr error
 	)
-	wg.Add(3)
+	wg.Add(4)
 	go func() { defer wg.Done(); usage, usageErr = p.usageView(ctx, o.ID, loc, q, toks) }()
 	go func() { defer wg.Done(); budget, budgetErr = p.billing.Budget(ctx, o.ID) }()
 	go func() { defer wg.Done(); invoices, invoicesErr = p.invoicesView(ctx, o.ID) }()
+	go func() { defer wg.Done(); balance, balanceErr = p.balanceView(ctx, u, st) }()
 	plan, planErr := p.planView(ctx, o, st.upgrade)
 	wg.Wait()
-	if err := cmp.Or(usageErr, budgetErr, invoicesErr, planErr); err != nil {
+	if err := cmp.Or(usageErr, budgetErr, invoicesErr, balanceErr, planErr); err != nil {
 		return nil, err
 	}
 	plan.ReadOnly = !canManageBilling(u)
-	v := &templates.BillingView{Usage: usage, Spend: spendView(budget, o.Tier.Name, loc), Invoices: invoices, Plan: plan, Notice: st.notice}
+	v := &templates.BillingView{Usage: usage, Spend: spendView(budget, o.Tier.Name, loc), Invoices: invoices, Plan: plan, Notice: st.notice,
+		Balance: balance}
+	if o.Tier.Prepaid() {
+		v.Spend.CreditUsedUp = false // the balance limits spending, not the included credit
+	}
 	v.Settings = templates.SettingsView{CanEdit: canManageBilling(u), TimeZone: loc.String(), TimeZoneInput: st.timeZone,
 		WebhookURL: o.WebhookURL, WebhookInput: st.webhookURL, WebhookSecret: st.webhookSecret,
 		Budget: templates.BudgetForm{HardStop: true}}

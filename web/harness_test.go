@@ -117,7 +117,7 @@ func newSite(t *testing.T, db *models.DB) *site {
 	// Billing as main builds it: budget webhooks may only go to the hosts
 	// of webhookHost.
 	bill := billing.New(billing.Deps{Store: store, Directory: dir, Bus: cluster.None{}, Prices: metering.NewPriceBook(),
-		Ledger: metering.NewMemoryLedger(metering.StoreSeed(store)), Box: box, Webhooks: webhook.NewSender(webhook.Options{Hosts: webhook.Hosts{webhookHost}, Now: clk.Now,
+		Ledger: metering.NewMemoryLedger(metering.StoreSeed(store), metering.WithFunds(metering.StoreFunds(store))), Box: box, Webhooks: webhook.NewSender(webhook.Options{Hosts: webhook.Hosts{webhookHost}, Now: clk.Now,
 			// A public address for the allowed name, without asking DNS.
 			Lookup: func(context.Context, string) ([]netip.Addr, error) {
 				return []netip.Addr{netip.MustParseAddr("93.184.216.34")}, nil

@@ -255,7 +255,7 @@ func Build(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 		Local: model, Providers: a.pool, Aliases: a.aliases,
 		Cache: sh.cache, CacheTTL: cfg.CacheTTL,
 		Conversations: sh.conversations, HistoryBudget: cfg.ConversationTokens,
-		Prices: a.bill.prices, Ledger: a.bill.ledger, Alerts: a.bill.alerts, Recorder: a.recorder,
+		Prices: a.bill.prices, Ledger: a.bill.ledger, Alerts: a.bill.alerts, BalanceAlerts: a.bill.alerts, Recorder: a.recorder,
 		Metrics: gateway, LogPrompts: cfg.LogPrompts,
 	})
 	// The batches hear their lines' outcomes from the queue; the queue

@@ -37,7 +37,9 @@ func newBilling(cfg config.Config, store *models.Store, sh *shared, dir *account
 	webhooks := webhook.NewSender(webhook.Options{Hosts: webhook.ParseHosts(cfg.WebhookHosts),
 		AllowPrivate: cfg.WebhookAllowPrivate, AllowHTTP: cfg.WebhookAllowHTTP, Now: time.Now})
 	m.billing = billing.New(billing.Deps{Store: store, Directory: dir, Bus: sh.bus, Prices: m.prices, Ledger: ledger,
-		Box: box, Webhooks: webhooks, Log: log, Now: time.Now})
+		Box: box, Webhooks: webhooks, Log: log, Now: time.Now, Limiter: sh.limiter, RedeemRate: cfg.RedeemRate})
+	// Budget and low-balance alerts go by webhook, and with mail on to the
+	// owners too (Build: WithMail).
 	m.alerts = metering.NewBudgetAlerts(store, log, time.Now)
 	return m
 }

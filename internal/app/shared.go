@@ -40,7 +40,7 @@ const (
 	redisSSOFlows      = "sso:"         // single sign-ons that came back, each finished once (signing.RedisNonces)
 	redisCache         = "cache:"       // cached responses (respcache.Redis)
 	redisConversations = "session:"     // X-Sluice-Session histories (conversations.Redis)
-	redisBudgets       = "budget:"      // budget reservations (metering.RedisLedger)
+	redisBudgets       = "budget:"      // budget and prepaid balance reservations (metering.RedisLedger)
 	redisInvalidations = "invalidate"   // the channel other nodes' changes arrive on (cluster.Redis)
 	redisTunerLeader   = "tuner-leader" // the auto-tuner's lease (quota.RedisLease)
 )
@@ -74,9 +74,9 @@ func newShared(cfg config.Config, db *models.DB, store *models.Store, log *slog.
 	degraded := prometheus.NewGauge(prometheus.GaugeOpts{Name: "sluice_limiter_degraded",
 		Help: "1 while Redis is unreachable and limits are enforced locally at a per-node share."})
 	metrics.MustRegister(degraded)
-	seed := metering.StoreSeed(store)
+	seed, funds := metering.StoreSeed(store), metering.WithFunds(metering.StoreFunds(store))
 	if cfg.RedisURL == "" {
-		return alone(cfg, db, store, seed)
+		return alone(cfg, db, store, seed, funds)
 	}
 	opts, err := redis.ParseURL(cfg.RedisURL)
 	if err != nil {
@@ -151,7 +151,8 @@ func newShared(cfg config.Config, db *models.DB, store *models.Store, log *slog.
 		cache:         respcache.NewRedis(client, key(redisCache)),
 		conversations: conversations.NewRedis(client, key(redisConversations), cfg.ConversationTTL),
 		// Budgets per node while Redis is unreachable.
-		ledger:       metering.NewFallbackLedger(metering.NewRedisLedger(client, key(redisBudgets), seed), seed, cfg.ExpectedNodes, log),
+		ledger: metering.NewFallbackLedger(metering.NewRedisLedger(client, key(redisBudgets), seed, funds), seed, cfg.ExpectedNodes, log,
+			funds),
 		redis:        client,
 		limiterRedis: lclient,
 		status: func() quota.LimiterStatus {
@@ -171,12 +172,12 @@ func newShared(cfg config.Config, db *models.DB, store *models.Store, log *slog.
 // tuner's leader (a Postgres advisory lock, so nodes on one database still
 // elect one) and budgets on Postgres (reserved in the database, so nodes on
 // one database share them).
-func alone(cfg config.Config, db *models.DB, store *models.Store, seed metering.Seed) (*shared, error) {
+func alone(cfg config.Config, db *models.DB, store *models.Store, seed metering.Seed, funds metering.LedgerOption) (*shared, error) {
 	cache, err := respcache.NewMemory(cfg.CacheMaxBytes, nil)
 	if err != nil {
 		return nil, err
 	}
-	var ledger metering.Ledger = metering.NewMemoryLedger(seed)
+	var ledger metering.Ledger = metering.NewMemoryLedger(seed, funds)
 	if db.Dialect == "postgres" {
 		ledger = metering.NewSQLLedger(store, seed)
 	}
