@@ -30,6 +30,8 @@ type tierOut struct {
 	MaxAPITokens          int     `json:"max_api_tokens"`
 	MaxQueuedJobs         int64   `json:"max_queued_jobs"`
 	MaxPendingBatchLines  int64   `json:"max_pending_batch_lines"`
+	StripePriceID         string  `json:"stripe_price_id"` // "" for none
+	GraceDays             int     `json:"grace_days"`
 	// TermsEffectiveFrom is when the fee, credit and overage took effect.
 	TermsEffectiveFrom time.Time `json:"terms_effective_from"`
 }
@@ -37,7 +39,7 @@ type tierOut struct {
 func toTierOut(t models.Tier) tierOut {
 	return tierOut{t.Name, t.Capacity, t.RefillPerSec, t.EffectiveRefill(), t.TokensPerMinute, t.FreezeThreshold, t.FreezeMinutes,
 		t.Autotune, t.RefillFloor, t.UpstreamFallback, t.MonthlyFee.String(), t.IncludedCredit.String(), t.Overage, t.BillCacheHits,
-		t.BatchFileBytes, t.MaxAPITokens, t.MaxQueuedJobs, t.MaxPendingBatchLines, t.TermsFrom.UTC()}
+		t.BatchFileBytes, t.MaxAPITokens, t.MaxQueuedJobs, t.MaxPendingBatchLines, t.StripePriceID, t.GraceDays, t.TermsFrom.UTC()}
 }
 
 func (m *manage) listTiers(c *gin.Context) {
@@ -73,6 +75,8 @@ type tierIn struct {
 	MaxAPITokens    *int     `json:"max_api_tokens"`
 	MaxQueuedJobs   *int64   `json:"max_queued_jobs"`
 	MaxPendingLines *int64   `json:"max_pending_batch_lines"`
+	StripePriceID   *string  `json:"stripe_price_id"`
+	GraceDays       *int     `json:"grace_days"`
 }
 
 // apply merges the given fields into l, reading money from decimal strings.
@@ -91,6 +95,8 @@ func (in tierIn) apply(l *models.TierSettings) error {
 	set(&l.MaxAPITokens, in.MaxAPITokens)
 	set(&l.MaxQueuedJobs, in.MaxQueuedJobs)
 	set(&l.MaxPendingBatchLines, in.MaxPendingLines)
+	set(&l.StripePriceID, in.StripePriceID)
+	set(&l.GraceDays, in.GraceDays)
 	for _, f := range []struct {
 		name string
 		in   *string
@@ -138,7 +144,8 @@ func (m *manage) updateTier(c *gin.Context) {
 // rest default to no tokens-per-minute limit, freezing at 20 rejections
 // for 10 minutes, no auto-tuning, no fee or credit, overage blocked, batch
 // files up to 1 MiB, 10 active API tokens (the free tier's; 0 lifts it),
-// 100 queued jobs and 1,000 pending batch lines (the free tier's).
+// 100 queued jobs and 1,000 pending batch lines (the free tier's), no
+// Stripe price and a grace period of 7 days.
 func (m *manage) createTier(c *gin.Context) {
 	var in tierIn
 	if err := m.decode(c, &in); err != nil {
@@ -150,7 +157,8 @@ func (m *manage) createTier(c *gin.Context) {
 		return
 	}
 	l := models.TierSettings{FreezeThreshold: 20, FreezeMinutes: 10, UpstreamFallback: "local", Overage: models.OverageBlock,
-		BatchFileBytes: 1 << 20, MaxAPITokens: 10, MaxQueuedJobs: 100, MaxPendingBatchLines: 1000}
+		BatchFileBytes: 1 << 20, MaxAPITokens: 10, MaxQueuedJobs: 100, MaxPendingBatchLines: 1000,
+		GraceDays: models.DefaultGraceDays}
 	if err := in.apply(&l); err != nil {
 		writeAPIError(c, m.log, err)
 		return

@@ -55,8 +55,15 @@ type Tier struct {
 	// MaxPendingBatchLines is the most batch lines an organization on the
 	// tier may have pending across its batches; 0 refuses batches.
 	MaxPendingBatchLines int64
-	CreatedAt            time.Time
-	UpdatedAt            time.Time
+	// StripePriceID is the Stripe price of a paid tier: choosing it is a
+	// subscription through Checkout. Empty: no price (an admin approves
+	// upgrade requests to it).
+	StripePriceID string
+	// GraceDays is how long an organization keeps the tier after a failed
+	// payment or its subscription's end, before it goes back to free.
+	GraceDays int
+	CreatedAt time.Time
+	UpdatedAt time.Time
 }
 
 // Overage choices of a tier.
@@ -95,13 +102,18 @@ type TierSettings struct {
 	// queues; 0 refuses jobs or batches.
 	MaxQueuedJobs        int64
 	MaxPendingBatchLines int64
+	StripePriceID        string // "" for none
+	GraceDays            int
 }
+
+// DefaultGraceDays is a new tier's grace period.
+const DefaultGraceDays = 7
 
 // Settings returns the tier's editable settings, to merge a partial update into.
 func (t Tier) Settings() TierSettings {
 	return TierSettings{t.Capacity, t.RefillPerSec, t.TokensPerMinute, t.FreezeThreshold, t.FreezeMinutes, t.Autotune, t.RefillFloor,
 		t.UpstreamFallback, t.MonthlyFee, t.IncludedCredit, t.Overage, t.BillCacheHits, t.BatchFileBytes, t.MaxAPITokens,
-		t.MaxQueuedJobs, t.MaxPendingBatchLines}
+		t.MaxQueuedJobs, t.MaxPendingBatchLines, t.StripePriceID, t.GraceDays}
 }
 
 // MaxBatchFileBytes bounds a tier's batch file limit: an upload is held in
@@ -151,8 +163,29 @@ func (l TierSettings) Validate() error {
 		return apperr.New(apperr.Unprocessable, "max_queued_jobs must be from 0 (no jobs) to %d", MaxTierQueuedJobs)
 	case l.MaxPendingBatchLines < 0 || l.MaxPendingBatchLines > MaxTierPendingBatchLines:
 		return apperr.New(apperr.Unprocessable, "max_pending_batch_lines must be from 0 (no batches) to %d", MaxTierPendingBatchLines)
+	case !validPriceID(l.StripePriceID):
+		return apperr.New(apperr.Unprocessable, `stripe_price_id must be a Stripe price id such as "price_1Abc…" (letters, digits and _, at most 255), or empty for none`)
+	case l.GraceDays < 0 || l.GraceDays > 365:
+		return apperr.New(apperr.Unprocessable, "grace_days must be from 0 to 365")
 	}
 	return nil
+}
+
+// validPriceID: a Stripe price id, or empty.
+func validPriceID(id string) bool {
+	if id == "" {
+		return true
+	}
+	if len(id) > 255 || !strings.HasPrefix(id, "price_") && !strings.HasPrefix(id, "plan_") {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_') {
+			return false
+		}
+	}
+	return true
 }
 
 // validTierName: a tier's name is part of URLs and forms.
@@ -188,7 +221,8 @@ func (s *Store) CreateTier(ctx context.Context, actor User, name string, l TierS
 		FreezeThreshold: l.FreezeThreshold, FreezeMinutes: l.FreezeMinutes, Autotune: l.Autotune, RefillFloor: l.RefillFloor,
 		UpstreamFallback: l.UpstreamFallback, MonthlyFee: l.MonthlyFee, IncludedCredit: l.IncludedCredit,
 		Overage: l.Overage, BillCacheHits: l.BillCacheHits, BatchFileBytes: l.BatchFileBytes, CreatedAt: now, UpdatedAt: now,
-		MaxAPITokens: l.MaxAPITokens, MaxQueuedJobs: l.MaxQueuedJobs, MaxPendingBatchLines: l.MaxPendingBatchLines}
+		MaxAPITokens: l.MaxAPITokens, MaxQueuedJobs: l.MaxQueuedJobs, MaxPendingBatchLines: l.MaxPendingBatchLines,
+		StripePriceID: l.StripePriceID, GraceDays: l.GraceDays}
 	t.TermsFrom = now.Truncate(time.Second)
 	err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		if err := tx.Create(&t).Error; err != nil {
@@ -264,6 +298,7 @@ func (s *Store) UpdateTier(ctx context.Context, actor User, name string, l TierS
 		t.BatchFileBytes = l.BatchFileBytes
 		t.MaxAPITokens = l.MaxAPITokens
 		t.MaxQueuedJobs, t.MaxPendingBatchLines = l.MaxQueuedJobs, l.MaxPendingBatchLines
+		t.StripePriceID, t.GraceDays = l.StripePriceID, l.GraceDays
 		t.EffectiveRefillPerSec, t.UpdatedAt = nil, s.now().UTC()
 		if !sameTerms(was, t) {
 			// Never before the version in force, whatever this node's clock says.
@@ -275,7 +310,7 @@ func (s *Store) UpdateTier(ctx context.Context, actor User, name string, l TierS
 		err := tx.Model(&t).Select("capacity", "refill_per_sec", "tokens_per_minute", "freeze_threshold", "freeze_minutes",
 			"autotune", "refill_floor", "upstream_fallback", "monthly_fee", "included_credit", "overage", "bill_cache_hits",
 			"batch_file_bytes", "effective_refill_per_sec", "updated_at", "terms_from", "max_api_tokens",
-			"max_queued_jobs", "max_pending_batch_lines").Updates(&t).Error
+			"max_queued_jobs", "max_pending_batch_lines", "stripe_price_id", "grace_days").Updates(&t).Error
 		if err != nil {
 			return dbErr(err, "tier "+name)
 		}
@@ -312,6 +347,8 @@ func describeChange(a, b TierSettings) string {
 	add("max_api_tokens", a.MaxAPITokens, b.MaxAPITokens)
 	add("max_queued_jobs", a.MaxQueuedJobs, b.MaxQueuedJobs)
 	add("max_pending_batch_lines", a.MaxPendingBatchLines, b.MaxPendingBatchLines)
+	add("stripe_price_id", a.StripePriceID, b.StripePriceID)
+	add("grace_days", a.GraceDays, b.GraceDays)
 	if len(parts) == 0 {
 		return "no change"
 	}
