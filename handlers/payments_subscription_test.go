@@ -137,7 +137,7 @@ func TestSubscriptionEventsOutOfOrder(t *testing.T) {
 		if out := s.subEvent("evt_deleted", "customer.subscription.deleted", "canceled", t0.Add(30*time.Second)); !strings.Contains(out, "the subscription ended") {
 			t.Fatalf("deleted: %s", out)
 		}
-		end := t0.Add(30 * time.Second).AddDate(0, 0, 7)
+		end := t0.Add(30*time.Second).AddDate(0, 0, 7)
 		for _, ev := range []struct{ id, typ, status string }{
 			{"evt_past_due", "customer.subscription.updated", "past_due"},
 			{"evt_active", "customer.subscription.updated", "active"},
@@ -188,7 +188,7 @@ func TestSubscriptionGracePeriod(t *testing.T) {
 		t.Fatalf("paid: %s, grace %v", out, s.graceEnds())
 	}
 	s.subEvent("evt_4", "customer.subscription.updated", "past_due", t0.Add(3*time.Minute))
-	end := t0.Add(3 * time.Minute).AddDate(0, 0, 7)
+	end := t0.Add(3*time.Minute).AddDate(0, 0, 7)
 	s.clock.Advance(end.Sub(s.clock.Now()) - time.Second)
 	if moved, err := s.pay.EndGracePeriods(context.Background()); err != nil || len(moved) != 0 || s.tier() != "pro" {
 		t.Fatalf("a second before the end: moved %v %v, tier %s", moved, err, s.tier())

@@ -9,8 +9,8 @@ import (
 
 	"github.com/sluicehq/sluice/accounts"
 	"github.com/sluicehq/sluice/apperr"
-	"github.com/sluicehq/sluice/money"
 	"github.com/sluicehq/sluice/models"
+	"github.com/sluicehq/sluice/money"
 )
 
 // errOff is every action's answer while Stripe is not configured.

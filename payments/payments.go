@@ -23,8 +23,8 @@ import (
 
 	"github.com/stripe/stripe-go/v82"
 
-	"github.com/sluicehq/sluice/money"
 	"github.com/sluicehq/sluice/models"
+	"github.com/sluicehq/sluice/money"
 )
 
 // BalanceCrediter credits an organization's prepaid balance, idempotent on

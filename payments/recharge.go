@@ -10,8 +10,8 @@ import (
 
 	"github.com/sluicehq/sluice/accounts"
 	"github.com/sluicehq/sluice/apperr"
-	"github.com/sluicehq/sluice/money"
 	"github.com/sluicehq/sluice/models"
+	"github.com/sluicehq/sluice/money"
 )
 
 // RechargeKind marks an auto-recharge's PaymentIntent.
