@@ -67,6 +67,8 @@ type TierRow struct {
 	// queued jobs and pending batch lines; 0 refuses them.
 	MaxQueuedJobs        int64
 	MaxPendingBatchLines int64
+	StripePriceID        string // "" for none
+	GraceDays            int
 	Organizations        int64  // on this tier; a tier in use cannot be deleted
 	TermsFrom            string // when the fee, credit and overage took effect, e.g. "2026-11-16 09:30 UTC"; empty: since before terms were dated
 }
@@ -90,6 +92,8 @@ type AdminTierForm struct {
 	MaxAPITokens         string
 	MaxQueuedJobs        string
 	MaxPendingBatchLines string
+	StripePriceID        string
+	GraceDays            string
 }
 
 // AdminOverviewView is the overview of every organization: one page of

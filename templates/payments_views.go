@@ -62,3 +62,25 @@ const (
 	FormSubscribe = "subscribe"
 	FormRecharge  = "auto-recharge"
 )
+
+// paymentLabel is an invoice's payment state in words.
+func paymentLabel(state string) string {
+	switch state {
+	case "open":
+		return "charging"
+	case "failed":
+		return "payment failed"
+	}
+	return state
+}
+
+// paymentClass colours an invoice's payment state.
+func paymentClass(state string) string {
+	switch state {
+	case "paid":
+		return "badge-active"
+	case "failed":
+		return "badge-revoked"
+	}
+	return "badge-neutral"
+}
