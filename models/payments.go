@@ -321,3 +321,11 @@ func (s *Store) RecordRechargeSuccess(ctx context.Context, ev PaymentEvent, orgI
 		return outcome, audit(tx, orgID, 0, "payments.auto_recharge", ev.ObjectID, outcome)
 	})
 }
+
+// RecentTopUps lists orgID's latest top-up sessions, newest first, for its
+// payments page.
+func (s *Store) RecentTopUps(ctx context.Context, orgID int64, limit int) ([]CheckoutSession, error) {
+	var out []CheckoutSession
+	err := s.db.WithContext(ctx).Where("org_id = ? AND mode = ?", orgID, CheckoutPayment).Order("created_at DESC").Limit(limit).Find(&out).Error
+	return out, dbErr(err, "checkout sessions")
+}

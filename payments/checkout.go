@@ -147,6 +147,11 @@ func (s *Service) Account(ctx context.Context, orgID int64) (models.PaymentAccou
 	return s.store.PaymentAccount(ctx, orgID)
 }
 
+// RecentTopUps are the organization's latest top-ups and their state.
+func (s *Service) RecentTopUps(ctx context.Context, orgID int64) ([]models.CheckoutSession, error) {
+	return s.store.RecentTopUps(ctx, orgID, 10)
+}
+
 // ready refuses while payments are off, and to anyone but an owner.
 func (s *Service) ready(u models.Member, what string) error {
 	if err := accounts.NeedOwner(u, what); err != nil {

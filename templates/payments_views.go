@@ -20,6 +20,15 @@ type PaymentsView struct {
 	Recharge     RechargeView
 	Notice       FormNotice
 	TopUpInput   string // refills the amount after a refusal
+	TopUps       []TopUpRow
+}
+
+// TopUpRow is one top-up and where it stands.
+type TopUpRow struct {
+	SessionID string
+	Started   string
+	Amount    string // "25.01 USD"
+	State     string // waiting | paid | credited
 }
 
 // CheckoutLink is a Checkout session to open.
@@ -62,6 +71,17 @@ const (
 	FormSubscribe = "subscribe"
 	FormRecharge  = "auto-recharge"
 )
+
+// topUpState is a top-up's state in words.
+func topUpState(state string) string {
+	switch state {
+	case "waiting":
+		return "waiting for Stripe's confirmation"
+	case "paid":
+		return "paid; being credited"
+	}
+	return state
+}
 
 // paymentLabel is an invoice's payment state in words.
 func paymentLabel(state string) string {

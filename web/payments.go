@@ -82,6 +82,22 @@ func (p *Pages) showPayments(c *gin.Context, status int, v templates.PaymentsVie
 		}
 	}
 	v.Recharge = rechargeView(acc)
+	tops, err := p.payments.RecentTopUps(ctx, o.ID)
+	if err != nil {
+		p.fail(c, err)
+		return
+	}
+	for _, cs := range tops {
+		row := templates.TopUpRow{SessionID: cs.SessionID, Started: formatTime(cs.CreatedAt),
+			Amount: payments.FromCents(cs.AmountCents).StringCents() + " " + v.Currency, State: "waiting"}
+		switch {
+		case cs.CreditedAt != nil:
+			row.State = "credited"
+		case cs.Status == models.CheckoutCompleted:
+			row.State = "paid"
+		}
+		v.TopUps = append(v.TopUps, row)
+	}
 	render(c, status, templates.Payments(page, v))
 }
 

@@ -49,12 +49,14 @@ func newBilling(cfg config.Config, store *models.Store, sh *shared, dir *account
 	if cfg.StripeSecretKey != "" {
 		sc = payments.NewClient(cfg.StripeSecretKey, cfg.StripeAPIBase, nil)
 	}
+	// The prepaid balance (the store's CreditBalance) and the owners' mail
+	// are built on other branches: the balance is taken from the store as
+	// soon as it has one; the mail hook is wired when mail merges. Without
+	// a balance a paid top-up is recorded as completed and left for the
+	// sweep to credit.
+	balance, _ := any(store).(payments.BalanceCrediter)
 	m.payments = payments.New(payments.Config{WebhookSecret: cfg.StripeWebhookSecret, Currency: cfg.StripeCurrency,
 		TopUpMin: cfg.TopUpMin, TopUpMax: cfg.TopUpMax}, payments.Deps{Stripe: sc, Store: store, Orgs: m.billing, Log: log, Now: time.Now,
-		// Balance is the prepaid balance's store (CreditBalance) and Mailer
-		// the owners' mail: both are built on other branches and wired
-		// here when they merge. Until then a paid top-up is recorded as
-		// completed and left for the sweep to credit.
-		Balance: nil, Mailer: nil})
+		Balance: balance, Mailer: nil})
 	return m
 }
