@@ -149,3 +149,6 @@ func topUpSession(id string, org int64, cents int64) map[string]any {
 	return map[string]any{"id": id, "object": "checkout.session", "mode": "payment", "payment_status": "paid", "status": "complete",
 		"amount_total": cents, "currency": "usd", "customer": "cus_test", "metadata": map[string]string{"org_id": fmt.Sprint(org), "kind": "topup"}}
 }
+
+// httpClient is an *http.Client through the recording transport.
+func httpClient(r *stripeRequests) *http.Client { return &http.Client{Transport: r, Timeout: 10 * time.Second} }

@@ -329,3 +329,13 @@ func (s *Store) RecentTopUps(ctx context.Context, orgID int64, limit int) ([]Che
 	err := s.db.WithContext(ctx).Where("org_id = ? AND mode = ?", orgID, CheckoutPayment).Order("created_at DESC").Limit(limit).Find(&out).Error
 	return out, dbErr(err, "checkout sessions")
 }
+
+// AutoRechargeOrgs lists the organizations with an auto-recharge on, for
+// the sweep (StartRecharge keeps one from running twice).
+func (s *Store) AutoRechargeOrgs(ctx context.Context) ([]int64, error) {
+	var ids []int64
+	err := s.db.WithContext(ctx).Model(&PaymentAccount{}).
+		Where("recharge_amount IS NOT NULL AND recharge_threshold IS NOT NULL AND customer_id <> ''").
+		Order("org_id").Limit(1000).Pluck("org_id", &ids).Error
+	return ids, dbErr(err, "payment accounts")
+}

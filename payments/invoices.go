@@ -141,6 +141,8 @@ func (s *Service) tick(ctx context.Context, leader Leader) {
 	}
 	_, err = s.CreditPending(ctx)
 	warn("crediting pending top-ups", err)
+	_, err = s.RechargeLow(ctx)
+	warn("auto-recharging low balances", err)
 	if lead, err := leader.Lead(ctx); err != nil || !lead {
 		warn("taking the payments lead", err)
 		return

@@ -35,6 +35,13 @@ type BalanceCrediter interface {
 	CreditBalance(ctx context.Context, orgID int64, amount money.Amount, kind, reference, note string) (applied bool, err error)
 }
 
+// BalanceReader reads an organization's prepaid balance, for the
+// auto-recharge's sweep. It is wired where the balance is built; nil: the
+// sweep does not run, and Recharge is the balance's own hook to call.
+type BalanceReader interface {
+	Balance(ctx context.Context, orgID int64) (money.Amount, error)
+}
+
 // OrgNotifier hears that an organization moved to another tier, so every
 // node forgets what it cached of it.
 type OrgNotifier interface {
@@ -79,6 +86,7 @@ type Deps struct {
 	Stripe  *stripe.Client
 	Store   *models.Store
 	Balance BalanceCrediter
+	Reader  BalanceReader
 	Orgs    OrgNotifier
 	Mailer  FailureMailer
 	Log     *slog.Logger
@@ -90,6 +98,7 @@ type Service struct {
 	sc      *stripe.Client
 	store   *models.Store
 	balance BalanceCrediter
+	reader  BalanceReader
 	orgs    OrgNotifier
 	mailer  FailureMailer
 	log     *slog.Logger
@@ -99,7 +108,7 @@ type Service struct {
 
 // New returns the payments service.
 func New(cfg Config, d Deps) *Service {
-	return &Service{sc: d.Stripe, store: d.Store, balance: d.Balance, orgs: d.Orgs, mailer: d.Mailer, log: d.Log, now: d.Now, cfg: cfg}
+	return &Service{sc: d.Stripe, store: d.Store, balance: d.Balance, reader: d.Reader, orgs: d.Orgs, mailer: d.Mailer, log: d.Log, now: d.Now, cfg: cfg}
 }
 
 // NewClient returns a Stripe client of its own (never stripe-go's global

@@ -121,9 +121,11 @@ func (s *Service) chargeSaved(ctx context.Context, acc models.PaymentAccount) (s
 }
 
 // paymentIntentChanged applies an auto-recharge's outcome: a success
-// credits its amount (idempotent on the PaymentIntent's id, so it is asked
-// before the event is recorded: a node stopping in between leaves nothing
-// uncredited), a failure is kept and mailed.
+// credits its amount, a failure is kept and mailed. The credit is asked
+// before the event is recorded, so a node stopping in between leaves
+// nothing uncredited; a redelivery finds the event and asks nothing, and
+// two deliveries racing each other are credited once by the crediter,
+// idempotent on the PaymentIntent's id.
 func (s *Service) paymentIntentChanged(ctx context.Context, pe models.PaymentEvent, typ stripe.EventType, raw json.RawMessage) (string, error) {
 	pi, err := decode[stripe.PaymentIntent](raw)
 	if err != nil {
@@ -158,9 +160,39 @@ func (s *Service) paymentIntentChanged(ctx context.Context, pe models.PaymentEve
 	if s.balance == nil {
 		return "", apperr.New(apperr.Unavailable, "no balance is wired to credit")
 	}
+	if _, err := s.store.PaymentEventByID(ctx, pe.EventID); err == nil {
+		return "", models.ErrEventSeen // a redelivery: not asked to credit again
+	}
 	amount := FromCents(pi.AmountReceived)
 	if _, err := s.balance.CreditBalance(ctx, org, amount, TopUpKind, pi.ID, "auto-recharge of "+amount.StringCents()+" "+s.Currency()); err != nil {
 		return "", err
 	}
 	return s.store.RecordRechargeSuccess(ctx, pe, org, pi.AmountReceived)
+}
+
+// RechargeLow runs Recharge for every organization with an auto-recharge,
+// at its balance now; without a BalanceReader it does nothing.
+func (s *Service) RechargeLow(ctx context.Context) (int, error) {
+	if !s.Enabled() || s.reader == nil {
+		return 0, nil
+	}
+	ids, err := s.store.AutoRechargeOrgs(ctx)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, id := range ids {
+		bal, err := s.reader.Balance(ctx, id)
+		if err != nil {
+			return n, err
+		}
+		charged, err := s.Recharge(ctx, id, bal)
+		if err != nil && apperr.CodeOf(err) == apperr.Internal {
+			return n, err
+		}
+		if charged {
+			n++
+		}
+	}
+	return n, nil
 }

@@ -55,8 +55,9 @@ func newBilling(cfg config.Config, store *models.Store, sh *shared, dir *account
 	// a balance a paid top-up is recorded as completed and left for the
 	// sweep to credit.
 	balance, _ := any(store).(payments.BalanceCrediter)
+	reader, _ := any(store).(payments.BalanceReader)
 	m.payments = payments.New(payments.Config{WebhookSecret: cfg.StripeWebhookSecret, Currency: cfg.StripeCurrency,
 		TopUpMin: cfg.TopUpMin, TopUpMax: cfg.TopUpMax}, payments.Deps{Stripe: sc, Store: store, Orgs: m.billing, Log: log, Now: time.Now,
-		Balance: balance, Mailer: nil})
+		Balance: balance, Reader: reader, Mailer: nil})
 	return m
 }
