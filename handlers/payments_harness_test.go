@@ -151,4 +151,6 @@ func topUpSession(id string, org int64, cents int64) map[string]any {
 }
 
 // httpClient is an *http.Client through the recording transport.
-func httpClient(r *stripeRequests) *http.Client { return &http.Client{Transport: r, Timeout: 10 * time.Second} }
+func httpClient(r *stripeRequests) *http.Client {
+	return &http.Client{Transport: r, Timeout: 10 * time.Second}
+}
