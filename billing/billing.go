@@ -315,6 +315,10 @@ func (s *Service) orgChanged(ctx context.Context, orgID int64) {
 	}
 }
 
+// OrganizationChanged is orgChanged for the payments service, which moves
+// organizations between tiers when Stripe says so.
+func (s *Service) OrganizationChanged(ctx context.Context, orgID int64) { s.orgChanged(ctx, orgID) }
+
 // publish tells the other nodes; a lost message is caught up by their
 // periodic reload.
 func (s *Service) publish(ctx context.Context, e cluster.Event) { _ = s.bus.Publish(ctx, e) }

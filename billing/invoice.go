@@ -22,6 +22,11 @@ type Invoice struct {
 	Currency    string
 	Lines       []Line
 	Total       money.Amount // the sum of the lines, each already rounded to the cent
+	// PaymentStatus is what Stripe last said of a final invoice charged
+	// through it (open, paid, failed, void), "" when not charged; HostedURL
+	// is its page at Stripe.
+	PaymentStatus string
+	HostedURL     string
 }
 
 // Invoice statuses.

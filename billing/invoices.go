@@ -51,7 +51,7 @@ func (s *Service) Invoice(ctx context.Context, orgID, id int64) (Invoice, error)
 func (s *Service) invoice(ctx context.Context, r models.Invoice, stored []models.InvoiceLine) (Invoice, error) {
 	if r.Status == Final {
 		inv := Invoice{ID: r.ID, PeriodStart: r.PeriodStart.UTC(), PeriodEnd: r.PeriodStart.UTC().AddDate(0, 1, 0),
-			Status: Final, Currency: r.Currency, Total: r.Total}
+			Status: Final, Currency: r.Currency, Total: r.Total, PaymentStatus: r.PaymentStatus, HostedURL: r.HostedInvoiceURL}
 		for _, l := range stored {
 			inv.Lines = append(inv.Lines, Line{Kind: l.Kind, Description: l.Description, Model: l.Model, Requests: l.Requests,
 				PromptTokens: l.PromptTokens, CompletionTokens: l.CompletionTokens, CachedTokens: l.CachedTokens,

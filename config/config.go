@@ -10,12 +10,15 @@ import (
 	"net"
 	netmail "net/mail"
 	"net/netip"
+	"net/url"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/sluicehq/sluice/mail"
+	"github.com/sluicehq/sluice/money"
 	"github.com/sluicehq/sluice/secrets"
 )
 
@@ -91,6 +94,14 @@ type Config struct {
 	TrustedProxies []netip.Prefix // SLUICE_TRUSTED_PROXIES: proxies whose X-Forwarded-For and X-Forwarded-Proto are believed; none by default
 	SignupRate     int            // SLUICE_SIGNUP_RATE: signups an hour per client address; 0 = not throttled
 	RedeemRate     int            // SLUICE_REDEEM_RATE: redeem-code attempts an hour per organization and per client address; 0 = not throttled
+
+	// Payments through Stripe; off without the secret key.
+	StripeSecretKey     string       // SLUICE_STRIPE_SECRET_KEY: sk_… or rk_…; empty: payments off
+	StripeWebhookSecret string       // SLUICE_STRIPE_WEBHOOK_SECRET: whsec_…, the webhook endpoint's signing secret
+	StripeAPIBase       string       // SLUICE_STRIPE_API_BASE: Stripe's API, or stripe-mock's in tests
+	StripeCurrency      string       // SLUICE_STRIPE_CURRENCY: ISO code, lower case, of a currency with cents
+	TopUpMin            money.Amount // SLUICE_TOPUP_MIN: the smallest top-up, whole cents
+	TopUpMax            money.Amount // SLUICE_TOPUP_MAX: the largest top-up, whole cents
 
 	// Observability.
 	LogFormat    string // SLUICE_LOG_FORMAT: json (default with DATABASE_URL) or text (default embedded)
@@ -187,6 +198,7 @@ func Load(args []string, getenv func(string) string) (Config, error) {
 		MetricsAddr:  r.str("SLUICE_METRICS_ADDR", ""),
 		MetricsToken: r.str("SLUICE_METRICS_TOKEN", ""),
 	}
+	r.stripe(&c)
 	defaultFormat := "json"
 	if c.Embedded() {
 		defaultFormat = "text"
@@ -282,6 +294,63 @@ func (r *reader) mail(c *Config) {
 	if c.PublicURL == "" {
 		r.errs = append(r.errs, errors.New("SLUICE_PUBLIC_URL: required with SLUICE_SMTP_URL, the base of the links in mails (e.g. https://sluice.example.com)"))
 	}
+}
+
+// Payments outside these bounds are refused by Stripe (its minimum charge
+// is $0.50) or too large to be a top-up.
+var (
+	minTopUp = 50 * money.Cent
+	maxTopUp = 100_000 * money.Dollar
+)
+
+// zeroDecimal are Stripe's currencies without cents: Sluice's amounts are
+// dollars and cents, so they cannot be charged in them.
+var zeroDecimal = []string{"bif", "clp", "djf", "gnf", "jpy", "kmf", "krw", "mga", "pyg", "rwf", "ugx", "vnd", "vuv", "xaf", "xof", "xpf"}
+
+// stripe reads the payment settings: the secret key and the webhook
+// secret go together, amounts are whole cents.
+func (r *reader) stripe(c *Config) {
+	c.StripeSecretKey = r.str("SLUICE_STRIPE_SECRET_KEY", "")
+	c.StripeWebhookSecret = r.str("SLUICE_STRIPE_WEBHOOK_SECRET", "")
+	c.StripeAPIBase = r.str("SLUICE_STRIPE_API_BASE", "https://api.stripe.com")
+	c.StripeCurrency = r.str("SLUICE_STRIPE_CURRENCY", "usd")
+	c.TopUpMin = r.amount("SLUICE_TOPUP_MIN", "5.00")
+	c.TopUpMax = r.amount("SLUICE_TOPUP_MAX", "1000.00")
+	key, hook := c.StripeSecretKey, c.StripeWebhookSecret
+	switch {
+	case key != "" && !strings.HasPrefix(key, "sk_") && !strings.HasPrefix(key, "rk_"):
+		r.errs = append(r.errs, errors.New("SLUICE_STRIPE_SECRET_KEY: must be a Stripe secret or restricted key (sk_… or rk_…)"))
+	case key != "" && hook == "":
+		r.errs = append(r.errs, errors.New("SLUICE_STRIPE_WEBHOOK_SECRET: required with SLUICE_STRIPE_SECRET_KEY (the whsec_… of the webhook endpoint; see docs/ADMIN.md)"))
+	case key == "" && hook != "":
+		r.errs = append(r.errs, errors.New("SLUICE_STRIPE_SECRET_KEY: required with SLUICE_STRIPE_WEBHOOK_SECRET"))
+	case hook != "" && !strings.HasPrefix(hook, "whsec_"):
+		r.errs = append(r.errs, errors.New("SLUICE_STRIPE_WEBHOOK_SECRET: must be a webhook signing secret (whsec_…)"))
+	}
+	if u, err := url.Parse(c.StripeAPIBase); err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" || u.Path != "" && u.Path != "/" {
+		r.errs = append(r.errs, fmt.Errorf("SLUICE_STRIPE_API_BASE: %q must be a base URL such as https://api.stripe.com", c.StripeAPIBase))
+	}
+	cur := c.StripeCurrency
+	if len(cur) != 3 || strings.ToLower(cur) != cur || strings.Trim(cur, "abcdefghijklmnopqrstuvwxyz") != "" || slices.Contains(zeroDecimal, cur) {
+		r.errs = append(r.errs, fmt.Errorf("SLUICE_STRIPE_CURRENCY: %q must be a lower-case ISO code of a currency with cents, such as usd or eur", cur))
+	}
+	if c.TopUpMin > c.TopUpMax {
+		r.errs = append(r.errs, fmt.Errorf("SLUICE_TOPUP_MIN: %s is above SLUICE_TOPUP_MAX (%s)", c.TopUpMin, c.TopUpMax))
+	}
+}
+
+// amount reads a decimal string of dollars in whole cents, from $0.50
+// (Stripe's smallest charge) to $100,000.
+func (r *reader) amount(name, def string) money.Amount {
+	v := r.str(name, def)
+	a, err := money.ParseAmount(v)
+	if err != nil || a.RoundCents() != a || a < minTopUp || a > maxTopUp {
+		r.errs = append(r.errs, fmt.Errorf("%s: %q must be dollars in whole cents, such as 5.00, from %s to %s", name, v,
+			minTopUp.StringCents(), maxTopUp.StringCents()))
+		d, _ := money.ParseAmount(def)
+		return d
+	}
+	return a
 }
 
 // reader collects every bad variable so one start-up names them all.

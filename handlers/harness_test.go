@@ -30,6 +30,8 @@ import (
 	"github.com/sluicehq/sluice/mail/outbox"
 	"github.com/sluicehq/sluice/metering"
 	"github.com/sluicehq/sluice/models"
+	"github.com/sluicehq/sluice/money"
+	"github.com/sluicehq/sluice/payments"
 	"github.com/sluicehq/sluice/providers"
 	"github.com/sluicehq/sluice/quota"
 	"github.com/sluicehq/sluice/secrets"
@@ -241,6 +243,8 @@ func newEnv(t testing.TB, db *models.DB, opts ...envOption) *env {
 		},
 		deps: Deps{
 			Deps: web.Deps{Store: store, Accounts: acc, Sessions: jwt, Aliases: aliases, Billing: bill, PoolStatus: noKeys, Models: noModels,
+				Payments: payments.New(payments.Config{Currency: "usd", TopUpMin: 5 * money.Dollar, TopUpMax: 1000 * money.Dollar},
+					payments.Deps{Store: store, Log: discardLog(), Now: clk.Now}),
 				LimiterStatus: inProcess, Now: clk.Now},
 			Directory: dir, Conversations: convs, Jobs: queue, Callbacks: bill, TokenUse: recorder, MaxBodyBytes: 4 << 10,
 			ResponseRetention: cfg.ResponseRetention,

@@ -24,11 +24,12 @@ type balanceOut struct {
 	// LowBalanceThreshold is the owner's alert, null for none.
 	LowBalanceThreshold *string       `json:"low_balance_threshold"`
 	LowBalanceAlerted   bool          `json:"low_balance_alerted"`
-	Payments            paymentsOut   `json:"payments"`
+	Payments            balancePaymentsOut   `json:"payments"`
 	History             []historyItem `json:"history"`
 }
 
-type paymentsOut struct {
+// balancePaymentsOut says whether the balance can be topped up by card.
+type balancePaymentsOut struct {
 	Enabled bool   `json:"enabled"`
 	Message string `json:"message,omitempty"`
 }
@@ -47,7 +48,7 @@ type historyItem struct {
 func toBalanceOut(st billing.BalanceState) balanceOut {
 	out := balanceOut{Billing: models.BillingInvoice, Balance: st.Balance.String(), Reserved: st.Reserved.String(),
 		Available: st.Available.String(), Currency: "USD", LowBalanceAlerted: st.Alerted,
-		Payments: paymentsOut{Enabled: st.Payments}, History: []historyItem{}}
+		Payments: balancePaymentsOut{Enabled: st.Payments}, History: []historyItem{}}
 	if st.Prepaid {
 		out.Billing = models.BillingPrepaid
 	}

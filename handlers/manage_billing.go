@@ -288,18 +288,22 @@ type invoiceLineOut struct {
 }
 
 type invoiceOut struct {
-	ID          int64            `json:"id"`
-	PeriodStart time.Time        `json:"period_start"`
-	PeriodEnd   time.Time        `json:"period_end"`
-	Status      string           `json:"status"`
-	Total       string           `json:"total"`
-	Currency    string           `json:"currency"`
-	Lines       []invoiceLineOut `json:"lines,omitempty"`
+	ID          int64     `json:"id"`
+	PeriodStart time.Time `json:"period_start"`
+	PeriodEnd   time.Time `json:"period_end"`
+	Status      string    `json:"status"`
+	Total       string    `json:"total"`
+	Currency    string    `json:"currency"`
+	// PaymentStatus is what Stripe said of the charged invoice (open,
+	// paid, failed, void); "" while it is not charged through Stripe.
+	PaymentStatus    string           `json:"payment_status"`
+	HostedInvoiceURL string           `json:"hosted_invoice_url,omitempty"`
+	Lines            []invoiceLineOut `json:"lines,omitempty"`
 }
 
 func toInvoiceOut(inv billing.Invoice) invoiceOut {
 	out := invoiceOut{ID: inv.ID, PeriodStart: inv.PeriodStart, PeriodEnd: inv.PeriodEnd, Status: inv.Status,
-		Total: inv.Total.StringCents(), Currency: inv.Currency}
+		Total: inv.Total.StringCents(), Currency: inv.Currency, PaymentStatus: inv.PaymentStatus, HostedInvoiceURL: inv.HostedURL}
 	for _, l := range inv.Lines {
 		lo := invoiceLineOut{Kind: l.Kind, Description: l.Description, Model: l.Model, Requests: l.Requests,
 			PromptTokens: l.PromptTokens, CompletionTokens: l.CompletionTokens, CachedTokens: l.CachedTokens, Amount: l.Amount.StringCents()}

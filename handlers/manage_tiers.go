@@ -34,6 +34,8 @@ type tierOut struct {
 	// organization has verified their email (where Sluice sends mail).
 	CreditNeedsVerifiedEmail bool `json:"credit_needs_verified_email"`
 	Billing               string  `json:"billing"`
+	StripePriceID         string  `json:"stripe_price_id"` // "" for none
+	GraceDays             int     `json:"grace_days"`
 	// TermsEffectiveFrom is when the fee, credit and overage took effect.
 	TermsEffectiveFrom time.Time `json:"terms_effective_from"`
 }
@@ -41,7 +43,7 @@ type tierOut struct {
 func toTierOut(t models.Tier) tierOut {
 	return tierOut{t.Name, t.Capacity, t.RefillPerSec, t.EffectiveRefill(), t.TokensPerMinute, t.FreezeThreshold, t.FreezeMinutes,
 		t.Autotune, t.RefillFloor, t.UpstreamFallback, t.MonthlyFee.String(), t.IncludedCredit.String(), t.Overage, t.BillCacheHits,
-		t.BatchFileBytes, t.MaxAPITokens, t.MaxQueuedJobs, t.MaxPendingBatchLines, t.CreditNeedsVerifiedEmail, t.Billing, t.TermsFrom.UTC()}
+		t.BatchFileBytes, t.MaxAPITokens, t.MaxQueuedJobs, t.MaxPendingBatchLines, t.CreditNeedsVerifiedEmail, t.Billing, t.StripePriceID, t.GraceDays, t.TermsFrom.UTC()}
 }
 
 func (m *manage) listTiers(c *gin.Context) {
@@ -79,6 +81,8 @@ type tierIn struct {
 	MaxPendingLines *int64   `json:"max_pending_batch_lines"`
 	CreditNeedsMail *bool    `json:"credit_needs_verified_email"`
 	Billing         *string  `json:"billing"`
+	StripePriceID   *string  `json:"stripe_price_id"`
+	GraceDays       *int     `json:"grace_days"`
 }
 
 // apply merges the given fields into l, reading money from decimal strings.
@@ -99,6 +103,8 @@ func (in tierIn) apply(l *models.TierSettings) error {
 	set(&l.MaxPendingBatchLines, in.MaxPendingLines)
 	set(&l.CreditNeedsVerifiedEmail, in.CreditNeedsMail)
 	set(&l.Billing, in.Billing)
+	set(&l.StripePriceID, in.StripePriceID)
+	set(&l.GraceDays, in.GraceDays)
 	for _, f := range []struct {
 		name string
 		in   *string
@@ -146,7 +152,8 @@ func (m *manage) updateTier(c *gin.Context) {
 // rest default to no tokens-per-minute limit, freezing at 20 rejections
 // for 10 minutes, no auto-tuning, no fee or credit, overage blocked, batch
 // files up to 1 MiB, 10 active API tokens (the free tier's; 0 lifts it),
-// 100 queued jobs and 1,000 pending batch lines (the free tier's).
+// 100 queued jobs and 1,000 pending batch lines (the free tier's), no
+// Stripe price and a grace period of 7 days.
 func (m *manage) createTier(c *gin.Context) {
 	var in tierIn
 	if err := m.decode(c, &in); err != nil {
@@ -158,7 +165,8 @@ func (m *manage) createTier(c *gin.Context) {
 		return
 	}
 	l := models.TierSettings{FreezeThreshold: 20, FreezeMinutes: 10, UpstreamFallback: "local", Overage: models.OverageBlock,
-		BatchFileBytes: 1 << 20, MaxAPITokens: 10, MaxQueuedJobs: 100, MaxPendingBatchLines: 1000}
+		BatchFileBytes: 1 << 20, MaxAPITokens: 10, MaxQueuedJobs: 100, MaxPendingBatchLines: 1000,
+		GraceDays: models.DefaultGraceDays}
 	if err := in.apply(&l); err != nil {
 		writeAPIError(c, m.log, err)
 		return

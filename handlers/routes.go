@@ -137,6 +137,9 @@ func New(log *slog.Logger, ops Ops, d Deps) http.Handler {
 
 	// The management API. Bearer = a session JWT from /api/auth/*.
 	m := &manage{Deps: d, log: log}
+	// Stripe's events: its signature is the authentication, checked
+	// against the raw body before anything else.
+	r.POST("/webhooks/stripe", m.stripeWebhook)
 	r.POST("/api/auth/signup", m.signup)
 	r.POST("/api/auth/login", m.login)
 	r.POST("/api/auth/verify-email", m.verifyEmail)
@@ -180,6 +183,11 @@ func New(log *slog.Logger, ops Ops, d Deps) http.Handler {
 	org.GET("/invoices/:id/csv", m.invoiceCSV)
 	org.GET("/upgrade-requests", m.ownersMay("see upgrade requests"), m.listUpgrades)
 	org.POST("/upgrade-requests", m.ownersMay("request an upgrade"), m.requestUpgrade)
+	org.GET("/payments", m.getPayments)
+	org.POST("/payments/top-ups", m.ownersMay("top up its balance"), m.createTopUp)
+	org.POST("/payments/subscriptions", m.ownersMay("subscribe to a tier"), m.createSubscription)
+	org.POST("/payments/portal", m.ownersMay("manage its payments"), m.openPortal)
+	org.PUT("/payments/auto-recharge", m.ownersMay("set its auto-recharge"), m.putAutoRecharge)
 	admin := authed.Group("/admin", m.requireAdmin)
 	admin.GET("/tiers", m.listTiers)
 	admin.POST("/tiers", m.createTier)
@@ -267,6 +275,11 @@ func New(log *slog.Logger, ops Ops, d Deps) http.Handler {
 	member.POST("/billing/upgrade", p.RequestUpgrade)
 	member.POST("/billing/redeem", p.Redeem)             // members too: a code credits the organization
 	member.POST("/billing/low-balance", p.SetLowBalance) // owners
+	member.GET(web.PaymentsPath, p.Payments) // also where Stripe Checkout returns: it only shows, never credits
+	member.POST("/billing/top-up", p.TopUp)
+	member.POST("/billing/subscribe", p.Subscribe)
+	member.POST("/billing/portal", p.Portal)
+	member.POST("/billing/auto-recharge", p.SetAutoRecharge)
 	adminPages := b.Group("/admin", p.RequireAdmin)
 	adminPages.GET("", p.AdminHome)
 	adminPages.GET("/organizations", p.AdminOverview)
@@ -325,7 +338,7 @@ func writeErrorFor(c *gin.Context, log *slog.Logger, err error) {
 		writeAnthropicError(c, log, err, time.Now())
 	case strings.HasPrefix(path, "/v1/") || path == "/v1":
 		writeOpenAIError(c, log, err)
-	case strings.HasPrefix(path, "/api/") || path == "/api":
+	case strings.HasPrefix(path, "/api/") || path == "/api" || strings.HasPrefix(path, "/webhooks/"):
 		writeAPIError(c, log, err)
 	default:
 		web.RenderError(c, log, err)

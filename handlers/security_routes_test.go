@@ -142,6 +142,14 @@ func routeTable() []routeRow {
 		// Upgrades are the owners'; one pending request per organization; the admin's is on premium already.
 		{method: "GET", route: "/api/upgrade-requests", want: ownerOnly(200)},
 		{method: "POST", route: "/api/upgrade-requests", body: `{"tier":"premium","note":"{role}"}`, want: st(401, 403, 409, 422, 403, 409)},
+		// Payments are off here (no Stripe): owners are told so, members may not.
+		{method: "GET", route: "/api/payments", want: signedIn(200)},
+		{method: "POST", route: "/api/payments/top-ups", body: `{"amount":"25.00"}`, want: st(401, 403, 422, 422, 403, 422)},
+		{method: "POST", route: "/api/payments/subscriptions", body: `{"tier":"premium"}`, want: st(401, 403, 422, 422, 403, 422)},
+		{method: "POST", route: "/api/payments/portal", want: st(401, 403, 422, 422, 403, 422)},
+		{method: "PUT", route: "/api/payments/auto-recharge", body: `{"threshold":null,"amount":null}`, want: st(401, 403, 422, 422, 403, 422)},
+		// Authenticated by Stripe's signature alone; off without Stripe.
+		{method: "POST", route: "/webhooks/stripe", body: `{}`, want: anyone(404)},
 
 		// Teams. Everyone in an organization reads its members; owners manage them and invite.
 		{method: "GET", route: "/api/organizations", want: signedIn(200)},
@@ -230,6 +238,11 @@ func routeTable() []routeRow {
 		{method: "POST", route: "/billing/webhook", form: url.Values{"webhook_url": {""}}, want: st(303, 403, 303, 303, 403, 303)},
 		// By now the admin declined B's request and moved A back to free: each owner's request is new.
 		{method: "POST", route: "/billing/upgrade", form: url.Values{"tier": {"premium"}}, want: st(303, 403, 303, 422, 403, 303)},
+		{method: "GET", route: "/billing/payments", want: signedInPage(200)},
+		{method: "POST", route: "/billing/top-up", form: url.Values{"amount": {"25.00"}}, want: st(303, 403, 422, 422, 403, 422)},
+		{method: "POST", route: "/billing/subscribe", form: url.Values{"tier": {"premium"}}, want: st(303, 403, 422, 422, 403, 422)},
+		{method: "POST", route: "/billing/portal", form: url.Values{}, want: st(303, 403, 422, 422, 403, 422)},
+		{method: "POST", route: "/billing/auto-recharge", form: url.Values{}, want: st(303, 403, 422, 422, 403, 422)},
 		{method: "GET", route: "/organization", want: signedInPage(200)},
 		{method: "POST", route: "/organization/invitations", form: url.Values{"email": {"{role}@pageinvited.example"}, "role": {"member"}},
 			want: st(303, 403, 201, 201, 403, 201)},

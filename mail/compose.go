@@ -25,6 +25,7 @@ const (
 	KindSignupTaken   = "signup_taken" // someone signed up with an address that has an account
 	KindBudgetAlert   = "budget_alert"
 	KindLowBalance    = "low_balance"
+	KindPaymentFailed = "payment_failed"
 )
 
 // Composer writes Sluice's mails, plain text, with links under the
@@ -150,6 +151,15 @@ func (c Composer) LowBalance(to, orgName, balance, threshold string) Message {
 
 Top it up, redeem a code or change the alert at %s
 `, oneLine(orgName), balance, threshold, c.Link("/dashboard")))
+}
+
+// PaymentFailed tells an owner that a payment of the organization failed:
+// what happened, as the payments say it.
+func (c Composer) PaymentFailed(to, orgName, what string) Message {
+	return c.mail(KindPaymentFailed, to, fmt.Sprintf("A payment for %s failed", oneLine(orgName)), fmt.Sprintf(`A payment for the organization %q failed: %s
+
+See it and change the card at %s
+`, oneLine(orgName), what, c.Link("/billing/payments")))
 }
 
 // oneLine keeps text on one line: a name in a subject must not start a

@@ -240,6 +240,12 @@ func (s *Store) RecordBudgetAlert(ctx context.Context, orgID int64, period time.
 	return fresh, dbErr(err, "budget alert")
 }
 
+// MailOwners queues the mail compose writes for each owner of orgID (by
+// their address and the organization's name).
+func (s *Store) MailOwners(ctx context.Context, orgID int64, compose func(owner, orgName string) Mail) error {
+	return dbErr(s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error { return s.mailOwners(tx, orgID, compose) }), "mail")
+}
+
 // mailOwners queues, in tx, the mail compose writes for each owner of
 // orgID (by their address and the organization's name); nil compose
 // queues none.

@@ -22,6 +22,14 @@ type Invoice struct {
 	Currency    string
 	CreatedAt   time.Time
 	FinalizedAt *time.Time
+	// StripeInvoiceID is the Stripe invoice a final invoice was charged
+	// as; PaymentStatus what Stripe last said of it (open, paid, failed,
+	// void; "" when not charged), at PaymentStateAt; HostedInvoiceURL its
+	// page at Stripe.
+	StripeInvoiceID  string
+	PaymentStatus    string
+	HostedInvoiceURL string
+	PaymentStateAt   *time.Time
 }
 
 // InvoiceLine is one stored line of a final invoice.

@@ -64,6 +64,13 @@ type Tier struct {
 	// monthly invoice) or "prepaid" (every priced request is reserved from,
 	// and settled against, the organization's balance).
 	Billing   string
+	// StripePriceID is the Stripe price of a paid tier: choosing it is a
+	// subscription through Checkout. Empty: no price (an admin approves
+	// upgrade requests to it).
+	StripePriceID string
+	// GraceDays is how long an organization keeps the tier after a failed
+	// payment or its subscription's end, before it goes back to free.
+	GraceDays int
 	CreatedAt time.Time
 	UpdatedAt time.Time
 }
@@ -119,13 +126,18 @@ type TierSettings struct {
 	// Billing: "invoice" or "prepaid"; empty keeps the tier's current
 	// choice (a new tier's is invoice).
 	Billing string
+	StripePriceID        string // "" for none
+	GraceDays            int
 }
+
+// DefaultGraceDays is a new tier's grace period.
+const DefaultGraceDays = 7
 
 // Settings returns the tier's editable settings, to merge a partial update into.
 func (t Tier) Settings() TierSettings {
 	return TierSettings{t.Capacity, t.RefillPerSec, t.TokensPerMinute, t.FreezeThreshold, t.FreezeMinutes, t.Autotune, t.RefillFloor,
 		t.UpstreamFallback, t.MonthlyFee, t.IncludedCredit, t.Overage, t.BillCacheHits, t.BatchFileBytes, t.MaxAPITokens,
-		t.MaxQueuedJobs, t.MaxPendingBatchLines, t.CreditNeedsVerifiedEmail, t.Billing}
+		t.MaxQueuedJobs, t.MaxPendingBatchLines, t.CreditNeedsVerifiedEmail, t.Billing, t.StripePriceID, t.GraceDays}
 }
 
 // MaxBatchFileBytes bounds a tier's batch file limit: an upload is held in
@@ -177,8 +189,29 @@ func (l TierSettings) Validate() error {
 		return apperr.New(apperr.Unprocessable, "max_pending_batch_lines must be from 0 (no batches) to %d", MaxTierPendingBatchLines)
 	case l.Billing != "" && l.Billing != BillingInvoice && l.Billing != BillingPrepaid:
 		return apperr.New(apperr.Unprocessable, "billing must be invoice or prepaid")
+	case !validPriceID(l.StripePriceID):
+		return apperr.New(apperr.Unprocessable, `stripe_price_id must be a Stripe price id such as "price_1Abc…" (letters, digits and _, at most 255), or empty for none`)
+	case l.GraceDays < 0 || l.GraceDays > 365:
+		return apperr.New(apperr.Unprocessable, "grace_days must be from 0 to 365")
 	}
 	return nil
+}
+
+// validPriceID: a Stripe price id, or empty.
+func validPriceID(id string) bool {
+	if id == "" {
+		return true
+	}
+	if len(id) > 255 || !strings.HasPrefix(id, "price_") && !strings.HasPrefix(id, "plan_") {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_') {
+			return false
+		}
+	}
+	return true
 }
 
 // validTierName: a tier's name is part of URLs and forms.
@@ -218,7 +251,8 @@ func (s *Store) CreateTier(ctx context.Context, actor User, name string, l TierS
 		UpstreamFallback: l.UpstreamFallback, MonthlyFee: l.MonthlyFee, IncludedCredit: l.IncludedCredit,
 		Overage: l.Overage, BillCacheHits: l.BillCacheHits, BatchFileBytes: l.BatchFileBytes, CreatedAt: now, UpdatedAt: now,
 		MaxAPITokens: l.MaxAPITokens, MaxQueuedJobs: l.MaxQueuedJobs, MaxPendingBatchLines: l.MaxPendingBatchLines,
-		CreditNeedsVerifiedEmail: l.CreditNeedsVerifiedEmail, Billing: l.Billing}
+		CreditNeedsVerifiedEmail: l.CreditNeedsVerifiedEmail, Billing: l.Billing,
+		StripePriceID: l.StripePriceID, GraceDays: l.GraceDays}
 	t.TermsFrom = now.Truncate(time.Second)
 	err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		if err := tx.Create(&t).Error; err != nil {
@@ -298,6 +332,7 @@ func (s *Store) UpdateTier(ctx context.Context, actor User, name string, l TierS
 		t.MaxAPITokens = l.MaxAPITokens
 		t.MaxQueuedJobs, t.MaxPendingBatchLines = l.MaxQueuedJobs, l.MaxPendingBatchLines
 		t.CreditNeedsVerifiedEmail = l.CreditNeedsVerifiedEmail
+		t.StripePriceID, t.GraceDays = l.StripePriceID, l.GraceDays
 		t.EffectiveRefillPerSec, t.UpdatedAt = nil, s.now().UTC()
 		if !sameTerms(was, t) {
 			// Never before the version in force, whatever this node's clock says.
@@ -309,7 +344,7 @@ func (s *Store) UpdateTier(ctx context.Context, actor User, name string, l TierS
 		err := tx.Model(&t).Select("capacity", "refill_per_sec", "tokens_per_minute", "freeze_threshold", "freeze_minutes",
 			"autotune", "refill_floor", "upstream_fallback", "monthly_fee", "included_credit", "overage", "bill_cache_hits",
 			"batch_file_bytes", "effective_refill_per_sec", "updated_at", "terms_from", "max_api_tokens",
-			"max_queued_jobs", "max_pending_batch_lines", "credit_needs_verified_email", "billing").Updates(&t).Error
+			"max_queued_jobs", "max_pending_batch_lines", "credit_needs_verified_email", "billing", "stripe_price_id", "grace_days").Updates(&t).Error
 		if err != nil {
 			return dbErr(err, "tier "+name)
 		}
@@ -350,6 +385,8 @@ func describeChange(a, b TierSettings) string {
 	if b.Billing != "" {
 		add("billing", a.Billing, b.Billing)
 	}
+	add("stripe_price_id", a.StripePriceID, b.StripePriceID)
+	add("grace_days", a.GraceDays, b.GraceDays)
 	if len(parts) == 0 {
 		return "no change"
 	}

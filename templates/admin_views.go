@@ -72,6 +72,8 @@ type TierRow struct {
 	// CreditNeedsVerifiedEmail withholds the included credit until an
 	// owner's email is verified.
 	CreditNeedsVerifiedEmail bool
+	StripePriceID            string // "" for none
+	GraceDays                int
 	Organizations            int64  // on this tier; a tier in use cannot be deleted
 	TermsFrom                string // when the fee, credit and overage took effect, e.g. "2026-11-16 09:30 UTC"; empty: since before terms were dated
 }
@@ -99,6 +101,8 @@ type AdminTierForm struct {
 	// CreditNeedsVerifiedEmail: no included credit until an owner's email
 	// is verified.
 	CreditNeedsVerifiedEmail bool
+	StripePriceID            string
+	GraceDays                string
 }
 
 // AdminOverviewView is the overview of every organization: one page of
@@ -193,7 +197,7 @@ type AdminOrgView struct {
 	// Deleted says when it was deleted and when its data goes (or went):
 	// "" while it is live.
 	Deleted string
-	Balance       AdminBalance
+	Balance AdminBalance
 }
 
 // AdminBalance is an organization's prepaid balance for the admin, and the

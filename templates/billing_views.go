@@ -138,6 +138,10 @@ type InvoiceRow struct {
 	Status string
 	Total  string
 	CSVURL string
+	// Payment is Stripe's state of a charged invoice (open, paid, failed,
+	// void), "" when not charged; HostedURL its page at Stripe.
+	Payment   string
+	HostedURL string
 }
 
 // SettingsView is the organization's billing settings. Only owners and
@@ -174,6 +178,13 @@ type PlanView struct {
 	Form     UpgradeForm
 	// ReadOnly leaves the form out: only owners request upgrades.
 	ReadOnly bool
+	// GraceEnds is when a paid tier's grace period ends (after a failed
+	// payment or the subscription's end), with why; "" while none runs.
+	GraceEnds, GraceReason string
+	// PaidTiers are sold as subscriptions on the payments page, not by
+	// request; PaymentsOff says Stripe is not configured.
+	PaidTiers   []string
+	PaymentsOff bool
 }
 
 // TierOption is a tier one may ask to move to.

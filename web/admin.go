@@ -28,7 +28,8 @@ var adminFlashes = map[string]string{
 // gets through the API when it gives none.
 var newTierDefaults = templates.AdminTierForm{TokensPerMinute: "0", FreezeThreshold: "20", FreezeMinutes: "10",
 	RefillFloor: "0", UpstreamFallback: "local", MonthlyFee: "0.00", IncludedCredit: "0.00", Overage: models.OverageBlock,
-	Billing: models.BillingInvoice, BatchFileMiB: "1", MaxAPITokens: "10", MaxQueuedJobs: "100", MaxPendingBatchLines: "1000"}
+	Billing: models.BillingInvoice, BatchFileMiB: "1", MaxAPITokens: "10", MaxQueuedJobs: "100", MaxPendingBatchLines: "1000",
+	GraceDays: strconv.Itoa(models.DefaultGraceDays)}
 
 // AdminTiers shows the tiers with their editable limits and plans, the
 // freezes and the auto-tuner.
@@ -85,6 +86,7 @@ func (p *Pages) showAdmin(c *gin.Context, status int, formErr, flash string, new
 			MonthlyFee: t.MonthlyFee.String(), IncludedCredit: t.IncludedCredit.String(), Overage: t.Overage, Billing: t.Billing,
 			BillCacheHits: t.BillCacheHits, BatchFileMiB: formatMiB(t.BatchFileBytes), MaxAPITokens: t.MaxAPITokens,
 			MaxQueuedJobs: t.MaxQueuedJobs, MaxPendingBatchLines: t.MaxPendingBatchLines, CreditNeedsVerifiedEmail: t.CreditNeedsVerifiedEmail,
+			StripePriceID: t.StripePriceID, GraceDays: t.GraceDays,
 			Organizations: usage[t.ID], TermsFrom: formatTermsFrom(t.TermsFrom)})
 	}
 	view.Freezes = p.freezeRows(c, freezes, orgNames)
@@ -140,8 +142,9 @@ func (p *Pages) CreateTier(c *gin.Context) {
 		Overage: c.PostForm("overage"), Billing: c.PostForm("billing"), BillCacheHits: c.PostForm("bill_cache_hits") == "on",
 		BatchFileMiB: c.PostForm("batch_file_mib"),
 		MaxAPITokens: c.PostForm("max_api_tokens"), MaxQueuedJobs: c.PostForm("max_queued_jobs"),
-		MaxPendingBatchLines: c.PostForm("max_pending_batch_lines"), CreditNeedsVerifiedEmail: c.PostForm("credit_needs_verified_email") == "on"}
-	var settings models.TierSettings
+		MaxPendingBatchLines: c.PostForm("max_pending_batch_lines"), CreditNeedsVerifiedEmail: c.PostForm("credit_needs_verified_email") == "on",
+		StripePriceID: c.PostForm("stripe_price_id"), GraceDays: c.PostForm("grace_days")}
+	settings := models.TierSettings{GraceDays: models.DefaultGraceDays}
 	if err := tierForm(c, &settings); err != nil {
 		p.showAdmin(c, http.StatusUnprocessableEntity, err.Error(), "", form)
 		return
@@ -249,6 +252,16 @@ func tierForm(c *gin.Context, s *models.TierSettings) error {
 			}
 			*f.dst = n
 		}
+	}
+	if v, ok := c.GetPostForm("stripe_price_id"); ok {
+		s.StripePriceID = strings.TrimSpace(v)
+	}
+	if v, ok := c.GetPostForm("grace_days"); ok {
+		n, err := strconv.Atoi(strings.TrimSpace(v))
+		if err != nil {
+			bad = append(bad, "grace_days")
+		}
+		s.GraceDays = n
 	}
 	switch {
 	case len(bad) > 0:

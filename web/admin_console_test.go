@@ -365,7 +365,7 @@ func TestAdminTierFormsCreateEditAndDelete(t *testing.T) {
 		}
 		if want := (models.TierSettings{Capacity: 30, RefillPerSec: 0.5, FreezeThreshold: 20, FreezeMinutes: 10, UpstreamFallback: "local",
 			MonthlyFee: 1999 * money.Cent, IncludedCredit: 5 * money.Dollar, Overage: models.OverageBill, BillCacheHits: true,
-			Billing: models.BillingInvoice}); team.Settings() != want {
+			Billing: models.BillingInvoice, GraceDays: models.DefaultGraceDays}); team.Settings() != want {
 			t.Errorf("team = %+v, want %+v", team.Settings(), want)
 		}
 		w = admin.get("/admin/tiers?done=created")

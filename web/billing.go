@@ -269,7 +269,7 @@ func (p *Pages) invoicesView(ctx context.Context, orgID int64) (templates.Invoic
 			continue
 		}
 		v.Past = append(v.Past, templates.InvoiceRow{ID: inv.ID, Period: inv.PeriodStart.Format("January 2006"), Status: inv.Status,
-			Total: cents(inv.Total), CSVURL: invoiceCSVURL(inv.ID)})
+			Total: cents(inv.Total), CSVURL: invoiceCSVURL(inv.ID), Payment: inv.PaymentStatus, HostedURL: inv.HostedURL})
 	}
 	return v, nil
 }
@@ -300,9 +300,26 @@ func (p *Pages) planView(ctx context.Context, o models.Organization, form templa
 		return v, err
 	}
 	for _, other := range tiers {
-		if other.ID != t.ID {
+		switch {
+		case other.ID == t.ID:
+		case other.StripePriceID != "":
+			// Sold by subscription on the payments page; asked for by
+			// request only while Stripe is off.
+			v.PaidTiers = append(v.PaidTiers, other.Name)
+			if !p.payments.Enabled() {
+				v.Tiers = append(v.Tiers, templates.TierOption{Name: other.Name, Summary: tierSummary(other)})
+			}
+		default:
 			v.Tiers = append(v.Tiers, templates.TierOption{Name: other.Name, Summary: tierSummary(other)})
 		}
+	}
+	v.PaymentsOff = !p.payments.Enabled()
+	acc, err := p.payments.Account(ctx, o.ID)
+	if err != nil {
+		return v, err
+	}
+	if acc.GraceEndsAt != nil {
+		v.GraceEnds, v.GraceReason = formatIn(*acc.GraceEndsAt, orgZone(o)), upperFirst(acc.GraceReason)
 	}
 	reqs, err := p.store.UpgradeRequests(ctx, o.ID, "")
 	if err != nil {

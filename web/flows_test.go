@@ -165,7 +165,7 @@ func TestAdminChangesTiersOrganizationsAndFreezes(t *testing.T) {
 		// limit are not in these values: they keep theirs.
 		if want := (models.TierSettings{Capacity: 45, RefillPerSec: 0.75, FreezeThreshold: 20, FreezeMinutes: 10,
 			RefillFloor: 0.3, UpstreamFallback: "error", IncludedCredit: money.Dollar, Overage: models.OverageBlock,
-			BatchFileBytes: 1 << 20, MaxAPITokens: 10, MaxQueuedJobs: 100, MaxPendingBatchLines: 1000, CreditNeedsVerifiedEmail: true, Billing: models.BillingInvoice}); tier.Settings() != want {
+			BatchFileBytes: 1 << 20, MaxAPITokens: 10, MaxQueuedJobs: 100, MaxPendingBatchLines: 1000, CreditNeedsVerifiedEmail: true, Billing: models.BillingInvoice, GraceDays: models.DefaultGraceDays}); tier.Settings() != want {
 			t.Errorf("free tier = %+v, want %+v", tier.Settings(), want)
 		}
 		// The queue limits, when the form sends them.

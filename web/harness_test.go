@@ -28,6 +28,8 @@ import (
 	"github.com/sluicehq/sluice/internal/testsync"
 	"github.com/sluicehq/sluice/metering"
 	"github.com/sluicehq/sluice/models"
+	"github.com/sluicehq/sluice/money"
+	"github.com/sluicehq/sluice/payments"
 	"github.com/sluicehq/sluice/providers"
 	"github.com/sluicehq/sluice/quota"
 	"github.com/sluicehq/sluice/secrets"
@@ -126,7 +128,7 @@ func newSite(t *testing.T, db *models.DB) *site {
 		billing: bill, logs: logs, admin: admin}
 	s.deps = handlers.Deps{
 		Deps: web.Deps{Store: store, Accounts: acc, Sessions: sessions, Providers: prov, Aliases: aliases, Billing: bill, PoolStatus: pool.Status, Models: pool.Models,
-			Now: clk.Now, LimiterStatus: func() quota.LimiterStatus { return quota.LimiterStatus{Mode: "local", Nodes: 1} }},
+			Payments: paymentsOff(store, log, clk.Now), Now: clk.Now, LimiterStatus: func() quota.LimiterStatus { return quota.LimiterStatus{Mode: "local", Nodes: 1} }},
 		// The pages' services, and what /v1 shares with them. No test here
 		// sends an API request, so the pipeline is not built.
 		Directory: dir, Jobs: testjobs.Queue(t, db, dir, clk.Now), Callbacks: bill, MaxBodyBytes: 1 << 20,
@@ -134,6 +136,12 @@ func newSite(t *testing.T, db *models.DB) *site {
 	}
 	s.rebuild()
 	return s
+}
+
+// paymentsOff is payments as `go run .` has them: Stripe not configured.
+func paymentsOff(store *models.Store, log *slog.Logger, now func() time.Time) *payments.Service {
+	return payments.New(payments.Config{Currency: "usd", TopUpMin: 5 * money.Dollar, TopUpMax: 1000 * money.Dollar},
+		payments.Deps{Store: store, Log: log, Now: now})
 }
 
 // rebuild makes the handler from s.deps, after a test changed one.

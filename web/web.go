@@ -20,6 +20,7 @@ import (
 	"github.com/sluicehq/sluice/apperr"
 	"github.com/sluicehq/sluice/billing"
 	"github.com/sluicehq/sluice/models"
+	"github.com/sluicehq/sluice/payments"
 	"github.com/sluicehq/sluice/providers"
 	"github.com/sluicehq/sluice/quota"
 	"github.com/sluicehq/sluice/templates"
@@ -47,6 +48,7 @@ type Pages struct {
 	providers     *providers.Service
 	aliases       *providers.Aliases
 	billing       *billing.Service
+	payments      *payments.Service
 	models        func() []string
 	poolStatus    func() []upstream.KeyStatus
 	now           func() time.Time
@@ -67,6 +69,7 @@ type Deps struct {
 	Providers     *providers.Service
 	Aliases       *providers.Aliases // the model aliases, kept on every node
 	Billing       *billing.Service
+	Payments      *payments.Service           // Stripe; its Enabled is false when not configured
 	Models        func() []string             // the models provider keys serve
 	PoolStatus    func() []upstream.KeyStatus // live state of provider keys
 	LimiterStatus func() quota.LimiterStatus  // where the rate limiter keeps its state
@@ -81,7 +84,7 @@ type Deps struct {
 // console also read the job queue and the Batch API.
 func New(log *slog.Logger, d Deps, jobs JobReader, batches BatchReader) *Pages {
 	return &Pages{log: log, store: d.Store, accounts: d.Accounts, sessions: d.Sessions, providers: d.Providers, aliases: d.Aliases,
-		billing: d.Billing, models: d.Models, poolStatus: d.PoolStatus, now: d.Now, origins: http.NewCrossOriginProtection(),
+		billing: d.Billing, payments: d.Payments, models: d.Models, poolStatus: d.PoolStatus, now: d.Now, origins: http.NewCrossOriginProtection(),
 		limiterStatus: d.LimiterStatus, jobs: jobs, batches: batches, sso: d.SSO, publicURL: d.PublicURL}
 }
 

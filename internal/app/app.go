@@ -104,6 +104,7 @@ type App struct {
 	invoicer *models.AdvisoryLeader
 	mailer   *outbox.Worker // nil without mail
 	composer mail.Composer
+	payer    *models.AdvisoryLeader // charges final invoices through Stripe
 	metrics  http.Handler
 	srv      *http.Server
 	ln       net.Listener
@@ -242,6 +243,7 @@ func Build(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 	a.bill = newBilling(cfg, store, sh, dir, box, log)
 	if a.mailer != nil {
 		a.bill.alerts.WithMail(a.composer, a.mailer.Nudge) // budget alerts go to the owners by mail too
+		a.bill.payments.WithMailer(paymentMail{store: store, composer: a.composer, nudge: a.mailer.Nudge})
 	}
 	if err := a.bill.prices.Load(ctx, store); err != nil {
 		return nil, err
@@ -291,7 +293,7 @@ func Build(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 	}
 	handler := handlers.New(log, ops, handlers.Deps{
 		Deps: web.Deps{Store: store, Accounts: acc, Sessions: sessions, Providers: a.keys, Aliases: a.aliases, Billing: a.bill.billing,
-			PoolStatus: a.pool.Status, Models: a.pool.Models, LimiterStatus: sh.status, Now: time.Now, SSO: sso, PublicURL: cfg.PublicURL},
+			Payments: a.bill.payments, PoolStatus: a.pool.Status, Models: a.pool.Models, LimiterStatus: sh.status, Now: time.Now, SSO: sso, PublicURL: cfg.PublicURL},
 		Directory: dir, Pipeline: pipeline, Conversations: sh.conversations, Jobs: a.queue, Batches: a.batches, Callbacks: a.bill.billing,
 		TokenUse: a.recorder, Signatures: signing.NewVerifier(sh.nonces, nil), MaxBodyBytes: cfg.MaxBodyBytes, InFlight: a.inFlight, Latency: a.latency,
 		ResponseRetention: cfg.ResponseRetention,
@@ -350,6 +352,8 @@ func (a *App) Start(ctx context.Context) (<-chan error, error) {
 	a.worker("budget alerts", func(ctx context.Context) { a.bill.alerts.Run(ctx, a.queue.Deliver) })
 	a.invoicer = models.NewAdvisoryLeader(a.db, invoiceLockKey)
 	a.worker("invoices", func(ctx context.Context) { a.bill.billing.RunFinalizer(ctx, cfg.FinalizeInterval, a.invoicer) })
+	a.payer = models.NewAdvisoryLeader(a.db, paymentsLockKey)
+	a.worker("payments", func(ctx context.Context) { a.bill.payments.Run(ctx, time.Minute, a.payer) })
 	if err := a.queue.Start(a.work); err != nil {
 		return nil, fmt.Errorf("start the job queue: %w", err)
 	}
@@ -419,6 +423,9 @@ func (a *App) Shutdown(ctx context.Context) error {
 	cancel()
 	if a.invoicer != nil {
 		a.invoicer.Resign()
+	}
+	if a.payer != nil {
+		a.payer.Resign()
 	}
 	a.close()
 	return errors.Join(errs...)

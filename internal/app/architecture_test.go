@@ -49,7 +49,7 @@ func TestTheReadmeTellsTheImports(t *testing.T) {
 	}
 	leftOut := func(p string) bool {
 		for _, prefix := range []string{"cmd/", "e2e", "docs/", "internal/testdb", "internal/testredis", "internal/testsync",
-			"internal/clocktest", "internal/csptest", "internal/faultproxy", "internal/testjobs", "internal/testmail"} {
+			"internal/clocktest", "internal/csptest", "internal/faultproxy", "internal/testjobs", "internal/testmail", "internal/teststripe"} {
 			if strings.HasPrefix(p, prefix) {
 				return true
 			}

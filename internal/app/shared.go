@@ -25,6 +25,8 @@ import (
 const (
 	tunerLockKey   = 7234612
 	invoiceLockKey = 7234613
+	// paymentsLockKey elects the node that charges invoices through Stripe.
+	paymentsLockKey = 7234614
 )
 
 // The Redis keys of each part of a node, all under SLUICE_REDIS_PREFIX: one
