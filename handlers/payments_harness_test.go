@@ -111,15 +111,20 @@ type stripeEnv struct {
 	logs     *testsync.Buffer
 }
 
-// newStripeEnv wires payments into a fresh env over db.
+// newStripeEnv wires payments into a fresh env over db, crediting cr, or
+// with cr nil the env's own prepaid balance (billing).
 func newStripeEnv(t *testing.T, db *models.DB, mock *teststripe.Mock, cr *credits) *stripeEnv {
 	t.Helper()
 	e := newEnv(t, db)
 	logs := e.captureLogs()
 	reqs := &stripeRequests{}
 	sc := payments.NewClient(teststripe.SecretKey, mock.URL, &http.Client{Transport: reqs, Timeout: 10 * time.Second})
+	var balance payments.BalanceCrediter = e.bill // the real balance, as the composition root wires it
+	if cr != nil {
+		balance = cr
+	}
 	pay := payments.New(payments.Config{WebhookSecret: teststripe.WebhookSecret, Currency: "usd", TopUpMin: 5 * money.Dollar, TopUpMax: 1000 * money.Dollar},
-		payments.Deps{Stripe: sc, Store: e.store, Balance: cr, Orgs: e.bill, Log: slog.New(slog.NewTextHandler(logs, nil)), Now: e.clock.Now})
+		payments.Deps{Stripe: sc, Store: e.store, Balance: balance, Orgs: e.bill, Log: slog.New(slog.NewTextHandler(logs, nil)), Now: e.clock.Now})
 	e.deps.Payments = pay
 	e.rebuild()
 	return &stripeEnv{env: e, pay: pay, credits: cr, requests: reqs, logs: logs}

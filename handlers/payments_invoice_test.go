@@ -99,3 +99,32 @@ func TestInvoicesChargedThroughStripe(t *testing.T) {
 		}
 	})
 }
+
+// TestAPrepaidTiersInvoicesAreNotCharged: an organization on a prepaid
+// tier pays as it goes from its balance, so its closed month's invoice is
+// not sent to Stripe; moved to an invoiced tier, it is.
+func TestAPrepaidTiersInvoicesAreNotCharged(t *testing.T) {
+	mock := teststripe.Start(t)
+	testdb.Each(t, func(t *testing.T, db *models.DB) {
+		e := newStripeEnv(t, db, mock, &credits{})
+		admin, _, _, org := prepaidEnv(t, e.env, "")
+		ctx := context.Background()
+		inv, err := e.store.EnsureInvoice(ctx, org, e.clock.Now().AddDate(0, -1, 0))
+		if err != nil {
+			t.Fatal(err)
+		}
+		lines := []models.InvoiceLine{{Kind: "fee", Description: "plan", Amount: 900 * money.Cent}}
+		if ok, err := e.store.FinalizeInvoice(ctx, inv.ID, 900*money.Cent, lines); !ok || err != nil {
+			t.Fatalf("finalize: %v %v", ok, err)
+		}
+		if n, err := e.pay.ChargeInvoices(ctx); err != nil || n != 0 || len(e.requests.To("POST", "/v1/invoices")) != 0 {
+			t.Fatalf("a prepaid organization's invoice was charged: %d %v", n, err)
+		}
+		if w := e.do(request{method: "PUT", path: "/api/admin/tiers/free", bearer: admin, body: `{"billing":"invoice"}`}); w.Code != 200 {
+			t.Fatalf("tier: %d %s", w.Code, w.Body.String())
+		}
+		if n, err := e.pay.ChargeInvoices(ctx); err != nil || n != 1 {
+			t.Fatalf("on an invoiced tier: charged %d, %v", n, err)
+		}
+	})
+}

@@ -251,3 +251,39 @@ func TestTopUpEventsNotTrusted(t *testing.T) {
 		t.Fatal("refused events are not logged for the operator")
 	}
 }
+
+// TestAStripeTopUpIsSpendable: a paid Checkout session's event, delivered
+// twice, credits the organization's real prepaid balance once, to the
+// cent, and a request that the empty balance refused is admitted at once
+// after it. Without the wiring of payments to billing nothing would be
+// credited (or only the store, not the ledger requests reserve from).
+func TestAStripeTopUpIsSpendable(t *testing.T) {
+	mock := teststripe.Start(t)
+	testdb.Each(t, func(t *testing.T, db *models.DB) {
+		e := newStripeEnv(t, db, mock, nil)
+		_, owner, key, org := prepaidEnv(t, e.env, "")
+		chat := func() *httptest.ResponseRecorder {
+			return e.do(request{method: "POST", path: "/v1/chat/completions", bearer: key, body: prepaidBody})
+		}
+		if w := chat(); w.Code != 429 || !strings.Contains(w.Body.String(), "insufficient_quota") {
+			t.Fatalf("before the top-up: %d %s", w.Code, w.Body.String())
+		}
+		w := e.do(request{method: "POST", path: "/api/payments/top-ups", bearer: owner, body: `{"amount":"25.00"}`})
+		if w.Code != 201 {
+			t.Fatalf("top-up: %d %s", w.Code, w.Body.String())
+		}
+		session := decode(t, w)["session_id"].(string)
+		body, header := e.event("evt_spendable_1", "checkout.session.completed", e.clock.Now(), topUpSession(session, org, 2500))
+		for range 2 {
+			if w := e.deliver(body, header); w.Code != 200 {
+				t.Fatalf("delivery: %d %s", w.Code, w.Body.String())
+			}
+		}
+		if b := getBalance(t, e.env, owner); b.Balance != "25.00" || len(b.History) != 1 || b.History[0].Type != "topup" {
+			t.Fatalf("balance after the top-up: %+v", b)
+		}
+		if w := chat(); w.Code != 200 {
+			t.Fatalf("after the top-up: %d %s", w.Code, w.Body.String())
+		}
+	})
+}
