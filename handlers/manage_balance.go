@@ -22,10 +22,10 @@ type balanceOut struct {
 	Available string `json:"available"`
 	Currency  string `json:"currency"`
 	// LowBalanceThreshold is the owner's alert, null for none.
-	LowBalanceThreshold *string       `json:"low_balance_threshold"`
-	LowBalanceAlerted   bool          `json:"low_balance_alerted"`
-	Payments            balancePaymentsOut   `json:"payments"`
-	History             []historyItem `json:"history"`
+	LowBalanceThreshold *string            `json:"low_balance_threshold"`
+	LowBalanceAlerted   bool               `json:"low_balance_alerted"`
+	Payments            balancePaymentsOut `json:"payments"`
+	History             []historyItem      `json:"history"`
 }
 
 // balancePaymentsOut says whether the balance can be topped up by card.

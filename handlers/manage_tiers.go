@@ -32,10 +32,10 @@ type tierOut struct {
 	MaxPendingBatchLines  int64   `json:"max_pending_batch_lines"`
 	// CreditNeedsVerifiedEmail: no included credit until an owner of the
 	// organization has verified their email (where Sluice sends mail).
-	CreditNeedsVerifiedEmail bool `json:"credit_needs_verified_email"`
-	Billing               string  `json:"billing"`
-	StripePriceID         string  `json:"stripe_price_id"` // "" for none
-	GraceDays             int     `json:"grace_days"`
+	CreditNeedsVerifiedEmail bool   `json:"credit_needs_verified_email"`
+	Billing                  string `json:"billing"`
+	StripePriceID            string `json:"stripe_price_id"` // "" for none
+	GraceDays                int    `json:"grace_days"`
 	// TermsEffectiveFrom is when the fee, credit and overage took effect.
 	TermsEffectiveFrom time.Time `json:"terms_effective_from"`
 }

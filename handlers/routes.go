@@ -275,7 +275,7 @@ func New(log *slog.Logger, ops Ops, d Deps) http.Handler {
 	member.POST("/billing/upgrade", p.RequestUpgrade)
 	member.POST("/billing/redeem", p.Redeem)             // members too: a code credits the organization
 	member.POST("/billing/low-balance", p.SetLowBalance) // owners
-	member.GET(web.PaymentsPath, p.Payments) // also where Stripe Checkout returns: it only shows, never credits
+	member.GET(web.PaymentsPath, p.Payments)             // also where Stripe Checkout returns: it only shows, never credits
 	member.POST("/billing/top-up", p.TopUp)
 	member.POST("/billing/subscribe", p.Subscribe)
 	member.POST("/billing/portal", p.Portal)

@@ -63,7 +63,7 @@ type Tier struct {
 	// Billing is how the tier's organizations pay: "invoice" (usage on a
 	// monthly invoice) or "prepaid" (every priced request is reserved from,
 	// and settled against, the organization's balance).
-	Billing   string
+	Billing string
 	// StripePriceID is the Stripe price of a paid tier: choosing it is a
 	// subscription through Checkout. Empty: no price (an admin approves
 	// upgrade requests to it).
@@ -125,9 +125,9 @@ type TierSettings struct {
 	CreditNeedsVerifiedEmail bool
 	// Billing: "invoice" or "prepaid"; empty keeps the tier's current
 	// choice (a new tier's is invoice).
-	Billing string
-	StripePriceID        string // "" for none
-	GraceDays            int
+	Billing       string
+	StripePriceID string // "" for none
+	GraceDays     int
 }
 
 // DefaultGraceDays is a new tier's grace period.
