@@ -13,7 +13,7 @@ import (
 // mailPublicURL is the public URL the mail server's links are under; the
 // node listens on a port of its own, so the browser opens a link's path
 // there.
-const mailPublicURL = "http://sluice.test"
+const mailPublicURL = "https://sluice.test"
 
 // TestBrowserMail is Sluice with mail, in real browsers at desktop and
 // phone width, reading every link from Mailpit's API: a signup is
