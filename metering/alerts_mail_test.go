@@ -49,3 +49,39 @@ func TestBudgetAlertsAreMailedToOwners(t *testing.T) {
 		}
 	})
 }
+
+// TestLowBalanceAlertsAreMailedToOwners: a prepaid balance that falls to
+// its owners' threshold is mailed to every owner, once however many
+// nodes see the fall, with the alert's record, and to no member.
+func TestLowBalanceAlertsAreMailedToOwners(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, db *models.DB) {
+		ctx := context.Background()
+		store := models.NewStore(db)
+		o, owner, err := store.CreateOrganizationWithOwner(ctx, "Acme", "free", "owner@acme.example", "h", models.RoleMember)
+		if err != nil {
+			t.Fatal(err)
+		}
+		second := testdb.AddMember(t, db, o.ID, "second@acme.example", "h", models.RoleOwner)
+		member := testdb.AddMember(t, db, o.ID, "member@acme.example", "h", models.RoleMember)
+		nudged := 0
+		a := NewBudgetAlerts(store, slog.New(slog.NewTextHandler(io.Discard, nil)), time.Now).
+			WithMail(mail.NewComposer("https://sluice.example"), func() { nudged++ })
+		low := lowBalance{orgID: o.ID, threshold: 2 * money.Dollar, balance: 150 * money.Cent}
+		noWebhook := func(context.Context, int64, string, []byte) error { t.Fatal("no webhook is set"); return nil }
+		a.sendLow(ctx, low, noWebhook)
+		a.sendLow(ctx, low, noWebhook) // another node saw it too
+		for _, to := range []string{owner.Email, second.Email} {
+			ms, err := store.Mails(ctx, to)
+			if err != nil || len(ms) != 1 || ms[0].Kind != mail.KindLowBalance || ms[0].Subject != "Acme's prepaid balance is low: $1.50" ||
+				!strings.Contains(ms[0].BodyText, "has $1.50 left of its prepaid balance, at or below the alert you set at $2.00") {
+				t.Fatalf("mails to %s: %+v %v", to, ms, err)
+			}
+		}
+		if ms, _ := store.Mails(ctx, member.Email); len(ms) != 0 {
+			t.Fatalf("a member got the owners' alert: %+v", ms)
+		}
+		if nudged != 1 {
+			t.Fatalf("the outbox worker was nudged %d times, want 1", nudged)
+		}
+	})
+}
