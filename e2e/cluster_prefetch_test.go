@@ -127,8 +127,11 @@ func TestPrefetchAccuracyAcrossNodes(t *testing.T) {
 				}
 				tol := max(1, 0.005*ideal)
 				// The window runs to the last response, a little past the
-				// last send; allow that tail (50 ms at 100/s) below.
-				lower := ideal - tol - rate*0.05
+				// last send; allow that tail below: 100 ms at 100/s, as
+				// under -race beside the other packages the last answer
+				// comes that late. Only the lower bound has it: admitting
+				// more than the ideal is never allowed for.
+				lower := ideal - tol - rate*0.1
 				if float64(o.admitted) > ideal+tol || float64(o.admitted) < lower {
 					t.Errorf("admitted %d, want between %.0f and %.0f", o.admitted, lower, ideal+tol)
 				}
