@@ -3,6 +3,7 @@ package e2e
 import (
 	"crypto/rand"
 	"fmt"
+	"math"
 	"net/http"
 	"os"
 	"strconv"
@@ -203,7 +204,11 @@ func offer(t *testing.T, nodes []client, key string, rate float64, d time.Durati
 // offered is what offerCounting saw.
 type offered struct {
 	admitted, serverErrors int64
-	window                 time.Duration
+	// window runs from the first send to the last answer. firstAnswer is
+	// when the first answer came back and lastSent when the last request
+	// went out: the limiter's first and last decisions fall between
+	// start and firstAnswer, and between lastSent and window.
+	window, firstAnswer, lastSent time.Duration
 }
 
 // offerCounting is offer, also counting 5xx answers.
@@ -216,6 +221,8 @@ func offerCounting(t *testing.T, nodes []client, key string, rate float64, d tim
 func offerPicking(t *testing.T, pick func(i int, at time.Duration) string, key string, rate float64, d time.Duration) offered {
 	total := int(rate * d.Seconds())
 	var next, ok, failed atomic.Int64
+	var firstAnswer, lastSent atomic.Int64
+	firstAnswer.Store(math.MaxInt64)
 	tr := &http.Transport{MaxIdleConnsPerHost: 64}
 	hc := &http.Client{Transport: tr, Timeout: 10 * time.Second}
 	defer tr.CloseIdleConnections()
@@ -236,12 +243,14 @@ func offerPicking(t *testing.T, pick func(i int, at time.Duration) string, key s
 				time.Sleep(time.Until(start.Add(at)))
 				req, _ := http.NewRequest("GET", pick(i, at)+"/v1/models", nil)
 				req.Header.Set("Authorization", "Bearer "+key)
+				storeMax(&lastSent, int64(time.Since(start)))
 				resp, err := hc.Do(req)
 				if err != nil {
 					t.Error(err)
 					return
 				}
 				resp.Body.Close()
+				storeMin(&firstAnswer, int64(time.Since(start)))
 				switch {
 				case resp.StatusCode == 200:
 					ok.Add(1)
@@ -252,7 +261,18 @@ func offerPicking(t *testing.T, pick func(i int, at time.Duration) string, key s
 		}()
 	}
 	wg.Wait()
-	return offered{admitted: ok.Load(), serverErrors: failed.Load(), window: time.Since(start)}
+	return offered{admitted: ok.Load(), serverErrors: failed.Load(), window: time.Since(start),
+		firstAnswer: time.Duration(firstAnswer.Load()), lastSent: time.Duration(lastSent.Load())}
+}
+
+func storeMax(v *atomic.Int64, n int64) {
+	for old := v.Load(); n > old && !v.CompareAndSwap(old, n); old = v.Load() {
+	}
+}
+
+func storeMin(v *atomic.Int64, n int64) {
+	for old := v.Load(); n < old && !v.CompareAndSwap(old, n); old = v.Load() {
+	}
 }
 
 // TestAccuracyAcrossNodes offers one token 10x its rate through three nodes.
