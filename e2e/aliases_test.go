@@ -16,6 +16,7 @@ import (
 // an API client calling the alias is answered by one of its models, named
 // in X-Sluice-Model.
 func TestBrowserAliases(t *testing.T) {
+	t.Parallel()
 	ctx := browserContext(t)
 	provider := httptest.NewServer(mock.New(mock.Config{Keys: map[string]float64{"sk-mock-key": 0}}))
 	t.Cleanup(provider.Close)

@@ -16,6 +16,7 @@ import (
 // offers its export, and its owner, signed in again, is told they belong
 // nowhere. Screenshots go to SLUICE_SCREENSHOT_DIR when it is set.
 func TestBrowserAdminUsersAndDeletion(t *testing.T) {
+	t.Parallel()
 	base, _, stop := start(t, map[string]string{"SLUICE_DATA_DIR": t.TempDir(), "SLUICE_BCRYPT_COST": "4", "SLUICE_ADMIN_PASSWORD": "admin-password",
 		"SLUICE_SIGNUP_RATE": "0"})
 	defer stop()

@@ -22,6 +22,7 @@ import (
 // balance with a reason. Every page is shot at desktop and phone width
 // (SLUICE_SCREENSHOT_DIR) and must fit a phone.
 func TestBrowserPrepaidBalance(t *testing.T) {
+	t.Parallel()
 	user := browserContext(t)
 	admin, cancelAdmin := chromedp.NewContext(user, chromedp.WithNewBrowserContext())
 	defer cancelAdmin()

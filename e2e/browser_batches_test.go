@@ -23,6 +23,7 @@ import (
 // dashboard (a finished batch with failures, one still running, jobs) and
 // the admin's queue panel, in a real browser on a desktop and a phone.
 func TestBrowserJobsAndBatches(t *testing.T) {
+	t.Parallel()
 	ctx := browserContext(t)
 	const providerKey = "sk-mock-provider"
 	providerSrv := httptest.NewServer(refusing(mock.New(mock.Config{Keys: map[string]float64{providerKey: 0}})))

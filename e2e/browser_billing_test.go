@@ -23,6 +23,7 @@ import (
 // asks for premium, and the admin approves it. Screenshots of the key pages
 // at desktop and phone width go to SLUICE_SCREENSHOT_DIR when it is set.
 func TestBrowserBillingJourney(t *testing.T) {
+	t.Parallel()
 	user := browserContext(t)
 	// The admin has a browser context of their own: separate cookies, so
 	// both stay signed in side by side.

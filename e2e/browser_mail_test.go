@@ -24,6 +24,7 @@ const mailPublicURL = "https://sluice.test"
 // invitation says it was mailed. Screenshots of each page go to
 // SLUICE_SCREENSHOT_DIR.
 func TestBrowserMail(t *testing.T) {
+	t.Parallel()
 	mp := testmail.Start(t)
 	base, _, stop := start(t, map[string]string{"SLUICE_DATA_DIR": t.TempDir(), "SLUICE_BCRYPT_COST": "4", "SLUICE_ADMIN_PASSWORD": "admin-password",
 		"SLUICE_SIGNUP_RATE": "0", "SLUICE_SMTP_URL": mp.URL(), "SLUICE_MAIL_FROM": "Sluice <sluice@example.com>", "SLUICE_PUBLIC_URL": mailPublicURL})

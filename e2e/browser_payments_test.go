@@ -22,6 +22,7 @@ import (
 // shows the grace period's end on the dashboard. Desktop and phone width,
 // screenshots of each.
 func TestBrowserPaymentsJourney(t *testing.T) {
+	t.Parallel()
 	ctx := browserContext(t)
 	mock := teststripe.Start(t)
 	base, _, stop := start(t, map[string]string{"SLUICE_DATA_DIR": t.TempDir(), "SLUICE_BCRYPT_COST": "4", "SLUICE_ADMIN_PASSWORD": "admin-password",

@@ -23,6 +23,7 @@ import (
 // of the login page, the refusal and the dashboard go to
 // SLUICE_SCREENSHOT_DIR when it is set.
 func TestBrowserSSO(t *testing.T) {
+	t.Parallel()
 	idp, err := mockoidc.Run()
 	if err != nil {
 		t.Fatal(err)

@@ -16,6 +16,7 @@ import (
 // moves it between its two organizations. Screenshots of each page go to
 // SLUICE_SCREENSHOT_DIR when it is set.
 func TestBrowserTeams(t *testing.T) {
+	t.Parallel()
 	base, _, stop := start(t, map[string]string{"SLUICE_DATA_DIR": t.TempDir(), "SLUICE_BCRYPT_COST": "4", "SLUICE_ADMIN_PASSWORD": "admin-password",
 		"SLUICE_SIGNUP_RATE": "0"}) // six signups from one address, more than an hour's default
 	defer stop()

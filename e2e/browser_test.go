@@ -116,6 +116,7 @@ func text(t *testing.T, ctx context.Context, sel string) string {
 // TestBrowserJourney signs up, issues and revokes a token and, as the admin,
 // edits a tier — in a real browser, on a desktop and a phone-sized window.
 func TestBrowserJourney(t *testing.T) {
+	t.Parallel()
 	ctx := browserContext(t)
 	base, _, stop := start(t, map[string]string{"SLUICE_DATA_DIR": t.TempDir(), "SLUICE_BCRYPT_COST": "4", "SLUICE_ADMIN_PASSWORD": "admin-password"})
 	defer stop()

@@ -11,6 +11,7 @@ import (
 // sees them hold over the API, and changes them in the token's edit form,
 // in a real browser on a desktop and a phone-sized window.
 func TestBrowserTokenLimits(t *testing.T) {
+	t.Parallel()
 	ctx := browserContext(t)
 	base, _, stop := start(t, map[string]string{"SLUICE_DATA_DIR": t.TempDir(), "SLUICE_BCRYPT_COST": "4", "SLUICE_ADMIN_PASSWORD": "admin-password"})
 	defer stop()

@@ -18,6 +18,7 @@ import (
 // one, embeddings (which the SDK asks for in base64), and the SDK's retry
 // on our 429.
 func TestOpenAINodeSDK(t *testing.T) {
+	t.Parallel()
 	runNodeSDK(t, "openai-node")
 }
 
@@ -27,6 +28,7 @@ func TestOpenAINodeSDK(t *testing.T) {
 // an Anthropic key's, a refusal and a 429 as the SDK reads them, and its
 // retry on our 429.
 func TestAnthropicNodeSDK(t *testing.T) {
+	t.Parallel()
 	runNodeSDK(t, "anthropic-node")
 }
 

@@ -59,6 +59,7 @@ func (a *attempts) get() []attempt {
 // relayed through the gateway, the model list, and the SDK's own retry on
 // Sluice's 429.
 func TestOpenAIGoSDK(t *testing.T) {
+	t.Parallel()
 	const providerKey = "sk-mock-provider" // at least 8 characters, as Sluice requires
 	provider := mock.New(mock.Config{Keys: map[string]float64{providerKey: 1000}, StreamChunks: 4})
 	providerSrv := httptest.NewServer(provider)

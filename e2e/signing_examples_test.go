@@ -17,6 +17,7 @@ import (
 // TEST_NODE_SDKS_DIR); Python and the shell script where python3, curl
 // and openssl are.
 func TestSigningExamples(t *testing.T) {
+	t.Parallel()
 	readme, err := os.ReadFile("../README.md")
 	if err != nil {
 		t.Fatal(err)

@@ -20,6 +20,7 @@ import (
 // Sluice starts, says so in its log, offers the button, and answers a
 // sign-in with 503 on the login page until the provider is back.
 func TestSSOStartup(t *testing.T) {
+	t.Parallel()
 	idp, err := mockoidc.Run()
 	if err != nil {
 		t.Fatal(err)
