@@ -71,7 +71,10 @@ func TestLoad(t *testing.T) {
 		t.Logf("%s: built in %v; rank table %.1f MiB; live heap grew by %.1f MiB (tiktoken-go's own vocabulary map included, the first time)",
 			tt.name, took.Round(time.Millisecond), float64(e.ranks.memory())/(1<<20),
 			(float64(after.HeapAlloc)-float64(before.HeapAlloc))/(1<<20))
-		if took > time.Second {
+		// A start-up cost, not a hot path: the bound catches a build
+		// gone quadratic (tens of seconds), with room for -race beside
+		// two other test binaries on two cores, where 1.1 s was seen.
+		if took > 5*time.Second {
 			t.Errorf("%s took %v to build", tt.name, took)
 		}
 		runtime.KeepAlive(e)
