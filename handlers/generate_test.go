@@ -416,6 +416,81 @@ func TestClientLeavingMidStreamIsBilledForWhatWasDelivered(t *testing.T) {
 	}
 }
 
+// TestAWholeAnswerLeftBeforeItCameIsBilledInFull: a client that hangs up
+// on a request that is not streamed, once the provider has it, does not
+// take the bill with it. The provider answers, and bills, in full whether
+// anyone is left to read it; Sluice reads the answer on and bills the
+// usage it reports. (Before, the provider's request was cancelled with the
+// client's and nothing was billed: a hostile tenant could have any prompt
+// answered at the provider for free by hanging up a moment before the
+// answer.)
+func TestAWholeAnswerLeftBeforeItCameIsBilledInFull(t *testing.T) {
+	g := newGenEnv(t, testdb.SQLite(t))
+	admin := g.login("admin@example.com", "admin-password")
+	key, _ := g.apiToken(g.signup("a@example.com", "A"))
+	received, clientGone := make(chan struct{}), make(chan struct{})
+	providerCancelled := make(chan bool, 1)
+	provider := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		close(received)
+		select { // the answer comes after the client has gone
+		case <-clientGone:
+		case <-time.After(10 * time.Second):
+		}
+		providerCancelled <- r.Context().Err() != nil
+		w.Header().Set("Content-Type", "application/json")
+		w.Write([]byte(`{"id":"x","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"a long answer"},"finish_reason":"stop"}],` +
+			`"usage":{"prompt_tokens":50000,"completion_tokens":30000,"total_tokens":80000}}`))
+	}))
+	defer provider.Close()
+	g.addKey(t, admin, "whole", provider.URL+"/v1", "sk-whole-answer")
+	gateway := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/v1/chat/completions" {
+			context.AfterFunc(r.Context(), func() { close(clientGone) }) // the gateway has seen its client leave
+		}
+		g.h.ServeHTTP(w, r)
+	}))
+	defer gateway.Close()
+
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan string, 1) // what the client got, "" for nothing
+	go func() {
+		req, _ := http.NewRequestWithContext(ctx, "POST", gateway.URL+"/v1/chat/completions",
+			strings.NewReader(`{"model":"gpt-4o-mini","max_tokens":16000,"messages":[{"role":"user","content":"write at length"}]}`))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Authorization", "Bearer "+key)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			done <- ""
+			return
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		done <- fmt.Sprintf("%d %s", resp.StatusCode, b)
+	}()
+	select {
+	case <-received:
+	case got := <-done:
+		t.Fatalf("answered before the provider was asked: %s", got)
+	}
+	cancel() // the client hangs up while the provider is answering
+	if got := <-done; got != "" {
+		t.Fatalf("the client got an answer after hanging up: %s", got)
+	}
+	if <-providerCancelled {
+		t.Error("the provider's request was cancelled with the client's: its answer, which it bills, was not read")
+	}
+	var u models.UsageTotals
+	deadline := time.Now().Add(5 * time.Second)
+	for u.Requests == 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+		u, _ = g.store.UsageSince(context.Background(), orgOf(t, g.env, "a@example.com"), time.Now().Add(-time.Hour))
+	}
+	if u.Requests != 1 || u.PromptTokens != 50_000 || u.CompletionTokens != 30_000 {
+		t.Fatalf("billed %+v, want the provider's 50000 prompt and 30000 completion tokens", u)
+	}
+}
+
 // TestAStreamLeftAfterItsLastWordPaysTheProvidersBill: a client that
 // hangs up once the answer has finished does not take the usage chunk with
 // it: Sluice reads on, within SLUICE_USAGE_GRACE, and bills what the

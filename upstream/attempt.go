@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptrace"
 	"net/url"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -45,7 +47,7 @@ const defaultRateLimitRest = time.Second
 // flight on the key from the send until it ends here, or, for a 2xx stream,
 // until the stream is closed.
 func (p *Pool) attempt(ctx context.Context, e *keyEntry, probe bool, adm admission, req Request, timeout time.Duration) attemptResult {
-	actx, cancel := context.WithCancel(ctx)
+	actx, cancel := attemptContext(ctx, req.Stream)
 	var timedOut atomic.Bool
 	timer := time.AfterFunc(timeout, func() {
 		timedOut.Store(true)
@@ -96,6 +98,36 @@ func (p *Pool) attempt(ctx context.Context, e *keyEntry, probe bool, adm admissi
 		return p.lost(ctx, e, probe, req, start, timedOut.Load(), err)
 	}
 	return p.judge(ctx, e, probe, req, resp, start, &timedOut)
+}
+
+// attemptContext is the context of one attempt's HTTP request. A stream
+// ends with its client: closing it stops the provider generating, and
+// what was delivered is billed. A whole answer is different: once the
+// provider has the request it answers, and bills, in full whether anyone
+// is left to read it, so the attempt lives on to read the answer and its
+// usage, and the client is billed what the answer cost (within the
+// attempt's timeout). A client gone before its request was written
+// cancels it: nothing was asked, nothing is billed.
+func attemptContext(client context.Context, stream bool) (context.Context, context.CancelFunc) {
+	if stream {
+		return context.WithCancel(client)
+	}
+	ctx, cancel := context.WithCancel(context.WithoutCancel(client))
+	var mu sync.Mutex
+	written := false
+	stop := context.AfterFunc(client, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if !written {
+			cancel()
+		}
+	})
+	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{WroteRequest: func(info httptrace.WroteRequestInfo) {
+		mu.Lock()
+		defer mu.Unlock()
+		written = info.Err == nil
+	}})
+	return ctx, func() { stop(); cancel() }
 }
 
 // A failureReader is a wire format whose provider says in a failure's

@@ -510,6 +510,8 @@ func TestSecretsNeverLogged(t *testing.T) {
 	}
 }
 
+// A stream's caller that leaves before the headers ends the provider's
+// request: nothing was generated for anyone.
 func TestCallerCancelledBeforeHeaders(t *testing.T) {
 	var h hits
 	cancelled := make(chan struct{})
@@ -524,7 +526,9 @@ func TestCallerCancelledBeforeHeaders(t *testing.T) {
 	p, _ := testPool(t, PoolOptions{}, key(1, srv.URL, "a"), key(2, srv.URL, "b"))
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
-	_, err := p.Do(ctx, chatRequest("m"))
+	req := chatRequest("m")
+	req.Stream = true
+	_, err := p.Do(ctx, req)
 	if !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, ErrUnavailable) {
 		t.Fatalf("err = %v, want the caller's context error", err)
 	}
@@ -538,6 +542,35 @@ func TestCallerCancelledBeforeHeaders(t *testing.T) {
 	}
 	if s := status(t, p, 1); s.Failures != 0 {
 		t.Fatalf("the caller leaving counted against the key: %+v", s)
+	}
+}
+
+// A whole answer's caller that leaves once the provider has the request
+// does not end it: the provider answers and bills in full, so the answer
+// and its usage are read, for the caller to bill (attemptContext).
+func TestCallerGoneBeforeAWholeAnswerIsStillAnswered(t *testing.T) {
+	var h hits
+	ctx, cancel := context.WithCancel(context.Background())
+	srv := provider(t, func(w http.ResponseWriter, r *http.Request) {
+		h.add(r)
+		cancel() // the caller leaves while the provider works
+		time.Sleep(20 * time.Millisecond)
+		if r.Context().Err() != nil {
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.Write([]byte(`{"choices":[{"index":0,"message":{"role":"assistant","content":"done"},"finish_reason":"stop"}],"usage":{"prompt_tokens":7,"completion_tokens":3,"total_tokens":10}}`))
+	})
+	p, _ := testPool(t, PoolOptions{}, key(1, srv.URL, "a"))
+	resp, err := p.Do(ctx, chatRequest("m"))
+	if err != nil {
+		t.Fatalf("err = %v, want the answer the provider gave after the caller left", err)
+	}
+	if c, _ := ReadCompletion(resp.Body); resp.Status != 200 || c.Usage.PromptTokens != 7 || c.Usage.CompletionTokens != 3 {
+		t.Fatalf("answer %d %s, want the provider's with its usage", resp.Status, resp.Body)
+	}
+	if h.total() != 1 {
+		t.Fatalf("hits %d, want 1", h.total())
 	}
 }
 
