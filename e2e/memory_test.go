@@ -221,6 +221,7 @@ func memoryEnv(t *testing.T, dialect string) map[string]string {
 // batches at once of a file of 50,000 bad lines (each listing 1,000
 // failures and a count), in a server of their own.
 func TestBatchesInBoundedMemory(t *testing.T) {
+	t.Parallel() // what it measures is the server process's own peak
 	if testing.Short() {
 		t.Skip("starts the server binary")
 	}
