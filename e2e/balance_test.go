@@ -4,7 +4,9 @@ import (
 	"strconv"
 	"sync"
 	"testing"
+	"time"
 
+	"github.com/sluicehq/sluice/internal/testsync"
 	"github.com/sluicehq/sluice/money"
 )
 
@@ -96,10 +98,15 @@ func TestPrepaidBalanceHoldsAcrossNodes(t *testing.T) {
 			if admitted != 1 {
 				t.Fatalf("%d of 20 admitted with a balance worth one", admitted)
 			}
+			// The answer goes out before its cost is settled: wait for the
+			// settlement, which under load comes a moment after.
 			var b struct{ Balance, Reserved string }
-			if r := nodes[1].call("GET", "/api/balance", owner, "", &b); r.StatusCode != 200 {
-				t.Fatalf("balance: %d", r.StatusCode)
-			}
+			testsync.WaitFor(t, 10*time.Second, "the admitted request's settlement", func() bool {
+				if r := nodes[1].call("GET", "/api/balance", owner, "", &b); r.StatusCode != 200 {
+					t.Fatalf("balance: %d", r.StatusCode)
+				}
+				return b.Reserved == "0.00"
+			})
 			left, err := money.ParseAmount(b.Balance)
 			if err != nil || b.Reserved != "0.00" || left >= 209*money.Dollar/1_000_000 {
 				t.Fatalf("after: %+v %v", b, err)
