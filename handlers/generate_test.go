@@ -416,6 +416,19 @@ func TestClientLeavingMidStreamIsBilledForWhatWasDelivered(t *testing.T) {
 	}
 }
 
+// usageOnceBilled is the usage of owner's organization over the last hour,
+// once its first request is recorded (settlement follows the answer), or
+// what there is after 5 s.
+func usageOnceBilled(t *testing.T, g *genEnv, owner string) models.UsageTotals {
+	t.Helper()
+	var u models.UsageTotals
+	for deadline := time.Now().Add(5 * time.Second); u.Requests == 0 && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+		u, _ = g.store.UsageSince(context.Background(), orgOf(t, g.env, owner), time.Now().Add(-time.Hour))
+	}
+	return u
+}
+
 // TestAWholeAnswerLeftBeforeItCameIsBilledInFull: a client that hangs up
 // on a request that is not streamed, once the provider has it, does not
 // take the bill with it. The provider answers, and bills, in full whether
@@ -480,12 +493,7 @@ func TestAWholeAnswerLeftBeforeItCameIsBilledInFull(t *testing.T) {
 	if <-providerCancelled {
 		t.Error("the provider's request was cancelled with the client's: its answer, which it bills, was not read")
 	}
-	var u models.UsageTotals
-	deadline := time.Now().Add(5 * time.Second)
-	for u.Requests == 0 && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-		u, _ = g.store.UsageSince(context.Background(), orgOf(t, g.env, "a@example.com"), time.Now().Add(-time.Hour))
-	}
+	u := usageOnceBilled(t, g, "a@example.com")
 	if u.Requests != 1 || u.PromptTokens != 50_000 || u.CompletionTokens != 30_000 {
 		t.Fatalf("billed %+v, want the provider's 50000 prompt and 30000 completion tokens", u)
 	}
@@ -546,12 +554,7 @@ func TestAStreamLeftAfterItsLastWordPaysTheProvidersBill(t *testing.T) {
 			if !<-asked {
 				t.Fatal("the provider was not asked for its usage chunk")
 			}
-			var u models.UsageTotals
-			deadline := time.Now().Add(5 * time.Second)
-			for u.Requests == 0 && time.Now().Before(deadline) {
-				time.Sleep(10 * time.Millisecond)
-				u, _ = g.store.UsageSince(context.Background(), orgOf(t, g.env, "a@example.com"), time.Now().Add(-time.Hour))
-			}
+			u := usageOnceBilled(t, g, "a@example.com")
 			prompt := tt.prompt
 			if prompt < 0 { // the estimate: "count to three" and the framing
 				prompt = int64(family.Of("gpt-4o-mini").Counter.Count([]byte("count to three"))) + 4 + 3
