@@ -62,6 +62,7 @@ type Degrading struct {
 	fallbacks  atomic.Uint64
 	failures   atomic.Uint64
 	reconciled atomic.Int64           // tokens charged to shared buckets for local decisions
+	outages    atomic.Uint64          // switches to local limits
 	abandon    atomic.Pointer[signal] // cancelled when the breaker opens
 	owed       owedLedger
 
@@ -177,6 +178,10 @@ func (d *Degrading) Fallbacks() uint64 { return d.fallbacks.Load() }
 // Failures is how many shared calls have failed (errors and timeouts, probes
 // included), since the start.
 func (d *Degrading) Failures() uint64 { return d.failures.Load() }
+
+// Outages is how many times the node has switched to local limits, since
+// the start.
+func (d *Degrading) Outages() uint64 { return d.outages.Load() }
 
 // Reconciled is how many tokens local decisions have been charged to the
 // shared buckets after the fact, since the start.

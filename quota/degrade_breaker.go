@@ -116,6 +116,7 @@ func (d *Degrading) open(err error) {
 	d.epoch++
 	d.owed.mu.Unlock()
 	d.degraded.Store(true)
+	d.outages.Add(1)
 	d.since = now
 	d.abandon.Swap(newSignal()).cancel()
 	d.log.Warn(fmt.Sprintf("shared limiter unavailable; using local limits at 1/%d share", d.share),

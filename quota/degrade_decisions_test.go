@@ -45,6 +45,9 @@ func TestDegradingFailuresInARow(t *testing.T) {
 			if got := d.Fallbacks(); got != 9 {
 				t.Fatalf("Fallbacks() = %d, want 9: each failed call's request decided locally", got)
 			}
+			if got := d.Outages(); got != 1 {
+				t.Fatalf("Outages() = %d, want 1", got)
+			}
 		})
 	}
 }
