@@ -442,7 +442,6 @@ func TestAWholeAnswerLeftBeforeItCameIsBilledInFull(t *testing.T) {
 	admin := g.login("admin@example.com", "admin-password")
 	key, _ := g.apiToken(g.signup("a@example.com", "A"))
 	received, clientGone := make(chan struct{}), make(chan struct{})
-	providerCancelled := make(chan bool, 1)
 	provider := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.Copy(io.Discard, r.Body)
 		close(received)
@@ -450,7 +449,6 @@ func TestAWholeAnswerLeftBeforeItCameIsBilledInFull(t *testing.T) {
 		case <-clientGone:
 		case <-time.After(10 * time.Second):
 		}
-		providerCancelled <- r.Context().Err() != nil
 		w.Header().Set("Content-Type", "application/json")
 		w.Write([]byte(`{"id":"x","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"a long answer"},"finish_reason":"stop"}],` +
 			`"usage":{"prompt_tokens":50000,"completion_tokens":30000,"total_tokens":80000}}`))
@@ -489,9 +487,6 @@ func TestAWholeAnswerLeftBeforeItCameIsBilledInFull(t *testing.T) {
 	cancel() // the client hangs up while the provider is answering
 	if got := <-done; got != "" {
 		t.Fatalf("the client got an answer after hanging up: %s", got)
-	}
-	if <-providerCancelled {
-		t.Error("the provider's request was cancelled with the client's: its answer, which it bills, was not read")
 	}
 	u := usageOnceBilled(t, g, "a@example.com")
 	if u.Requests != 1 || u.PromptTokens != 50_000 || u.CompletionTokens != 30_000 {

@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"net/http/httptrace"
 	"net/url"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -113,19 +112,14 @@ func attemptContext(client context.Context, stream bool) (context.Context, conte
 		return context.WithCancel(client)
 	}
 	ctx, cancel := context.WithCancel(context.WithoutCancel(client))
-	var mu sync.Mutex
-	written := false
+	var written atomic.Bool
 	stop := context.AfterFunc(client, func() {
-		mu.Lock()
-		defer mu.Unlock()
-		if !written {
+		if !written.Load() {
 			cancel()
 		}
 	})
 	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{WroteRequest: func(info httptrace.WroteRequestInfo) {
-		mu.Lock()
-		defer mu.Unlock()
-		written = info.Err == nil
+		written.Store(info.Err == nil)
 	}})
 	return ctx, func() { stop(); cancel() }
 }

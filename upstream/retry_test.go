@@ -554,6 +554,8 @@ func TestCallerGoneBeforeAWholeAnswerIsStillAnswered(t *testing.T) {
 	srv := provider(t, func(w http.ResponseWriter, r *http.Request) {
 		h.add(r)
 		cancel() // the caller leaves while the provider works
+		// The provider works a moment: an attempt tied to the caller's
+		// context would see it end before the answer, not race it.
 		time.Sleep(20 * time.Millisecond)
 		if r.Context().Err() != nil {
 			return
