@@ -220,10 +220,21 @@ func (p *Pipeline) answerFromProvider(ctx context.Context, c *call, cacheKey str
 	if resp.Native {
 		// The provider's own answer, in the client's dialect: read, not
 		// translated, and not cached (the cache holds chat completions).
-		_ = c.sink.(NativeSink).SendNative(resp.Status, resp.Body)
-		out.delivered, out.reply, out.Usage = true, resp.Read.Reply, resp.Read.Usage
-		if !resp.Read.Reported {
-			out.Usage = c.counted(resp.Read.Reply)
+		// Sent first and read after, as a chat completion is: the client
+		// does not wait for the reading.
+		if err := c.sink.(NativeSink).SendNative(resp.Status, resp.Body); errors.Is(err, ErrUnreadableAnswer) {
+			out.Status = http.StatusBadGateway
+			return out, nil // answered as the gateway's error: not delivered, not billed
+		}
+		read, err := resp.ReadNative()
+		if err != nil {
+			// An object that is not the provider's message, passed on as
+			// a chat completion's unreadable body is: billed by our count.
+			p.d.Log.Warn("a provider's own answer could not be read; billed by Sluice's count", "request_id", c.req.ID, "model", c.model, "err", err)
+		}
+		out.delivered, out.reply, out.Usage = true, read.Reply, read.Usage
+		if !read.Reported {
+			out.Usage = c.counted(read.Reply)
 		}
 		return out, nil
 	}

@@ -1,6 +1,13 @@
 package completion
 
-import "net/http"
+import (
+	"errors"
+	"net/http"
+)
+
+// ErrUnreadableAnswer is a NativeSink's word that a provider's answer was
+// not what its dialect writes, and the client was answered with an error.
+var ErrUnreadableAnswer = errors.New("completion: the provider's answer could not be read")
 
 // Sink is where the pipeline writes an answer: headers first, then either
 // one whole body or a stream. Over HTTP it is the response; for a queued
@@ -23,6 +30,9 @@ type Sink interface {
 // id and model, which the sink makes the gateway's.
 type NativeSink interface {
 	Sink
+	// SendNative writes a whole answer; ErrUnreadableAnswer says it
+	// could not be relabelled and the client was sent the dialect's error
+	// instead.
 	SendNative(status int, body []byte) error
 	// StartNativeStream begins a stream whose Writes are the provider's
 	// own events; the sink ends one cut short (no final event) with its

@@ -1,6 +1,7 @@
 package handlers
 
 import (
+	"errors"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -150,7 +151,7 @@ func (a *api) readMessagesRequest(c *gin.Context, countOnly bool) (completion.Re
 // context management, which change what Anthropic answers.
 func anthropicBetas(h http.Header) []string {
 	var out []string
-	for _, v := range h.Values("anthropic-beta") {
+	for _, v := range h["Anthropic-Beta"] { // canonical: Values would canonicalise it on every request
 		for _, b := range strings.Split(v, ",") {
 			if b = strings.TrimSpace(b); b != "" {
 				out = append(out, b)
@@ -208,15 +209,18 @@ func (s *messagesSink) Send(status int, _ string, body []byte) error {
 
 // SendNative writes an Anthropic key's own message, as the gateway's: its
 // id is the request's and its model the one the client asked for, as a
-// translated answer's are.
+// translated answer's are. What is not a message is the gateway's 502.
 func (s *messagesSink) SendNative(status int, body []byte) error {
 	messages.RateLimitHeaders(s.Header(), s.now())
 	out, err := wire.SetMembers(body, []string{"id", "model"}, []string{s.id, s.model})
+	if typ, _, _, terr := wire.Member(body, "type"); err == nil && (terr != nil || string(typ) != `"message"`) {
+		err = errors.New("an answer of type " + string(typ) + ", not a message")
+	}
 	if err != nil {
-		// The pool read it as a message already; this stays a guard.
 		s.log.Warn("a provider's message could not be relabelled", "request_id", s.requestID, "err", err)
-		return s.http.Send(http.StatusBadGateway, "application/json",
+		_ = s.http.Send(http.StatusBadGateway, "application/json",
 			messages.ErrorBody("api_error", "the provider's answer could not be read; retry later", s.requestID))
+		return completion.ErrUnreadableAnswer
 	}
 	return s.http.Send(status, "application/json", out)
 }

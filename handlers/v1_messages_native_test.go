@@ -226,3 +226,34 @@ func TestANativeStreamLeftByItsClientIsBilled(t *testing.T) {
 		})
 	}
 }
+
+// TestANativeAnswerThatIsNotAMessageIsAGatewayError: an Anthropic key
+// that answers 200 with what is not a message (not JSON, or another
+// object) gives the Messages client Anthropic's api_error with a 502,
+// and bills nothing. The answer is relabelled and read after the pool has
+// returned it, so this is the sink's check, not the pool's.
+func TestANativeAnswerThatIsNotAMessageIsAGatewayError(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, db *models.DB) {
+		r := newAliasRig(t, db)
+		provider := &anthropicRecorder{}
+		srv := httptest.NewServer(provider)
+		t.Cleanup(srv.Close)
+		if w := r.do(request{method: "POST", path: "/api/admin/upstreams", bearer: r.admin,
+			body: `{"name":"anthropic","provider":"anthropic","base_url":"` + srv.URL + `","api_key":"sk-native-key","models":["claude-native"]}`}); w.Code != 201 {
+			t.Fatalf("add key: %d %s", w.Code, w.Body.String())
+		}
+		for _, answer := range []string{`not json at all`, `{"type":"error","error":{"type":"api_error","message":"upstream proxy trouble"}}`, `[1,2]`} {
+			provider.answer = answer
+			w := r.do(request{method: "POST", path: "/v1/messages", bearer: r.key,
+				body: `{"model":"claude-native","max_tokens":64,"messages":[{"role":"user","content":"hello"}]}`})
+			if w.Code != http.StatusBadGateway || !strings.Contains(w.Body.String(), `"type":"error","error":{"type":"api_error","message":"the provider's answer could not be read; retry later"`) {
+				t.Errorf("%s: the client got %d %s", answer, w.Code, w.Body.String())
+			}
+			for _, ev := range r.events(t, w.Header().Get("X-Request-Id")) {
+				if u := billedUsage(ev); u != (chat.Usage{}) || ev.Cost != 0 {
+					t.Errorf("%s: billed %+v, cost %v", answer, u, ev.Cost)
+				}
+			}
+		}
+	})
+}

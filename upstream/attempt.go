@@ -192,14 +192,11 @@ func (p *Pool) judge(ctx context.Context, e *keyEntry, probe bool, req Request, 
 		}
 		e.h.answered(status, probe, healthy)
 		p.models.observe(req.Model, false, p.opts.Now())
-		var read Completion
 		nf, native := e.format.(nativeFormat)
 		native = native && healthy && req.nativeFor(e.key.Provider)
 		switch {
 		case native:
-			if read, err = nf.readNative(body); err != nil {
-				return attemptResult{kind: attemptFatal, err: fmt.Errorf("upstream: key %q answered what cannot be read: %w", e.key.Name, err)}
-			}
+			// Passed on as it came; read after it is sent (ReadNative).
 		case healthy:
 			if body, err = e.format.answer(req, body); err != nil {
 				return attemptResult{kind: attemptFatal, err: fmt.Errorf("upstream: key %q answered what cannot be read: %w", e.key.Name, err)}
@@ -207,7 +204,7 @@ func (p *Pool) judge(ctx context.Context, e *keyEntry, probe bool, req Request, 
 		default:
 			body = e.format.failure(status, body)
 		}
-		return attemptResult{kind: attemptDone, resp: &Response{Status: status, Header: resp.Header, Body: body, KeyID: e.key.ID, Latency: took, Native: native, Read: read}}
+		return attemptResult{kind: attemptDone, resp: &Response{Status: status, Header: resp.Header, Body: body, KeyID: e.key.ID, Latency: took, Native: native, format: nf}}
 	}
 
 	// A failure: keep only what the key's health needs.

@@ -125,10 +125,22 @@ type Response struct {
 	Attempts int           // 1 + retries
 	Latency  time.Duration // time to the response headers of the successful attempt
 	// Native says Body or Stream is a 2xx answer to the Request's Native
-	// body, in the provider's own dialect and not OpenAI's; Read is then
-	// what the gateway reads of a whole one.
+	// body, in the provider's own dialect and not OpenAI's; ReadNative
+	// reads a whole one.
 	Native bool
-	Read   Completion
+	format nativeFormat // the answering key's, for ReadNative
+}
+
+// ReadNative reads a whole Native answer's reply and usage, exactly as
+// the same answer translated would be read (ReadCompletion). It is left to
+// the caller, as ReadCompletion is, so that the answer can be on its way to
+// the client first; an error is an answer that is not the provider's
+// message, billed as one that reports no usage.
+func (r *Response) ReadNative() (Completion, error) {
+	if !r.Native || r.format == nil || r.Stream != nil {
+		return Completion{}, errors.New("upstream: not a whole native answer")
+	}
+	return r.format.readNative(r.Body)
 }
 
 // StreamBody is a streaming response body.

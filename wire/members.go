@@ -3,6 +3,7 @@ package wire
 import (
 	"bytes"
 	"errors"
+	"sync"
 
 	"github.com/go-json-experiment/json/jsontext"
 )
@@ -76,30 +77,48 @@ func Member(obj []byte, name string) (value []byte, start int, ok bool, err erro
 
 // findMembers reads the top level of the object obj: where each of names'
 // values is written (from just after its name; {-1, -1} when absent),
-// where the closing brace is, and how many members there are.
+// where the closing brace is, and how many members there are. It runs on
+// every answer relabelled, so it reads obj in place with a pooled
+// decoder and compares names as written, unescaping only a name that has
+// escapes: one allocation, the result.
 func findMembers(obj []byte, names []string) (at [][2]int64, end int64, members int, err error) {
 	at = make([][2]int64, len(names))
 	for i := range at {
 		at[i] = [2]int64{-1, -1}
 	}
-	d := jsontext.NewDecoder(bytes.NewReader(obj), jsontext.AllowDuplicateNames(true), jsontext.AllowInvalidUTF8(true))
+	s := memberScans.Get().(*memberScan)
+	defer s.put()
+	s.buf = *bytes.NewBuffer(obj) // read in place: the decoder aliases a bytes.Buffer's bytes
+	s.dec.Reset(&s.buf, memberScanOptions...)
+	d := &s.dec
 	if tok, err := d.ReadToken(); err != nil || tok.Kind() != '{' {
 		return nil, 0, 0, errors.New("wire: not a JSON object")
 	}
 	for d.PeekKind() != '}' {
-		tok, err := d.ReadToken()
+		raw, err := d.ReadValue() // the name, quoted as written
 		if err != nil {
 			return nil, 0, 0, err
 		}
-		name := tok.String()
+		name := raw[1 : len(raw)-1]
+		if bytes.IndexByte(name, '\\') >= 0 {
+			if s.name, err = jsontext.AppendUnquote(s.name[:0], raw); err != nil {
+				return nil, 0, 0, err
+			}
+			name = s.name
+		}
 		members++
 		start := d.InputOffset() // the value follows the name's colon and any space
+		for i, n := range names {
+			if at[i][0] < 0 && string(name) == n {
+				at[i][0] = start
+			}
+		}
 		if _, err := d.ReadValue(); err != nil {
 			return nil, 0, 0, err
 		}
-		for i, n := range names {
-			if n == name && at[i][0] < 0 {
-				at[i] = [2]int64{start, d.InputOffset()}
+		for i := range at {
+			if at[i][0] == start {
+				at[i][1] = d.InputOffset()
 			}
 		}
 	}
@@ -109,4 +128,23 @@ func findMembers(obj []byte, names []string) (at [][2]int64, end int64, members 
 		return nil, 0, 0, err
 	}
 	return at, end, members, nil
+}
+
+// memberScan is findMembers' decoder and buffers, kept for reuse.
+type memberScan struct {
+	dec  jsontext.Decoder
+	buf  bytes.Buffer
+	name []byte // an escaped name, unescaped
+}
+
+var (
+	memberScans       = sync.Pool{New: func() any { return new(memberScan) }}
+	memberScanOptions = []jsontext.Options{jsontext.AllowDuplicateNames(true), jsontext.AllowInvalidUTF8(true)}
+)
+
+// put returns s to the pool holding nothing of the object it read.
+func (s *memberScan) put() {
+	s.buf = bytes.Buffer{}
+	s.dec.Reset(&s.buf)
+	memberScans.Put(s)
 }
