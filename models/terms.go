@@ -181,30 +181,33 @@ func creditWithheld(db *gorm.DB, orgID int64) (bool, error) {
 // earlier one no time at all, and no pair with no time is listed. Time
 // before the organization's first membership (before it existed) and
 // before its tier's first version is in no pair: nothing is charged for it.
+// Nor is time after the organization was deleted: its tier ends with it.
 func monthTerms(db *gorm.DB, orgID int64, period time.Time) (MonthTerms, error) {
 	end := period.AddDate(0, 1, 0)
 	m := MonthTerms{Period: period, Seconds: end.Unix() - period.Unix()}
+	var o Organization
+	if err := db.Select("id", "tier_id", "created_at", "deleted_at").Where("id = ?", orgID).Take(&o).Error; err != nil {
+		return m, dbErr(err, "organization")
+	}
+	stop := end.Unix() // when the last stretch ends
+	if o.DeletedAt != nil {
+		stop = min(stop, o.DeletedAt.Unix())
+	}
 	var ms []TierMembership
 	err := db.Where("org_id = ? AND effective_from < ?", orgID, end).Order("effective_from, id").Find(&ms).Error
 	if err != nil {
 		return m, dbErr(err, "tier memberships")
 	}
-	if len(ms) == 0 {
+	if len(ms) == 0 && o.CreatedAt.Before(end) {
 		// An organization written without one (by a tool, by hand) is on
 		// its tier since its creation, as the migration assumed of all.
-		var o Organization
-		if err := db.Select("id", "tier_id", "created_at").Where("id = ?", orgID).Take(&o).Error; err != nil {
-			return m, dbErr(err, "organization")
-		}
-		if o.CreatedAt.Before(end) {
-			ms = []TierMembership{{OrgID: orgID, TierID: o.TierID, EffectiveFrom: o.CreatedAt}}
-		}
+		ms = []TierMembership{{OrgID: orgID, TierID: o.TierID, EffectiveFrom: o.CreatedAt}}
 	}
 	type stretch struct{ tierID, from, to int64 }
 	var on []stretch
 	var tierIDs []int64
 	for i, mb := range ms {
-		to := end.Unix()
+		to := stop
 		if i+1 < len(ms) {
 			to = min(to, ms[i+1].EffectiveFrom.Unix())
 		}

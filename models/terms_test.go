@@ -126,6 +126,22 @@ func TestTierTermsAreVersioned(t *testing.T) {
 				t.Errorf("the month: %s\nwant %s", describe(m), want)
 			}
 		}},
+		{"a deleted organization is charged until its deletion, and not after", func(t *testing.T, _ *models.DB, clock *clocktest.Clock, s *models.Store, admin models.User, org models.Organization) {
+			if _, err := s.SetOrganizationTier(ctx, admin, org.ID, "premium"); err != nil {
+				t.Fatal(err)
+			}
+			clock.Advance(10*24*time.Hour + 90*time.Second)
+			if _, err := s.DeleteOrganization(ctx, admin, org.ID, clock.Now().AddDate(0, 0, 30)); err != nil {
+				t.Fatal(err)
+			}
+			m, _ := s.MonthTerms(ctx, org.ID, nov)
+			if want := "premium 49.00/10.00/bill: Nov 1 00:00:00–Nov 11 00:01:30 (864090 s)"; describe(m) != want {
+				t.Errorf("the month of the deletion: %s\nwant %s", describe(m), want)
+			}
+			if m, _ := s.MonthTerms(ctx, org.ID, nov.AddDate(0, 1, 0)); len(m.Terms) != 0 {
+				t.Errorf("the month after the deletion: %s", describe(m))
+			}
+		}},
 		{"an organization written without a membership is on its tier since its creation", func(t *testing.T, db *models.DB, _ *clocktest.Clock, s *models.Store, _ models.User, _ models.Organization) {
 			if err := db.Gorm.Exec(`INSERT INTO organizations (name, tier_id, created_at) SELECT 'Bare', id, ? FROM tiers WHERE name = 'premium'`,
 				nov.AddDate(0, 0, 20)).Error; err != nil {
