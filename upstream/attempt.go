@@ -156,12 +156,12 @@ func peekFailure(fr failureReader, resp *http.Response) {
 func (p *Pool) streamed(ctx context.Context, e *keyEntry, probe bool, req Request, resp *http.Response, took time.Duration, cancel context.CancelFunc) attemptResult {
 	e.h.answered(resp.StatusCode, probe, true)
 	p.models.observe(req.Model, false, p.opts.Now())
-	var body io.ReadCloser
+	var body io.ReadCloser = &lineBound{ReadCloser: resp.Body, max: MaxResponseBytes}
 	nf, native := e.format.(nativeFormat)
 	if native = native && req.nativeFor(e.key.Provider); native {
-		body = nf.streamNative(req, resp.Body)
+		body = nf.streamNative(req, body)
 	} else {
-		body = e.format.stream(req, resp.Body)
+		body = e.format.stream(req, body)
 	}
 	return attemptResult{kind: attemptDone, resp: &Response{
 		Status:  resp.StatusCode,

@@ -22,6 +22,9 @@ var (
 	ErrStalled = errors.New("upstream: stream stalled")
 	// ErrTooLarge: a non-streaming response was larger than MaxResponseBytes.
 	ErrTooLarge = errors.New("upstream: response too large")
+	// ErrLineTooLong: a stream had a line longer than MaxResponseBytes.
+	// The stream's Read returns it, as for a stall.
+	ErrLineTooLong = errors.New("upstream: a stream line is too long")
 )
 
 // AttemptError is what went wrong with one attempt, without the key's

@@ -1,6 +1,7 @@
 package upstream
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -84,4 +85,32 @@ func (s *streamBody) done(err error) {
 		s.cancel()
 		s.finish(err)
 	})
+}
+
+// lineBound is a provider's stream body that fails (ErrLineTooLong) once
+// a line carried over from one Read to the next runs past max bytes.
+// Every reader of a stream's lines (the usage taps, the translators, the
+// usage filter) holds such a line until its end comes, so without it a
+// provider that never sent a new line would have them hold all it sent. A
+// line that starts and ends within one Read is held by none of them.
+type lineBound struct {
+	io.ReadCloser
+	max int
+	run int // bytes since the last new line
+}
+
+func (b *lineBound) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	chunk := p[:n]
+	if i := bytes.IndexByte(chunk, '\n'); i < 0 {
+		b.run += n
+	} else if b.run+i > b.max { // the carried line, ended here
+		b.run += i
+	} else {
+		b.run = n - bytes.LastIndexByte(chunk, '\n') - 1
+	}
+	if b.run > b.max {
+		return 0, ErrLineTooLong
+	}
+	return n, err
 }

@@ -274,3 +274,83 @@ func TestStreamOutlivesAttemptTimeout(t *testing.T) {
 		t.Fatalf("%q %v: the attempt timeout covers the headers only", b, err)
 	}
 }
+
+// TestLineBoundCountsFromTheLastNewLine: the bound is on what of one line
+// is carried from a Read to the next, not on the stream.
+func TestLineBoundCountsFromTheLastNewLine(t *testing.T) {
+	for _, tt := range []struct {
+		in   string
+		read int // bytes per Read
+		ok   bool
+	}{
+		{"aaaa\nbbbb\ncccc\n", 3, true},
+		{"aaaa\nbbbb\ncccc", 2, true},          // a last line without its end, within the bound
+		{"aaaa\nbbbbb\n", 3, false},            // 5 bytes before the new line
+		{"aaaa\nbbbbbbbbbbbbbbb\n", 16, false}, // over within one read
+	} {
+		b := &lineBound{ReadCloser: io.NopCloser(iotestChunks(tt.in, tt.read)), max: 4}
+		_, err := io.ReadAll(b)
+		if tt.ok != (err == nil) || !tt.ok && !errors.Is(err, ErrLineTooLong) {
+			t.Errorf("%q in reads of %d: %v", tt.in, tt.read, err)
+		}
+	}
+}
+
+// iotestChunks reads s n bytes at a time.
+func iotestChunks(s string, n int) io.Reader {
+	return readerFunc(func(p []byte) (int, error) {
+		if s == "" {
+			return 0, io.EOF
+		}
+		k := copy(p[:min(len(p), n)], s)
+		s = s[k:]
+		return k, nil
+	})
+}
+
+type readerFunc func([]byte) (int, error)
+
+func (f readerFunc) Read(p []byte) (int, error) { return f(p) }
+
+// TestStreamLineTooLong: a provider that streams more than
+// MaxResponseBytes without a new line has its stream end with
+// ErrLineTooLong once the bound is passed, not once it stops sending;
+// long lines within the bound pass whole.
+func TestStreamLineTooLong(t *testing.T) {
+	line := "data: " + strings.Repeat("a", 1<<20) + "\n\n" // a 1 MiB line, legal
+	srv := provider(t, func(w http.ResponseWriter, r *http.Request) {
+		if strings.Contains(r.Header.Get("Authorization"), "legal") {
+			sse(w, strings.Repeat(line, 20))
+			return
+		}
+		sse(w, "data: ")
+		block := strings.Repeat("a", 64<<10)
+		for range 2 * MaxResponseBytes / len(block) {
+			if r.Context().Err() != nil {
+				return
+			}
+			more(w, block)
+		}
+	})
+	for _, tt := range []struct {
+		secret string
+		want   error
+	}{{"legal", nil}, {"endless", ErrLineTooLong}} {
+		p, _ := testPool(t, PoolOptions{StallTimeout: 5 * time.Second}, key(1, srv.URL, tt.secret))
+		resp, err := p.Do(context.Background(), streamReq())
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, err := io.Copy(io.Discard, resp.Stream)
+		resp.Stream.Close()
+		if !errors.Is(err, tt.want) {
+			t.Errorf("%s: read %d bytes, then %v; want %v", tt.secret, n, err, tt.want)
+		}
+		if tt.want != nil && n > MaxResponseBytes {
+			t.Errorf("%s: %d bytes passed before the stream ended, more than the bound %d", tt.secret, n, MaxResponseBytes)
+		}
+		if tt.want == nil && n != int64(20*len(line)) {
+			t.Errorf("%s: %d bytes of %d", tt.secret, n, 20*len(line))
+		}
+	}
+}
