@@ -176,4 +176,18 @@ func adminUsersJourney(t *testing.T, base, size string, width, height int64) {
 	}
 	screenshot(t, owner, size+"-no-organization")
 	fitsWidth(t, owner, width, "the no-organization page")
+	// Its button leads somewhere that answers, not back to this page.
+	if err := chromedp.Do(owner,
+		chromedp.Click(chromedp.CSS(`[data-testid=error-account]`)),
+		chromedp.WaitVisible(chromedp.CSS(`[data-testid=account-email]`)),
+	); err != nil {
+		t.Fatalf("the no-organization page's button: %v", err)
+	}
+	if got := text(t, owner, `[data-testid=account-address]`); got != bo {
+		t.Errorf("the account page after the button shows %q, want %q", got, bo)
+	}
+	if got := words(text(t, owner, `[data-testid=nav]`)); strings.Contains(got, "Dashboard") || strings.Contains(got, "API tokens") {
+		t.Errorf("the header offers an organization's pages to a user in none: %q", got)
+	}
+	screenshot(t, owner, size+"-no-organization-account")
 }

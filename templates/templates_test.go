@@ -918,6 +918,8 @@ func TestErrorPage(t *testing.T) {
 	}{
 		{name: "anonymous", back: "/"},
 		{name: "signed in", user: member(), back: "/dashboard"},
+		// The dashboard would answer this page again: a loop.
+		{name: "in no organization", user: &UserNav{Email: "bo@example.com", NoOrganization: true}, back: "/account"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -926,8 +928,11 @@ func TestErrorPage(t *testing.T) {
 			if !strings.Contains(page.Text(), "404") || !strings.Contains(page.Text(), "That page does not exist.") {
 				t.Errorf("error page = %q", page.Text())
 			}
-			if page.Find(fmt.Sprintf(`a[href=%q]`, tt.back)).Length() != 1 {
-				t.Errorf("no link back to %s", tt.back)
+			if page.Find(fmt.Sprintf(`a[href=%q]`, tt.back)).Length() != 1 || page.Find("a").Length() != 1 {
+				t.Errorf("the page's links: %d, want one to %s", page.Find("a").Length(), tt.back)
+			}
+			if tt.user != nil && tt.user.NoOrganization && byTestID(doc, "nav").Find(`a[href="/dashboard"], a[href="/tokens"]`).Length() != 0 {
+				t.Error("the header offers an organization's pages to a visitor in none")
 			}
 		})
 	}

@@ -17,6 +17,9 @@ type UserNav struct {
 	OrgName string // the organization the session acts in
 	Role    string // theirs in it: member | owner
 	IsAdmin bool
+	// NoOrganization: they belong to none, so every page of an
+	// organization's refuses them; their account page does not.
+	NoOrganization bool
 	// Orgs are every organization of theirs, for the switcher; it shows
 	// when there are two or more.
 	Orgs []OrgChoice

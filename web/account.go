@@ -27,7 +27,7 @@ func (p *Pages) Account(c *gin.Context) {
 
 func (p *Pages) showAccount(c *gin.Context, status int, flash, passwordErr string) {
 	u, _ := userOf(c)
-	page := templates.Page{Title: "Your account", User: &templates.UserNav{Email: u.Email, IsAdmin: u.IsAdmin()}}
+	page := templates.Page{Title: "Your account", User: &templates.UserNav{Email: u.Email, IsAdmin: u.IsAdmin(), NoOrganization: !u.HasOrganization()}}
 	if u.HasOrganization() {
 		var err error
 		if page, _, _, err = p.page(c, "Your account"); err != nil {

@@ -115,7 +115,7 @@ func RenderError(c *gin.Context, log *slog.Logger, err error) {
 	}
 	page := templates.Page{Title: strconv.Itoa(r.Status) + " " + http.StatusText(r.Status)}
 	if u, ok := userOf(c); ok {
-		page.User = &templates.UserNav{Email: u.Email, IsAdmin: u.IsAdmin()}
+		page.User = &templates.UserNav{Email: u.Email, IsAdmin: u.IsAdmin(), NoOrganization: !u.HasOrganization()}
 	}
 	render(c, r.Status, templates.ErrorPage(page, r.Status, msg, rid))
 	c.Abort()
