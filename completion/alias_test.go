@@ -81,6 +81,10 @@ func TestAliasAttemptsGetTheirOwnBody(t *testing.T) {
 	if len(calls) != 2 || calls[0].Model != "gpt-4o-mini" || calls[1].Model != "claude-3-haiku" {
 		t.Fatalf("calls %+v", calls)
 	}
+	// Both models are asked within one budget: the request's bound.
+	if calls[0].Budget == nil || calls[1].Budget != calls[0].Budget {
+		t.Fatalf("the models' budgets %p and %p, want one shared", calls[0].Budget, calls[1].Budget)
+	}
 	fields := func(b []byte) map[string]any {
 		var m map[string]any
 		if err := json.Unmarshal(b, &m); err != nil {

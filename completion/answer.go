@@ -49,6 +49,9 @@ func (p *Pipeline) answer(ctx context.Context, c *call) (Served, error) {
 	var waited time.Duration
 	var failure error
 	c.order = p.order(route)
+	// One budget for all the models asked: the request's bound, as for a
+	// model (SLUICE_UPSTREAM_BUDGET), not one for each.
+	c.budget = &upstream.Budget{}
 	for _, m := range c.order {
 		c.model = m
 		body, err := p.attemptBody(c)
@@ -204,7 +207,7 @@ func (p *Pipeline) answerFromProvider(ctx context.Context, c *call, cacheKey str
 		return Served{}, err
 	}
 	resp, err := p.d.Providers.Do(doCtx, upstream.Request{Endpoint: c.req.Endpoint, Model: c.model, Body: c.body, Stream: c.req.Stream,
-		Estimate: c.estimate, ID: c.req.ID, Native: native})
+		Estimate: c.estimate, ID: c.req.ID, Native: native, Budget: c.budget})
 	if err != nil {
 		return Served{ProviderTime: p.d.Now().Sub(asked)}, err
 	}

@@ -188,8 +188,9 @@ type call struct {
 	// none and a limit relies on it), sent to each model in its family's
 	// field: an alias's models get it per attempt.
 	sendBound bool
-	order     []string // an alias's models in the order they are asked; nil for a model
-	prompt    int64    // the prompt's estimate, history included
+	order     []string         // an alias's models in the order they are asked; nil for a model
+	budget    *upstream.Budget // the providers' time, shared by an alias's models; nil for a model
+	prompt    int64            // the prompt's estimate, history included
 	// completion is the completion tokens reserved: max_tokens, or the
 	// bound Sluice sends (or, when no limit relies on it, the default),
 	// plus a predicted output's tokens.

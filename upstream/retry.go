@@ -68,7 +68,7 @@ func (e *AttemptError) Unwrap() error { return e.Err }
 // when the caller went away; ErrTooLarge.
 func (p *Pool) Do(ctx context.Context, req Request) (*Response, error) {
 	start := p.opts.Now()
-	deadline := start.Add(p.opts.Budget)
+	deadline := req.Budget.from(start, p.opts.Budget)
 	if !p.Serves(req.Model) {
 		return nil, ErrNoKey
 	}

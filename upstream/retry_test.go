@@ -623,3 +623,38 @@ func TestBackoffAndRetryAfter(t *testing.T) {
 		}
 	}
 }
+
+// TestABudgetIsSharedByTheModelsOfOneRequest: an alias's next model is
+// asked within what its first left of the budget, so the budget bounds
+// the request however many models it tries; without a shared Budget each
+// Do call starts its own.
+func TestABudgetIsSharedByTheModelsOfOneRequest(t *testing.T) {
+	srv := provider(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Retry-After", "3")
+		w.WriteHeader(http.StatusServiceUnavailable)
+	})
+	for _, shared := range []bool{false, true} {
+		ka, kb := key(1, srv.URL, "a"), key(2, srv.URL, "b")
+		ka.Models, kb.Models = []string{"model-a"}, []string{"model-b"}
+		p, c := testPool(t, PoolOptions{Budget: 10 * time.Second, AttemptTimeout: 8 * time.Second, MaxAttempts: 10}, ka, kb)
+		start := c.Now()
+		var budget *Budget
+		if shared {
+			budget = &Budget{}
+		}
+		for _, model := range []string{"model-a", "model-b"} {
+			req := chatRequest(model)
+			req.Budget = budget
+			if _, err := p.Do(context.Background(), req); !errors.Is(err, ErrUnavailable) {
+				t.Fatalf("%s: %v", model, err)
+			}
+		}
+		spent := c.Now().Sub(start)
+		switch {
+		case shared && spent > 10*time.Second:
+			t.Errorf("two models asked with one budget of 10s took %s", spent)
+		case !shared && spent <= 10*time.Second:
+			t.Errorf("two models asked with a budget each took %s: the test does not tell the two apart", spent)
+		}
+	}
+}

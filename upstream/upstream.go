@@ -85,6 +85,10 @@ type Request struct {
 	Stream   bool
 	Estimate int64  // tokens the request may use (prompt + max_tokens), for the keys' TPM buckets
 	ID       string // the gateway's request id, for logs
+	// Budget is the request's time with the providers when it is asked of
+	// more than one model (an alias's fallbacks), shared by their Do
+	// calls; nil: PoolOptions.Budget from this Do's start.
+	Budget *Budget
 	// Native is the client's own body when it spoke a provider's dialect
 	// and nothing of the gateway's changed it but the model: a key of
 	// that provider is sent it instead of Body's translation, and its
@@ -111,6 +115,24 @@ func (r Request) endpoint() string {
 		return ChatCompletions
 	}
 	return r.Endpoint
+}
+
+// Budget is one request's time with the providers across Do calls: the
+// first call's start plus PoolOptions.Budget, on the pool's clock, so an
+// alias's next model is asked within what its first left and the budget
+// bounds the request, not each model. The zero value is ready; one Budget
+// serves one request's calls, made in turn.
+type Budget struct{ deadline time.Time }
+
+// from is the deadline of a Do call that starts at start.
+func (b *Budget) from(start time.Time, budget time.Duration) time.Time {
+	if b == nil {
+		return start.Add(budget)
+	}
+	if b.deadline.IsZero() {
+		b.deadline = start.Add(budget)
+	}
+	return b.deadline
 }
 
 // Response is the provider's answer, in OpenAI's wire format whatever the
