@@ -110,6 +110,20 @@ func ttlWords(d time.Duration) string {
 	return fmt.Sprintf("%d hours", int(d.Round(time.Hour)/time.Hour))
 }
 
+// LinkKeep is how long a link is kept once it is used or expired: long
+// enough to be told "already used" or "expired" rather than "not valid"
+// by a late click, short enough that an abandoned signup's password hash
+// and address do not stay for good.
+const LinkKeep = 7 * 24 * time.Hour
+
+// DeleteStaleLinks deletes the links used or expired more than LinkKeep
+// before now, and says how many.
+func (s *Store) DeleteStaleLinks(ctx context.Context, now time.Time) (int64, error) {
+	before := now.UTC().Add(-LinkKeep)
+	res := s.db.WithContext(ctx).Where("expires_at <= ? OR used_at <= ?", before, before).Delete(&AccountLink{})
+	return res.RowsAffected, dbErr(res.Error, "stale links")
+}
+
 // createLink inserts a link for token inside tx.
 func createLink(tx *gorm.DB, l AccountLink, token string, now time.Time, ttl time.Duration) error {
 	l.TokenHash, l.Email = HashToken(token), NormalizeEmail(l.Email)

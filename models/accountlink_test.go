@@ -215,3 +215,43 @@ func expectReason(t *testing.T, err error, reason, message string) {
 		t.Fatalf("got %v (reason %q), want %s: %q", err, e.Reason, reason, message)
 	}
 }
+
+// TestStaleLinksAreDeleted: a link used or expired more than LinkKeep ago
+// is deleted (an abandoned signup's password hash with it); a live one and
+// one that ended lately stay, so a late click is still told why.
+func TestStaleLinksAreDeleted(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, db *models.DB) {
+		tm := newTeam(t, db)
+		s := tm.s
+		used, expired, live := models.NewLinkToken(), models.NewLinkToken(), models.NewLinkToken()
+		if _, err := s.CreatePasswordReset(ctx, tm.owner.User, used, nil, nil); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := s.ResetPassword(ctx, used, "h"); err != nil {
+			t.Fatal(err)
+		}
+		if made, err := s.CreatePendingSignup(ctx, "new@example.com", "bcrypt-hash", "New", expired, models.Mail{Kind: "signup", ToAddr: "new@example.com"}); !made || err != nil {
+			t.Fatal(made, err)
+		}
+		count := func() (n int64) {
+			db.Gorm.Model(&models.AccountLink{}).Count(&n)
+			return n
+		}
+		if n, err := s.DeleteStaleLinks(ctx, tm.clock.Now().Add(models.LinkKeep-time.Minute)); err != nil || n != 0 || count() != 2 {
+			t.Fatalf("a minute short of the keep: deleted %d (%v), %d left", n, err, count())
+		}
+		tm.clock.Advance(models.LinkKeep + 25*time.Hour) // past the keep of both
+		if made, err := s.CreatePendingSignup(ctx, "later@example.com", "bcrypt-hash", "Later", live, models.Mail{Kind: "signup", ToAddr: "later@example.com"}); !made || err != nil {
+			t.Fatal(made, err)
+		}
+		n, err := s.DeleteStaleLinks(ctx, tm.clock.Now())
+		if err != nil || n != 2 || count() != 1 {
+			t.Fatalf("deleted %d (%v), %d left; want the used and the expired gone, the live one kept", n, err, count())
+		}
+		var hashes int64
+		db.Gorm.Model(&models.AccountLink{}).Where("password_hash = ? AND email = ?", "bcrypt-hash", "new@example.com").Count(&hashes)
+		if hashes != 0 {
+			t.Error("the abandoned signup's password hash is still stored")
+		}
+	})
+}

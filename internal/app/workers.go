@@ -86,6 +86,19 @@ func expireResponsesEvery(ctx context.Context, store *models.Store, interval tim
 	})
 }
 
+// expireLinksEvery deletes, every interval, the one-time links used or
+// expired longer ago than models.LinkKeep.
+func expireLinksEvery(ctx context.Context, store *models.Store, interval time.Duration, now func() time.Time, log *slog.Logger) {
+	every(ctx, interval, func(ctx context.Context) {
+		n, err := store.DeleteStaleLinks(ctx, now())
+		if err != nil && ctx.Err() == nil {
+			log.Warn("deleting stale links failed; the next run tries again", "err", err)
+		} else if n > 0 {
+			log.Info("deleted stale links", "links", n)
+		}
+	})
+}
+
 // purgeBatch is how many rows of a deleted organization one statement of
 // the purge deletes.
 const purgeBatch = 1000
