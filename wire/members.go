@@ -80,7 +80,7 @@ func Member(obj []byte, name string) (value []byte, start int, ok bool, err erro
 // where the closing brace is, and how many members there are. It runs on
 // every answer relabelled, so it reads obj in place with a pooled
 // decoder and compares names as written, unescaping only a name that has
-// escapes: one allocation, the result.
+// escapes: it allocates the positions and nothing else.
 func findMembers(obj []byte, names []string) (at [][2]int64, end int64, members int, err error) {
 	at = make([][2]int64, len(names))
 	for i := range at {
