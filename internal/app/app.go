@@ -358,9 +358,19 @@ func (a *App) Start(ctx context.Context) (<-chan error, error) {
 		return nil, fmt.Errorf("start the job queue: %w", err)
 	}
 	a.worker("batch sweep", func(ctx context.Context) { a.batches.Run(ctx, a.queue, time.Minute) })
-	a.worker("job expiry", func(ctx context.Context) { expireJobsEvery(ctx, a.queue, time.Minute, a.log) })
-	a.worker("response expiry", func(ctx context.Context) { expireResponsesEvery(ctx, a.store, time.Minute, time.Now, a.log) })
-	a.worker("link expiry", func(ctx context.Context) { expireLinksEvery(ctx, a.store, 10*time.Minute, time.Now, a.log) })
+	a.worker("job expiry", func(ctx context.Context) {
+		expireEvery(ctx, time.Minute, "jobs", func(ctx context.Context) (int64, error) {
+			n, err := a.queue.DeleteExpired(ctx)
+			return int64(n), err
+		}, a.log)
+	})
+	a.worker("response expiry", func(ctx context.Context) {
+		expireEvery(ctx, time.Minute, "responses", func(ctx context.Context) (int64, error) { return a.store.DeleteExpiredResponses(ctx, time.Now()) }, a.log)
+	})
+	a.worker("link expiry", func(ctx context.Context) {
+		// Used or expired more than models.LinkKeep ago.
+		expireEvery(ctx, 10*time.Minute, "links", func(ctx context.Context) (int64, error) { return a.store.DeleteStaleLinks(ctx, time.Now()) }, a.log)
+	})
 	a.worker("organization purge", func(ctx context.Context) { purgeOrganizationsEvery(ctx, a.store, 10*time.Minute, a.log) })
 	a.worker("auto-tuner", func(ctx context.Context) {
 		if err := runTuner(ctx, cfg, a.shared, a.accounts, a.store, a.inFlight, a.latency, a.pool, a.log); err != nil {

@@ -60,41 +60,17 @@ func reloadEvery(ctx context.Context, dir *accounts.Directory, bill *billing.Ser
 	})
 }
 
-// expireJobsEvery deletes the jobs past their retention every interval.
-func expireJobsEvery(ctx context.Context, queue *jobs.Queue, interval time.Duration, log *slog.Logger) {
+// expireEvery deletes, every interval, the rows of what that are past
+// their retention (del says how many it deleted), logging what it did; a
+// failure is left to the next run. Reads already ignore an expired row:
+// this frees it.
+func expireEvery(ctx context.Context, interval time.Duration, what string, del func(context.Context) (int64, error), log *slog.Logger) {
 	every(ctx, interval, func(ctx context.Context) {
-		n, err := queue.DeleteExpired(ctx)
+		n, err := del(ctx)
 		if err != nil && ctx.Err() == nil {
-			log.Warn("deleting expired jobs failed; the next run tries again", "err", err)
+			log.Warn("deleting expired "+what+" failed; the next run tries again", "err", err)
 		} else if n > 0 {
-			log.Info("deleted expired jobs", "jobs", n)
-		}
-	})
-}
-
-// expireResponsesEvery deletes the stored Responses API responses past
-// their retention every interval. Reads already ignore an expired one;
-// this frees its row.
-func expireResponsesEvery(ctx context.Context, store *models.Store, interval time.Duration, now func() time.Time, log *slog.Logger) {
-	every(ctx, interval, func(ctx context.Context) {
-		n, err := store.DeleteExpiredResponses(ctx, now())
-		if err != nil && ctx.Err() == nil {
-			log.Warn("deleting expired responses failed; the next run tries again", "err", err)
-		} else if n > 0 {
-			log.Info("deleted expired responses", "responses", n)
-		}
-	})
-}
-
-// expireLinksEvery deletes, every interval, the one-time links used or
-// expired longer ago than models.LinkKeep.
-func expireLinksEvery(ctx context.Context, store *models.Store, interval time.Duration, now func() time.Time, log *slog.Logger) {
-	every(ctx, interval, func(ctx context.Context) {
-		n, err := store.DeleteStaleLinks(ctx, now())
-		if err != nil && ctx.Err() == nil {
-			log.Warn("deleting stale links failed; the next run tries again", "err", err)
-		} else if n > 0 {
-			log.Info("deleted stale links", "links", n)
+			log.Info("deleted expired "+what, what, n)
 		}
 	})
 }
