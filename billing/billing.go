@@ -186,6 +186,9 @@ type BudgetState struct {
 	// Credit is the month's included credit, prorated over the tiers and
 	// terms in force in it (the limit when the tier blocks overage), and
 	// how usage beyond it is treated, for the dashboard's gauge.
+	// CreditWithheld says the tier's credit waits for an owner's verified
+	// email (models.MonthTerms.CreditWithheld): Credit is 0 until then.
+	CreditWithheld bool
 	// TierCredit is the current tier's credit for a whole month.
 	Credit     money.Amount
 	TierCredit money.Amount
@@ -207,7 +210,7 @@ func (s *Service) Budget(ctx context.Context, orgID int64) (BudgetState, error) 
 		return BudgetState{}, err
 	}
 	st := BudgetState{Limit: o.BudgetLimit, HardStop: o.BudgetHardStop, PeriodStart: period, PeriodEnd: metering.PeriodEnd(period),
-		Credit: plan.IncludedCredit(), TierCredit: o.Tier.IncludedCredit, Overage: o.Tier.Overage}
+		Credit: plan.IncludedCredit(), CreditWithheld: plan.CreditWithheld, TierCredit: o.Tier.IncludedCredit, Overage: o.Tier.Overage}
 	c := accounts.Caller{Tier: &o.Tier, IncludedCredit: st.Credit, Budget: models.Budget{Limit: o.BudgetLimit, HardStop: o.BudgetHardStop}}
 	if c.TracksSpending() {
 		b, err := s.ledger.Balance(ctx, metering.OrgAccount(orgID), period)

@@ -87,6 +87,11 @@ type SpendView struct {
 	// set only when this month's (Credit) differs: the organization joined,
 	// moved or had its plan's terms changed during the month.
 	PlanCredit string
+	// WithheldCredit is the plan's monthly credit when it waits for an
+	// owner's verified email address; empty otherwise. Owner says the
+	// visitor is one, whose own verification would release it.
+	WithheldCredit string
+	Owner          bool
 }
 
 // BudgetBanner is the budget alert shown on the dashboard: the highest

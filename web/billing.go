@@ -200,7 +200,7 @@ func (p *Pages) billingView(ctx context.Context, u models.Member, o models.Organ
 		return nil, err
 	}
 	plan.ReadOnly = !canManageBilling(u)
-	v := &templates.BillingView{Usage: usage, Spend: spendView(budget, o.Tier.Name, loc), Invoices: invoices, Plan: plan, Notice: st.notice,
+	v := &templates.BillingView{Usage: usage, Spend: spendView(budget, o.Tier.Name, loc, u.IsOwner()), Invoices: invoices, Plan: plan, Notice: st.notice,
 		Balance: balance}
 	if o.Tier.Prepaid() {
 		v.Spend.CreditUsedUp = false // the balance limits spending, not the included credit
@@ -219,13 +219,16 @@ func (p *Pages) billingView(ctx context.Context, u models.Member, o models.Organ
 
 // spendView is this month's spending in words, on the gauge and, past
 // 50%, 80% or 100% of the budget, in a banner.
-func spendView(st billing.BudgetState, tier string, loc *time.Location) templates.SpendView {
+func spendView(st billing.BudgetState, tier string, loc *time.Location, owner bool) templates.SpendView {
 	v := templates.SpendView{Spent: dollars(st.Spent), HardStop: st.HardStop, Overage: st.Overage, Resets: formatIn(st.PeriodEnd, loc),
 		TierName: tier}
 	if st.Reserved != 0 {
 		v.Reserved = dollars(st.Reserved)
 	}
 	v.Gauge = spendGauge("spend-gauge", st)
+	if st.CreditWithheld && st.TierCredit > 0 {
+		v.WithheldCredit, v.Owner = dollars(st.TierCredit), owner
+	}
 	if st.Credit > 0 {
 		v.Credit = dollars(st.Credit)
 		if st.TierCredit != st.Credit {

@@ -307,3 +307,44 @@ func TestSpendGaugeAndBudgetBanner(t *testing.T) {
 		}
 	})
 }
+
+// TestWithheldCreditSaysHowToGetIt: on a Sluice that sends mail, an
+// organization whose plan's credit waits for a verified owner is told so
+// on its dashboard, with the way to its owner's account page (it read as a
+// plan with no credit at all); once the address is verified the line
+// gives way to the credit itself.
+func TestWithheldCreditSaysHowToGetIt(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, db *models.DB) {
+		s := newSite(t, db, models.WithEmailVerification())
+		ada := s.signup("ada@example.com", "Acme")
+		s.customerSince(ada, time.Date(2027, 1, 1, 0, 0, 0, 0, time.UTC))
+		w := s.signedIn(ada).get("/dashboard")
+		w.expectPage(http.StatusOK, "spend-credit-withheld")
+		want := "The free plan includes $1.00 of usage a month once an owner's email address is verified: verify yours on your account page."
+		if got := w.text("spend-credit-withheld"); got != want {
+			t.Errorf("spend-credit-withheld = %q\nwant %q", got, want)
+		}
+		if w.testid("spend-credit-withheld").Find(`a[href="/account"]`).Length() != 1 {
+			t.Error("the line does not link to the account page")
+		}
+		if w.testid("spend-credit").Length() != 0 {
+			t.Error("a withheld credit is shown as credit")
+		}
+		// A member's own address would not release it: they are sent to an owner.
+		bob := s.member("bob@example.com", "Acme")
+		w = s.signedIn(bob).get("/dashboard")
+		if got, want := w.text("spend-credit-withheld"), "The free plan includes $1.00 of usage a month once an owner's email address is verified: "+
+			"ask an owner to verify theirs on their account page."; got != want {
+			t.Errorf("a member's spend-credit-withheld = %q\nwant %q", got, want)
+		}
+
+		if err := db.Gorm.Exec(`UPDATE users SET email_verified_at = ? WHERE email = ?`, s.clock.Now(), "ada@example.com").Error; err != nil {
+			t.Fatal(err)
+		}
+		w = s.signedIn(ada).get("/dashboard")
+		w.expectPage(http.StatusOK, "spend-credit")
+		if w.testid("spend-credit-withheld").Length() != 0 {
+			t.Error("the withheld line stays after the owner's address is verified")
+		}
+	})
+}

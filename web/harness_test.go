@@ -79,11 +79,11 @@ type site struct {
 	admin     models.Member // the bootstrap admin, in the operators' organization
 }
 
-func newSite(t *testing.T, db *models.DB) *site {
+func newSite(t *testing.T, db *models.DB, storeOpts ...models.StoreOption) *site {
 	t.Helper()
 	ctx := context.Background()
 	clk := clocktest.New(epoch)
-	store := models.NewStore(db, models.WithClock(clk.Now))
+	store := models.NewStore(db, append([]models.StoreOption{models.WithClock(clk.Now)}, storeOpts...)...)
 	box, err := secrets.NewBox(bytes.Repeat([]byte{3}, 32))
 	if err != nil {
 		t.Fatal(err)
