@@ -185,15 +185,14 @@ type BudgetState struct {
 	PeriodEnd   time.Time
 	// Credit is the month's included credit, prorated over the tiers and
 	// terms in force in it (the limit when the tier blocks overage), and
-	// how usage beyond it is treated, for the dashboard's gauge.
+	// Overage how usage beyond it is treated, for the dashboard's gauge.
+	Credit  money.Amount
+	Overage string
 	// CreditWithheld says the tier's credit waits for an owner's verified
 	// email (models.MonthTerms.CreditWithheld): Credit is 0 until then.
 	CreditWithheld bool
-	// TierCredit is the current tier's credit for a whole month.
-	Credit     money.Amount
-	TierCredit money.Amount
-	Overage    string
-	Alerts     []int // thresholds crossed this month
+	TierCredit     money.Amount // the current tier's credit for a whole month
+	Alerts         []int        // thresholds crossed this month
 }
 
 // Budget reads orgID's budget and spending this month: from the ledger
