@@ -249,7 +249,15 @@ func TestANativeAnswerThatIsNotAMessageIsAGatewayError(t *testing.T) {
 			if w.Code != http.StatusBadGateway || !strings.Contains(w.Body.String(), `"type":"error","error":{"type":"api_error","message":"the provider's answer could not be read; retry later"`) {
 				t.Errorf("%s: the client got %d %s", answer, w.Code, w.Body.String())
 			}
-			for _, ev := range r.events(t, w.Header().Get("X-Request-Id")) {
+			id := w.Header().Get("X-Request-Id")
+			if id == "" {
+				t.Fatalf("%s: no request id to find its usage by", answer)
+			}
+			evs := r.events(t, id)
+			if len(evs) > 1 {
+				t.Errorf("%s: %d usage events", answer, len(evs))
+			}
+			for _, ev := range evs {
 				if u := billedUsage(ev); u != (chat.Usage{}) || ev.Cost != 0 {
 					t.Errorf("%s: billed %+v, cost %v", answer, u, ev.Cost)
 				}
