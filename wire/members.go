@@ -18,7 +18,14 @@ func SetMember(obj []byte, name, value string) ([]byte, error) {
 // SetMembers is SetMember for several members at once: names[i] is set to
 // the string values[i].
 func SetMembers(obj []byte, names, values []string) ([]byte, error) {
-	at, end, members, err := findMembers(obj, names)
+	var room [2][2]int64 // on the stack for the usual one or two names
+	at := room[:0]
+	if len(names) <= len(room) {
+		at = room[:len(names)]
+	} else {
+		at = make([][2]int64, len(names))
+	}
+	end, members, err := findMembers(obj, names, at)
 	if err != nil {
 		return nil, err
 	}
@@ -66,7 +73,8 @@ func appendValue(out, old []byte, value string) []byte {
 // occurrence), as it is written in obj, and where it starts; ok is false
 // when obj has no such member.
 func Member(obj []byte, name string) (value []byte, start int, ok bool, err error) {
-	at, _, _, err := findMembers(obj, []string{name})
+	var at [1][2]int64
+	_, _, err = findMembers(obj, []string{name}, at[:])
 	if err != nil || at[0][0] < 0 {
 		return nil, 0, false, err
 	}
@@ -80,9 +88,8 @@ func Member(obj []byte, name string) (value []byte, start int, ok bool, err erro
 // where the closing brace is, and how many members there are. It runs on
 // every answer relabelled, so it reads obj in place with a pooled
 // decoder and compares names as written, unescaping only a name that has
-// escapes: it allocates the positions and nothing else.
-func findMembers(obj []byte, names []string) (at [][2]int64, end int64, members int, err error) {
-	at = make([][2]int64, len(names))
+// escapes: it allocates nothing. at, one per name, is filled in.
+func findMembers(obj []byte, names []string, at [][2]int64) (end int64, members int, err error) {
 	for i := range at {
 		at[i] = [2]int64{-1, -1}
 	}
@@ -92,17 +99,17 @@ func findMembers(obj []byte, names []string) (at [][2]int64, end int64, members 
 	s.dec.Reset(&s.buf, memberScanOptions...)
 	d := &s.dec
 	if tok, err := d.ReadToken(); err != nil || tok.Kind() != '{' {
-		return nil, 0, 0, errors.New("wire: not a JSON object")
+		return 0, 0, errors.New("wire: not a JSON object")
 	}
 	for d.PeekKind() != '}' {
 		raw, err := d.ReadValue() // the name, quoted as written
 		if err != nil {
-			return nil, 0, 0, err
+			return 0, 0, err
 		}
 		name := raw[1 : len(raw)-1]
 		if bytes.IndexByte(name, '\\') >= 0 {
 			if s.name, err = jsontext.AppendUnquote(s.name[:0], raw); err != nil {
-				return nil, 0, 0, err
+				return 0, 0, err
 			}
 			name = s.name
 		}
@@ -114,7 +121,7 @@ func findMembers(obj []byte, names []string) (at [][2]int64, end int64, members 
 			}
 		}
 		if _, err := d.ReadValue(); err != nil {
-			return nil, 0, 0, err
+			return 0, 0, err
 		}
 		for i := range at {
 			if at[i][0] == start {
@@ -125,9 +132,9 @@ func findMembers(obj []byte, names []string) (at [][2]int64, end int64, members 
 	// Just after the last member: what follows is space and the brace.
 	end = d.InputOffset()
 	if _, err := d.ReadToken(); err != nil {
-		return nil, 0, 0, err
+		return 0, 0, err
 	}
-	return at, end, members, nil
+	return end, members, nil
 }
 
 // memberScan is findMembers' decoder and buffers, kept for reuse.
