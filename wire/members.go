@@ -19,7 +19,7 @@ func SetMember(obj []byte, name, value string) ([]byte, error) {
 // the string values[i].
 func SetMembers(obj []byte, names, values []string) ([]byte, error) {
 	var room [2][2]int64 // on the stack for the usual one or two names
-	at := room[:0]
+	var at [][2]int64
 	if len(names) <= len(room) {
 		at = room[:len(names)]
 	} else {
