@@ -9,6 +9,7 @@ import (
 
 	"github.com/sluicehq/sluice/apperr"
 	"github.com/sluicehq/sluice/chat/family"
+	"github.com/sluicehq/sluice/internal/jsonwalk"
 	"github.com/sluicehq/sluice/upstream"
 	"github.com/sluicehq/sluice/upstream/local"
 )
@@ -101,7 +102,8 @@ var errInputForm = apperr.Field(apperr.Invalid, "invalid_input", "input",
 func (p *Pipeline) ParseEmbeddings(body []byte) (Request, error) {
 	sc := scanners.Get().(*scanner)
 	defer func() {
-		sc.body, sc.dec.b = nil, nil // keep no body alive in the pool
+		sc.body = nil
+		sc.dec.Reset(nil) // keep no body alive in the pool
 		scanners.Put(sc)
 	}()
 	if err := sc.embeddingsRequest(body); err != nil {
@@ -186,7 +188,7 @@ func (p *Pipeline) countInputs(sc *scanner, fam family.Family) (int64, error) {
 			text := at.in(sc.body)
 			text = text[1 : len(text)-1]
 			if bytes.IndexByte(text, '\\') >= 0 || !utf8.Valid(text) {
-				sc.scratch = appendText(sc.scratch[:0], text, -1)
+				sc.scratch = jsonwalk.AppendText(sc.scratch[:0], text, -1)
 				text = sc.scratch
 			}
 			n = int64(fam.Counter.Count(text))
@@ -212,11 +214,11 @@ func (p *Pipeline) countInputs(sc *scanner, fam family.Family) (int64, error) {
 // embeddingsRequest walks a whole embeddings body.
 func (sc *scanner) embeddingsRequest(body []byte) error {
 	sc.body = body
-	sc.dec.reset(body)
+	sc.dec.Reset(body)
 	inputs, tokens := sc.emb.inputs[:0], sc.emb.tokens[:0]
 	sc.emb = embedScan{inputs: inputs, tokens: tokens}
 	s := &sc.emb
-	if k, err := sc.dec.next(); err != nil || k != '{' {
+	if k, err := sc.dec.Next(); err != nil || k != '{' {
 		if err != nil {
 			return err
 		}
@@ -240,7 +242,7 @@ func (sc *scanner) embeddingsRequest(body []byte) error {
 		return err
 	}
 	s.end = sc.offset() - 1
-	if !sc.dec.end() {
+	if !sc.dec.End() {
 		return errNotOneObject
 	}
 	return nil
@@ -250,7 +252,7 @@ func (sc *scanner) embeddingsRequest(body []byte) error {
 // or of arrays of token ids, all of one form.
 func (sc *scanner) input() error {
 	s := &sc.emb
-	switch sc.dec.kind() {
+	switch sc.dec.Kind() {
 	case 'n':
 		return sc.skip() // as absent
 	case '"':
@@ -265,12 +267,12 @@ func (sc *scanner) input() error {
 	}
 	s.hasInput = true
 	start := sc.peekOffset()
-	if err := sc.dec.open(); err != nil {
+	if err := sc.dec.Open(); err != nil {
 		return err
 	}
 	n := 0
 	for ; ; n++ {
-		k, err := sc.dec.next()
+		k, err := sc.dec.Next()
 		if err != nil {
 			return err
 		}
@@ -306,7 +308,7 @@ func (sc *scanner) input() error {
 			return err
 		}
 	}
-	if err := sc.dec.close(); err != nil {
+	if err := sc.dec.Close(); err != nil {
 		return err
 	}
 	if n == 0 {
@@ -348,12 +350,12 @@ func (sc *scanner) textInput(i int) error {
 // tokenList walks one array of token ids, input[list].
 func (sc *scanner) tokenList(list int) error {
 	start := sc.peekOffset()
-	if err := sc.dec.open(); err != nil {
+	if err := sc.dec.Open(); err != nil {
 		return err
 	}
 	n := 0
 	for ; ; n++ {
-		k, err := sc.dec.next()
+		k, err := sc.dec.Next()
 		if err != nil {
 			return err
 		}
@@ -364,7 +366,7 @@ func (sc *scanner) tokenList(list int) error {
 			return err
 		}
 	}
-	if err := sc.dec.close(); err != nil {
+	if err := sc.dec.Close(); err != nil {
 		return err
 	}
 	if n == 0 {
@@ -378,13 +380,13 @@ func (sc *scanner) tokenList(list int) error {
 // tokenID reads one token id, noting the least and greatest.
 func (sc *scanner) tokenID(at tokenAt) error {
 	s := &sc.emb
-	if sc.dec.kind() != '0' {
+	if sc.dec.Kind() != '0' {
 		if err := sc.skip(); err != nil {
 			return err
 		}
 		return apperr.Field(apperr.Invalid, "invalid_token", at.String(), at.String()+" must be a token id (an integer)")
 	}
-	v, err := sc.dec.value()
+	v, err := sc.dec.Value()
 	if err != nil {
 		return err
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/sluicehq/sluice/apperr"
 	"github.com/sluicehq/sluice/chat"
+	"github.com/sluicehq/sluice/internal/jsonwalk"
 	"github.com/sluicehq/sluice/upstream"
 	"github.com/sluicehq/sluice/upstream/local"
 )
@@ -39,7 +40,7 @@ func (p *Pipeline) answerEmbeddingsLocally(c *call) Served {
 		raw := at.in(req.Body)
 		var v []float32
 		if raw[0] == '"' {
-			text = appendText(text[:0], raw[1:len(raw)-1], -1)
+			text = jsonwalk.AppendText(text[:0], raw[1:len(raw)-1], -1)
 			v = p.d.Local.EmbedText(text, dims)
 		} else {
 			ids = appendTokenIDs(ids[:0], raw)
@@ -120,7 +121,7 @@ func (r *Request) embeddingsText() string {
 	var b []byte
 	for _, at := range r.embed.inputs {
 		if raw := at.in(r.Body); raw[0] == '"' {
-			b = appendText(b, raw[1:len(raw)-1], -1)
+			b = jsonwalk.AppendText(b, raw[1:len(raw)-1], -1)
 			b = append(b, '\n')
 		}
 	}

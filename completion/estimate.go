@@ -12,6 +12,7 @@ import (
 	_ "golang.org/x/image/webp"
 
 	"github.com/sluicehq/sluice/chat/family"
+	"github.com/sluicehq/sluice/internal/jsonwalk"
 	"github.com/sluicehq/sluice/quota"
 )
 
@@ -83,7 +84,7 @@ func (p *Pipeline) countJSON(sc *scanner, fam family.Family, raw []byte, isText 
 	if isText {
 		text := raw[1 : len(raw)-1]
 		if bytes.IndexByte(text, '\\') >= 0 || !utf8.Valid(text) {
-			sc.scratch = appendText(sc.scratch[:0], text, -1)
+			sc.scratch = jsonwalk.AppendText(sc.scratch[:0], text, -1)
 			text = sc.scratch
 		}
 		c.tokens, c.shape = fam.Counter.Count(text), quota.ShapeOf(text)
@@ -110,7 +111,7 @@ func (r *Request) shape(history []string) quota.PromptShape {
 			continue
 		}
 		// Only the first characters are sampled: enough of them.
-		sample = appendText(sample[:0], t.at.in(r.Body)[1:t.at.end-t.at.start-1], 256)
+		sample = jsonwalk.AppendText(sample[:0], t.at.in(r.Body)[1:t.at.end-t.at.start-1], 256)
 		ps.Add(sample, t.shape)
 	}
 	return ps
@@ -126,7 +127,7 @@ func imageSize(sc *scanner, raw []byte) (w, h int64) {
 		return 0, 0
 	}
 	if bytes.IndexByte(url, '\\') >= 0 {
-		sc.scratch = appendText(sc.scratch[:0], url, -1)
+		sc.scratch = jsonwalk.AppendText(sc.scratch[:0], url, -1)
 		url = sc.scratch
 	}
 	i := bytes.Index(url, []byte(";base64,"))

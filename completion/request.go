@@ -12,6 +12,7 @@ import (
 	"github.com/sluicehq/sluice/apperr"
 	"github.com/sluicehq/sluice/chat"
 	"github.com/sluicehq/sluice/chat/family"
+	"github.com/sluicehq/sluice/internal/jsonwalk"
 	"github.com/sluicehq/sluice/models"
 	"github.com/sluicehq/sluice/upstream"
 	"github.com/sluicehq/sluice/upstream/local"
@@ -94,7 +95,8 @@ func ErrModelNotFound(model string) error {
 func (p *Pipeline) Parse(body []byte) (Request, error) {
 	sc := scanners.Get().(*scanner)
 	defer func() {
-		sc.body, sc.dec.b = nil, nil // keep no body alive in the pool
+		sc.body = nil
+		sc.dec.Reset(nil) // keep no body alive in the pool
 		scanners.Put(sc)
 	}()
 	if err := sc.request(body); err != nil {
@@ -201,7 +203,7 @@ func (r *Request) Messages() []chat.Message {
 func contentText(raw jsontext.Value) string {
 	switch raw.Kind() {
 	case '"':
-		return string(appendText(nil, raw[1:len(raw)-1], -1))
+		return string(jsonwalk.AppendText(nil, raw[1:len(raw)-1], -1))
 	case '[':
 		var parts []struct {
 			Type string `json:"type"`
@@ -225,12 +227,12 @@ func contentText(raw jsontext.Value) string {
 
 // jsonProblem describes a syntax error without echoing the body.
 func jsonProblem(err error) string {
-	var syn *syntaxError
+	var syn *jsonwalk.SyntaxError
 	switch {
-	case errors.Is(err, errEnd):
+	case errors.Is(err, jsonwalk.ErrEnd):
 		return "body is empty or cut short"
 	case errors.As(err, &syn):
-		return "syntax error at byte " + strconv.Itoa(syn.offset)
+		return "syntax error at byte " + strconv.Itoa(syn.Offset)
 	default:
 		return "cannot decode"
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/sluicehq/sluice/apperr"
 	"github.com/sluicehq/sluice/chat"
+	"github.com/sluicehq/sluice/internal/jsonwalk"
 )
 
 // A chat request body is read in one walk (scanner.request): its JSON is
@@ -94,7 +95,7 @@ const (
 // allocates nothing of its own.
 type scanner struct {
 	body    []byte
-	dec     walker
+	dec     jsonwalk.Walker
 	name    []byte
 	scratch []byte // a text unescaped, to count it
 	scan    scan
@@ -106,19 +107,19 @@ var scanners = sync.Pool{New: func() any { return new(scanner) }}
 // reset points the scanner at body, read in place.
 func (sc *scanner) reset(body []byte) {
 	sc.body = body
-	sc.dec.reset(body)
+	sc.dec.Reset(body)
 	texts, raws, images := sc.scan.texts[:0], sc.scan.raws[:0], sc.scan.images[:0]
 	sc.scan = scan{texts: texts, raws: raws, images: images}
 }
 
 // offset is where the decoder stands in the body.
-func (sc *scanner) offset() int { return sc.dec.i }
+func (sc *scanner) offset() int { return sc.dec.Offset() }
 
 // request walks a whole chat request body.
 func (sc *scanner) request(body []byte) error {
 	sc.reset(body)
 	s := &sc.scan
-	if k, err := sc.dec.next(); err != nil || k != '{' {
+	if k, err := sc.dec.Next(); err != nil || k != '{' {
 		if err != nil {
 			return err
 		}
@@ -170,7 +171,7 @@ func (sc *scanner) request(body []byte) error {
 		return err
 	}
 	s.end = sc.offset() - 1
-	if !sc.dec.end() {
+	if !sc.dec.End() {
 		return errNotOneObject
 	}
 	s.fixed += replyOverhead + messageOverhead*int64(s.messages)
@@ -214,7 +215,7 @@ func (sc *scanner) message(i int) error {
 // content walks a message's content: a string, an array of parts, or null.
 func (sc *scanner) content(i int) error {
 	at := where{msg: i, part: -1, field: "content"}
-	switch sc.dec.kind() {
+	switch sc.dec.Kind() {
 	case 'n':
 		return sc.skip()
 	case '"':
@@ -243,7 +244,7 @@ func (sc *scanner) part(i, j int) error {
 		case "type":
 			return sc.str(&kind, at.in("type"))
 		case "text", "refusal":
-			if sc.dec.kind() != '"' {
+			if sc.dec.Kind() != '"' {
 				return sc.typeError(at.in(partFields[f]), "a string")
 			}
 			var err error
@@ -289,7 +290,7 @@ func (sc *scanner) imageURL(image *imagePart, at where) error {
 		if imageFields[f] == "detail" {
 			return sc.str(&image.detail, at.in("detail"))
 		}
-		if sc.dec.kind() != '"' {
+		if sc.dec.Kind() != '"' {
 			return sc.typeError(at.in("url"), "a string")
 		}
 		var err error
@@ -309,7 +310,7 @@ func (sc *scanner) unboundable(at where, kind string) {
 
 // text notes a JSON string (or null) of message text at the decoder.
 func (sc *scanner) text(at where) error {
-	switch sc.dec.kind() {
+	switch sc.dec.Kind() {
 	case 'n':
 		return sc.skip()
 	case '"':
@@ -334,33 +335,33 @@ func (sc *scanner) counted() error {
 
 // value reads the value at the decoder and says where it is.
 func (sc *scanner) value() (span, error) {
-	v, err := sc.dec.value()
+	v, err := sc.dec.Value()
 	end := sc.offset()
 	return span{end - len(v), end}, err
 }
 
 // peekOffset is where the next value starts.
 func (sc *scanner) peekOffset() int {
-	sc.dec.kind()
-	return sc.dec.i
+	sc.dec.Kind()
+	return sc.dec.Offset()
 }
 
 // skip reads the next value, whatever it is.
 func (sc *scanner) skip() error {
-	_, err := sc.dec.value()
+	_, err := sc.dec.Value()
 	return err
 }
 
 // str decodes a JSON string (null: "") into dst.
 func (sc *scanner) str(dst *string, at where) error {
-	switch sc.dec.kind() {
+	switch sc.dec.Kind() {
 	case 'n':
 		return sc.skip()
 	case '"':
 	default:
 		return sc.typeError(at, "a string")
 	}
-	v, err := sc.dec.value()
+	v, err := sc.dec.Value()
 	if err != nil {
 		return err
 	}
@@ -369,20 +370,20 @@ func (sc *scanner) str(dst *string, at where) error {
 		*dst = string(raw)
 		return nil
 	}
-	*dst = string(appendText(nil, raw, -1)) // invalid UTF-8 replaced, as encoding/json does
+	*dst = string(jsonwalk.AppendText(nil, raw, -1)) // invalid UTF-8 replaced, as encoding/json does
 	return nil
 }
 
 // integer decodes a JSON integer (null: absent).
 func (sc *scanner) integer(dst *int64, set *bool, at where) error {
-	switch sc.dec.kind() {
+	switch sc.dec.Kind() {
 	case 'n':
 		return sc.skip()
 	case '0':
 	default:
 		return sc.typeError(at, "an integer")
 	}
-	v, err := sc.dec.value()
+	v, err := sc.dec.Value()
 	if err != nil {
 		return err
 	}
@@ -401,14 +402,14 @@ func (sc *scanner) integer(dst *int64, set *bool, at where) error {
 
 // number decodes a JSON number (null: nil).
 func (sc *scanner) number(dst **float64, at where) error {
-	switch sc.dec.kind() {
+	switch sc.dec.Kind() {
 	case 'n':
 		return sc.skip()
 	case '0':
 	default:
 		return sc.typeError(at, "a number")
 	}
-	v, err := sc.dec.value()
+	v, err := sc.dec.Value()
 	if err != nil {
 		return err
 	}
@@ -422,14 +423,14 @@ func (sc *scanner) number(dst **float64, at where) error {
 
 // boolean decodes true or false (null: false).
 func (sc *scanner) boolean(dst *bool, at where) error {
-	switch sc.dec.kind() {
+	switch sc.dec.Kind() {
 	case 'n':
 		return sc.skip()
 	case 't', 'f':
 	default:
 		return sc.typeError(at, "true or false")
 	}
-	v, err := sc.dec.value()
+	v, err := sc.dec.Value()
 	*dst = err == nil && v[0] == 't'
 	return err
 }
@@ -445,7 +446,7 @@ func (sc *scanner) typeError(at where, want string) error {
 
 // objectOf is object for a field that must be an object (null: absent).
 func (sc *scanner) objectOf(at where, fields []string, value func(field int) error) error {
-	switch sc.dec.kind() {
+	switch sc.dec.Kind() {
 	case 'n':
 		return sc.skip()
 	case '{':
@@ -456,23 +457,23 @@ func (sc *scanner) objectOf(at where, fields []string, value func(field int) err
 
 // array calls each for every element of an array (null: none).
 func (sc *scanner) array(at where, each func(i int) error) error {
-	switch sc.dec.kind() {
+	switch sc.dec.Kind() {
 	case 'n':
 		return sc.skip()
 	case '[':
 	default:
 		return sc.typeError(at, "an array")
 	}
-	if err := sc.dec.open(); err != nil {
+	if err := sc.dec.Open(); err != nil {
 		return err
 	}
 	for i := 0; ; i++ {
-		k, err := sc.dec.next()
+		k, err := sc.dec.Next()
 		if err != nil {
 			return err
 		}
 		if k == ']' {
-			return sc.dec.close()
+			return sc.dec.Close()
 		}
 		if err := each(i); err != nil {
 			return err
@@ -484,25 +485,25 @@ func (sc *scanner) array(at where, each func(i int) error) error {
 // the value of each one of them to value; other names' values are
 // skipped. at is the object's place, for errors only.
 func (sc *scanner) object(fields []string, value func(field int) error, at where) error {
-	if err := sc.dec.open(); err != nil { // '{'
+	if err := sc.dec.Open(); err != nil { // '{'
 		return err
 	}
 	var seen uint64 // bit f: fields[f] was given
 	for {
-		k, err := sc.dec.next()
+		k, err := sc.dec.Next()
 		if err != nil {
 			return err
 		}
 		if k == '}' {
-			return sc.dec.close()
+			return sc.dec.Close()
 		}
-		raw, err := sc.dec.name()
+		raw, err := sc.dec.Name()
 		if err != nil {
 			return err
 		}
 		name := raw[1 : len(raw)-1]
 		if bytes.IndexByte(name, '\\') >= 0 {
-			sc.name = appendText(sc.name[:0], name, -1)
+			sc.name = jsonwalk.AppendText(sc.name[:0], name, -1)
 			name = sc.name
 		}
 		f, exact := fieldOf(fields, name)

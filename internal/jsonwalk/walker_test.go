@@ -1,11 +1,11 @@
-package completion
+package jsonwalk
 
 import (
 	"encoding/json"
 	"testing"
 )
 
-// FuzzWalkerValue: the walker reads a document whole exactly when
+// FuzzWalkerValue: the Walker reads a document whole exactly when
 // encoding/json finds it valid, and its raw value is the document.
 func FuzzWalkerValue(f *testing.F) {
 	for _, seed := range []string{`{}`, `[]`, `{"a":[1,2,{"b":null}],"c":"d\"e\u00e9"}`, `[1,-0.5e+3,true,false,null]`,
@@ -13,12 +13,12 @@ func FuzzWalkerValue(f *testing.F) {
 		f.Add([]byte(seed))
 	}
 	f.Fuzz(func(t *testing.T, doc []byte) {
-		var w walker
-		w.reset(doc)
-		v, err := w.value()
-		ok := err == nil && w.end()
+		var w Walker
+		w.Reset(doc)
+		v, err := w.Value()
+		ok := err == nil && w.End()
 		if valid := json.Valid(doc); ok != valid {
-			t.Fatalf("%q: walker %v (err %v), encoding/json valid %v", doc, ok, err, valid)
+			t.Fatalf("%q: Walker %v (err %v), encoding/json valid %v", doc, ok, err, valid)
 		}
 		if ok && len(v) > 0 && string(v) != string(trimSpace(doc)) {
 			t.Fatalf("%q: value %q", doc, v)

@@ -1,4 +1,4 @@
-package completion
+package jsonwalk
 
 import (
 	"bytes"
@@ -19,14 +19,14 @@ func FuzzAppendText(f *testing.F) {
 		if len(raw) < 2 || raw[0] != '"' || json.Unmarshal(raw, &want) != nil {
 			return // not one JSON string: the decoder refuses it first
 		}
-		got := appendText(nil, raw[1:len(raw)-1], -1)
+		got := AppendText(nil, raw[1:len(raw)-1], -1)
 		if string(got) != want {
-			t.Fatalf("appendText(%q) = %q; encoding/json reads %q", raw, got, want)
+			t.Fatalf("AppendText(%q) = %q; encoding/json reads %q", raw, got, want)
 		}
 		limit = max(limit%64, 0)
-		cut := appendText([]byte("x"), raw[1:len(raw)-1], limit)
+		cut := AppendText([]byte("x"), raw[1:len(raw)-1], limit)
 		if !bytes.HasPrefix([]byte(want), cut[1:]) || len(cut)-1 < min(limit, len(want)) || !utf8.Valid(cut) {
-			t.Fatalf("appendText(%q, limit %d) = %q: not a valid prefix of %q of at least the limit", raw, limit, cut[1:], want)
+			t.Fatalf("AppendText(%q, limit %d) = %q: not a valid prefix of %q of at least the limit", raw, limit, cut[1:], want)
 		}
 	})
 }

@@ -1,4 +1,4 @@
-package completion
+package jsonwalk
 
 import (
 	"bytes"
@@ -6,13 +6,13 @@ import (
 	"unicode/utf8"
 )
 
-// appendText appends the text of a JSON string's contents (the bytes
+// AppendText appends the text of a JSON string's contents (the bytes
 // between its quotes, already checked by the decoder) to dst, as
 // encoding/json reads it: escapes decoded, invalid UTF-8 and lone
 // surrogates replaced with U+FFFD. It stops once dst has grown by limit
 // bytes or more (limit < 0: no limit), which is how a text's first
 // characters are read without the rest.
-func appendText(dst, raw []byte, limit int) []byte {
+func AppendText(dst, raw []byte, limit int) []byte {
 	start := len(dst)
 	for len(raw) > 0 && (limit < 0 || len(dst)-start < limit) {
 		// Copy the run up to the next escape; most of a text is one run.

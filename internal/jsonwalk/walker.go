@@ -1,4 +1,8 @@
-package completion
+// Package jsonwalk reads JSON in place, without reflection: a walker over
+// one document's tokens and the text of its strings as encoding/json reads
+// them. The hot path's parsers (the chat completion scan, the Messages
+// translation) use it because a request is read on every call.
+package jsonwalk
 
 import (
 	"bytes"
@@ -6,15 +10,15 @@ import (
 	"strconv"
 )
 
-// walker reads one JSON document in place, token by token, checking its
-// syntax as it goes: what the scanner needs of a decoder and no more. It
+// Walker reads one JSON document in place, token by token, checking its
+// syntax as it goes: what a scanner needs of a decoder and no more. It
 // exists for speed: a 100 KB prompt is almost all string contents, and a
 // string is crossed here by searching for its next quote and backslash
 // (vectorised in the bytes package) instead of byte by byte. Like the
 // decoder it replaces, it lets invalid UTF-8 through inside strings (the
-// text is made valid where it is read), and leaves repeated names to the
-// scanner.
-type walker struct {
+// text is made valid where it is read), and leaves repeated names to its
+// caller.
+type Walker struct {
 	b     []byte
 	i     int
 	stack []frame
@@ -34,29 +38,36 @@ type frame struct {
 // million frames deep.
 const maxDepth = 10000
 
-// syntaxError is a body that is not JSON, at a byte offset.
-type syntaxError struct {
-	offset int
+// SyntaxError is a body that is not JSON, at a byte offset.
+type SyntaxError struct {
+	Offset int
 	what   string
 }
 
-func (e *syntaxError) Error() string {
-	return "syntax error at byte " + strconv.Itoa(e.offset) + ": " + e.what
+func (e *SyntaxError) Error() string {
+	return "syntax error at byte " + strconv.Itoa(e.Offset) + ": " + e.what
 }
 
-// errEnd is the end of the body where a value was wanted.
-var errEnd = errors.New("unexpected end of JSON")
+// ErrEnd is the end of the body where a value was wanted.
+var ErrEnd = errors.New("unexpected end of JSON")
 
-func (w *walker) reset(b []byte) { *w = walker{b: b, stack: w.stack[:0]} }
+// Reset starts a walk of b, keeping the stack's room; Reset(nil) lets go
+// of the last document.
+func (w *Walker) Reset(b []byte) { *w = Walker{b: b, stack: w.stack[:0]} }
 
-func (w *walker) fail(what string) error {
+// Offset is where the walk is in the document: just after what it read
+// last (and, after Kind or Next, after the separator and space before the
+// next value).
+func (w *Walker) Offset() int { return w.i }
+
+func (w *Walker) fail(what string) error {
 	if w.i >= len(w.b) {
-		return errEnd
+		return ErrEnd
 	}
-	return &syntaxError{w.i, what}
+	return &SyntaxError{Offset: w.i, what: what}
 }
 
-func (w *walker) space() {
+func (w *Walker) space() {
 	for w.i < len(w.b) {
 		switch w.b[w.i] {
 		case ' ', '\t', '\r', '\n':
@@ -67,10 +78,10 @@ func (w *walker) space() {
 	}
 }
 
-// next reads up to the next value or closing delimiter and returns its
+// Next reads up to the next value or closing delimiter and returns its
 // first byte ('"', '{', '[', 'n', 't', 'f', '0' for a number, '}' or ']'),
 // or 0 with an error.
-func (w *walker) next() (byte, error) {
+func (w *Walker) Next() (byte, error) {
 	w.space()
 	if len(w.stack) > 0 && !w.sep {
 		top := &w.stack[len(w.stack)-1]
@@ -93,7 +104,7 @@ func (w *walker) next() (byte, error) {
 		w.space()
 	}
 	if w.i >= len(w.b) {
-		return 0, errEnd
+		return 0, ErrEnd
 	}
 	c := w.b[w.i]
 	switch c {
@@ -107,14 +118,14 @@ func (w *walker) next() (byte, error) {
 	return 0, w.fail("invalid character " + strconv.QuoteRune(rune(c)))
 }
 
-// kind is what the next value is (see next), 0 when there is none.
-func (w *walker) kind() byte {
-	c, _ := w.next()
+// Kind is what the next value is (see Next), 0 when there is none.
+func (w *Walker) Kind() byte {
+	c, _ := w.Next()
 	return c
 }
 
 // done records that a value was read at the current level.
-func (w *walker) done(isName bool) {
+func (w *Walker) done(isName bool) {
 	w.sep = false
 	if len(w.stack) == 0 {
 		return
@@ -131,9 +142,9 @@ func (w *walker) done(isName bool) {
 	}
 }
 
-// open reads '{' or '['.
-func (w *walker) open() error {
-	c, err := w.next()
+// Open reads '{' or '['.
+func (w *Walker) Open() error {
+	c, err := w.Next()
 	if err != nil {
 		return err
 	}
@@ -149,9 +160,9 @@ func (w *walker) open() error {
 	return nil
 }
 
-// close reads the '}' or ']' of the innermost container, a value of the
+// Close reads the '}' or ']' of the innermost container, a value of the
 // level it ends in.
-func (w *walker) close() error {
+func (w *Walker) Close() error {
 	if err := w.pop(); err != nil {
 		return err
 	}
@@ -160,8 +171,8 @@ func (w *walker) close() error {
 }
 
 // pop reads the end of the innermost container, counting it nowhere.
-func (w *walker) pop() error {
-	c, err := w.next()
+func (w *Walker) pop() error {
+	c, err := w.Next()
 	if err != nil {
 		return err
 	}
@@ -175,9 +186,9 @@ func (w *walker) pop() error {
 	return nil
 }
 
-// name reads an object member's name: its raw JSON string.
-func (w *walker) name() ([]byte, error) {
-	c, err := w.next()
+// Name reads an object member's name: its raw JSON string.
+func (w *Walker) Name() ([]byte, error) {
+	c, err := w.Next()
 	if err != nil {
 		return nil, err
 	}
@@ -191,10 +202,10 @@ func (w *walker) name() ([]byte, error) {
 	return v, err
 }
 
-// value reads the next value whole, nested ones included, and returns its
+// Value reads the next value whole, nested ones included, and returns its
 // raw bytes.
-func (w *walker) value() ([]byte, error) {
-	c, err := w.next()
+func (w *Walker) Value() ([]byte, error) {
+	c, err := w.Next()
 	if err != nil {
 		return nil, err
 	}
@@ -221,14 +232,14 @@ func (w *walker) value() ([]byte, error) {
 }
 
 // skipContainer reads an object or array whole; the caller counts it.
-func (w *walker) skipContainer() error {
+func (w *Walker) skipContainer() error {
 	depth := len(w.stack)
-	if err := w.open(); err != nil {
+	if err := w.Open(); err != nil {
 		return err
 	}
 	for {
 		top := w.stack[len(w.stack)-1]
-		c, err := w.next()
+		c, err := w.Next()
 		if err != nil {
 			return err
 		}
@@ -237,13 +248,13 @@ func (w *walker) skipContainer() error {
 			if len(w.stack) == depth+1 {
 				return w.pop()
 			}
-			err = w.close()
+			err = w.Close()
 		case top.object && !top.name:
-			_, err = w.name()
+			_, err = w.Name()
 		case c == '{' || c == '[':
-			err = w.open()
+			err = w.Open()
 		default:
-			_, err = w.value()
+			_, err = w.Value()
 		}
 		if err != nil {
 			return err
@@ -256,14 +267,14 @@ func (w *walker) skipContainer() error {
 // must start a valid escape. Each stretch is found with one search for the
 // next quote and, inside it, searches for backslashes, so a string is
 // crossed about once however many escapes it has.
-func (w *walker) str() ([]byte, error) {
+func (w *Walker) str() ([]byte, error) {
 	start := w.i
 	w.i++
 	for {
 		q := bytes.IndexByte(w.b[w.i:], '"')
 		if q < 0 {
 			w.i = len(w.b)
-			return nil, errEnd
+			return nil, ErrEnd
 		}
 		q += w.i // the next quote: the end, unless an escape holds it
 		for {
@@ -302,10 +313,10 @@ func controlAt(b []byte) int {
 }
 
 // escape reads one escape at w.i.
-func (w *walker) escape() error {
+func (w *Walker) escape() error {
 	if w.i+1 >= len(w.b) {
 		w.i = len(w.b)
-		return errEnd
+		return ErrEnd
 	}
 	switch w.b[w.i+1] {
 	case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
@@ -318,14 +329,14 @@ func (w *walker) escape() error {
 		}
 		if w.i+6 > len(w.b) {
 			w.i = len(w.b)
-			return errEnd
+			return ErrEnd
 		}
 	}
 	return w.fail("invalid escape in a string")
 }
 
 // number reads a JSON number at w.i.
-func (w *walker) number() error {
+func (w *Walker) number() error {
 	b, i := w.b, w.i
 	digits := func() int {
 		j := i
@@ -365,11 +376,11 @@ func (w *walker) number() error {
 	return nil
 }
 
-func (w *walker) literal(lit string) error {
+func (w *Walker) literal(lit string) error {
 	if !bytes.HasPrefix(w.b[w.i:], []byte(lit)) {
 		if len(w.b)-w.i < len(lit) && bytes.HasPrefix([]byte(lit), w.b[w.i:]) {
 			w.i = len(w.b)
-			return errEnd
+			return ErrEnd
 		}
 		return w.fail("invalid literal")
 	}
@@ -377,8 +388,8 @@ func (w *walker) literal(lit string) error {
 	return nil
 }
 
-// end checks that nothing but whitespace follows the document.
-func (w *walker) end() bool {
+// End checks that nothing but whitespace follows the document.
+func (w *Walker) End() bool {
 	w.space()
 	return w.i == len(w.b)
 }
