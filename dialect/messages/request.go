@@ -179,6 +179,15 @@ type chatToolDef struct {
 // the pipeline runs, or a 400 that names what is wrong the way Anthropic
 // would, or what Sluice does not carry.
 func ToChat(body []byte, opts Options) (Translation, error) {
+	if tr, ok := translateCommon(body, opts); ok {
+		return tr, nil
+	}
+	return translateGeneral(body, opts)
+}
+
+// translateGeneral is ToChat for any body: every field of the request is
+// decoded with reflection, and the chat body written with encoding/json.
+func translateGeneral(body []byte, opts Options) (Translation, error) {
 	var r request
 	if err := decodeAt(body, "", &r); err != nil {
 		return Translation{}, err
