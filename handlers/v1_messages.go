@@ -1,7 +1,6 @@
 package handlers
 
 import (
-	"errors"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -212,14 +211,7 @@ func (s *messagesSink) Send(status int, _ string, body []byte) error {
 // translated answer's are. What is not a message is the gateway's 502.
 func (s *messagesSink) SendNative(status int, body []byte) error {
 	messages.RateLimitHeaders(s.Header(), s.now())
-	typ, _, _, err := wire.Member(body, "type")
-	if err == nil && string(typ) != `"message"` {
-		err = errors.New(`an answer whose type is not "message"`)
-	}
-	var out []byte
-	if err == nil {
-		out, err = wire.SetMembers(body, []string{"id", "model"}, []string{s.id, s.model})
-	}
+	out, err := wire.SetMembersOfType(body, "message", []string{"id", "model"}, []string{s.id, s.model})
 	if err != nil {
 		s.log.Warn("a provider's answer is not a message it can pass on", "request_id", s.requestID, "err", err)
 		_ = s.http.Send(http.StatusBadGateway, "application/json",

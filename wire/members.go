@@ -18,16 +18,46 @@ func SetMember(obj []byte, name, value string) ([]byte, error) {
 // SetMembers is SetMember for several members at once: names[i] is set to
 // the string values[i].
 func SetMembers(obj []byte, names, values []string) ([]byte, error) {
-	var room [2][2]int64 // on the stack for the usual one or two names
-	var at [][2]int64
-	if len(names) <= len(room) {
-		at = room[:len(names)]
-	} else {
-		at = make([][2]int64, len(names))
+	return setMembers(obj, names, values, "")
+}
+
+// ErrNotOfType is SetMembersOfType's answer for an object of another
+// type, or of none.
+var ErrNotOfType = errors.New("wire: not an object of the type wanted")
+
+// SetMembersOfType is SetMembers for an object whose "type" member must
+// be the string typ (ErrNotOfType when it is not), as an answer is
+// checked before it is relabelled: one read of obj does both.
+func SetMembersOfType(obj []byte, typ string, names, values []string) ([]byte, error) {
+	return setMembers(obj, names, values, typ)
+}
+
+// setMembers is SetMembers, checking the type first when typ is not "".
+func setMembers(obj []byte, names, values []string, typ string) ([]byte, error) {
+	// On the stack for the usual one or two names, and the type.
+	var nameRoom [3]string
+	var room [3][2]int64
+	find := names
+	if typ != "" {
+		find = append(nameRoom[:0], names...)
+		find = append(find, "type")
 	}
-	end, members, err := findMembers(obj, names, at)
+	var at [][2]int64
+	if len(find) <= len(room) {
+		at = room[:len(find)]
+	} else {
+		at = make([][2]int64, len(find))
+	}
+	end, members, err := findMembers(obj, find, at)
 	if err != nil {
 		return nil, err
+	}
+	if typ != "" {
+		t := at[len(names)]
+		if t[0] < 0 || !isString(bytes.TrimLeft(obj[t[0]:t[1]], " \t\r\n:"), typ) {
+			return nil, ErrNotOfType
+		}
+		at = at[:len(names)]
 	}
 	out := make([]byte, 0, len(obj)+32)
 	pos := int64(0)
@@ -58,6 +88,12 @@ func SetMembers(obj []byte, names, values []string) ([]byte, error) {
 		}
 	}
 	return append(out, obj[end:]...), nil
+}
+
+// isString says whether the JSON value raw is the string s, written
+// without escapes (as every provider writes a type).
+func isString(raw []byte, s string) bool {
+	return len(raw) == len(s)+2 && raw[0] == '"' && raw[len(raw)-1] == '"' && string(raw[1:len(raw)-1]) == s
 }
 
 // appendValue appends value as a JSON string where old was, keeping the

@@ -79,6 +79,37 @@ func TestSetMembersAllocatesOnlyTheResult(t *testing.T) {
 	}
 }
 
+func TestSetMembersOfTypeChecksTheTypeInTheSameRead(t *testing.T) {
+	names, values := []string{"id", "model"}, []string{"msg_gw", "fast"}
+	got, err := SetMembersOfType([]byte(`{"id":"x","type" : "message","model":"m"}`), "message", names, values)
+	if want := `{"id":"msg_gw","type" : "message","model":"fast"}`; err != nil || string(got) != want {
+		t.Errorf("a message: %s, %v; want %s", got, err, want)
+	}
+	for _, obj := range []string{
+		`{"id":"x","model":"m"}`,
+		`{"type":"error","error":{"type":"message"}}`,
+		`{"type":["message"]}`,
+		`{"type":"messages"}`,
+		`{"type":null}`,
+	} {
+		if got, err := SetMembersOfType([]byte(obj), "message", names, values); err != ErrNotOfType {
+			t.Errorf("%s: %s, %v; want ErrNotOfType", obj, got, err)
+		}
+	}
+	if _, err := SetMembersOfType([]byte(`["type","message"]`), "message", names, values); err == nil || err == ErrNotOfType {
+		t.Errorf("an array: %v; want it refused as not an object", err)
+	}
+	obj := []byte(`{"id":"msg_mock_1","type":"message","role":"assistant","model":"claude-mock","content":[]}`)
+	_, _ = SetMembersOfType(obj, "message", names, values) // fill the pool
+	want := 1.0
+	if raceEnabled {
+		want = 3
+	}
+	if n := testing.AllocsPerRun(200, func() { _, _ = SetMembersOfType(obj, "message", names, values) }); n > want {
+		t.Errorf("SetMembersOfType: %.1f allocations a call, want at most %.0f", n, want)
+	}
+}
+
 func BenchmarkSetMembers(b *testing.B) {
 	obj := []byte(`{"id":"msg_mock_1","type":"message","role":"assistant","model":"claude-mock","content":[{"type":"text","text":"mock reply to: hello there, how are you"}],"stop_reason":"end_turn","stop_sequence":null,"usage":{"input_tokens":12,"cache_creation_input_tokens":0,"cache_read_input_tokens":0,"output_tokens":10}}`)
 	b.ReportAllocs()
