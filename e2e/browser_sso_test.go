@@ -114,7 +114,7 @@ func startAt(t *testing.T, addr string, env map[string]string) func() error {
 		done <- app.Run(ctx, []string{"-addr", addr}, func(k string) string { return env[k] }, out, app.Options{})
 	}()
 	t.Cleanup(cancel)
-	deadline := time.Now().Add(20 * time.Second)
+	deadline := time.Now().Add(startWait)
 	for !listening.MatchString(out.String()) {
 		select {
 		case err := <-done:
@@ -122,7 +122,7 @@ func startAt(t *testing.T, addr string, env map[string]string) func() error {
 		default:
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("not listening after 20s:\n%s", out.String())
+			t.Fatalf("not listening after %s:\n%s", startWait, out.String())
 		}
 		time.Sleep(10 * time.Millisecond)
 	}

@@ -24,6 +24,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 
 var listening = regexp.MustCompile(`listening on (http://\S+)`)
 
+// startWait bounds how long a node may take to start listening. A node
+// starts in about a second, but its migrations on a busy host under -race
+// beside two other test binaries have taken over 20 s; waiting longer
+// costs only a failing test's time.
+const startWait = 2 * time.Minute
+
 // start runs Sluice on :0 with env and returns its base URL and a stop
 // function that shuts it down and returns run's error.
 func start(t *testing.T, env map[string]string) (string, *testsync.Buffer, func() error) {
@@ -39,7 +45,7 @@ func startWith(t *testing.T, env map[string]string, o app.Options) (string, *tes
 	getenv := func(k string) string { return env[k] }
 	done := make(chan error, 1)
 	go func() { done <- app.Run(ctx, []string{"-addr", "127.0.0.1:0"}, getenv, out, o) }()
-	deadline := time.Now().Add(20 * time.Second)
+	deadline := time.Now().Add(startWait)
 	for {
 		if m := listening.FindStringSubmatch(out.String()); m != nil {
 			stop := func() error { cancel(); return <-done }
@@ -52,7 +58,7 @@ func startWith(t *testing.T, env map[string]string, o app.Options) (string, *tes
 		default:
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("not listening after 20s:\n%s", out.String())
+			t.Fatalf("not listening after %s:\n%s", startWait, out.String())
 		}
 		time.Sleep(10 * time.Millisecond)
 	}

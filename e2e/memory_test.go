@@ -95,14 +95,14 @@ func startProcess(t *testing.T, env map[string]string) *process {
 			<-done
 		}
 	})
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(startWait)
 	for {
 		if m := listening.FindStringSubmatch(p.out.String()); m != nil {
 			p.base = m[1]
 			return p
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("not listening after 30s:\n%s", p.out.String())
+			t.Fatalf("not listening after %s:\n%s", startWait, p.out.String())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
