@@ -118,7 +118,7 @@ func (a *api) readMessagesRequest(c *gin.Context, countOnly bool) (completion.Re
 		return completion.Request{}, messages.Translation{}, err
 	}
 	betas := anthropicBetas(c.Request.Header)
-	tr, err := messages.ToChat(body, messages.Options{CountOnly: countOnly, BoundField: boundField, Betas: betas})
+	tr, err := messages.ToChat(body, messages.Options{CountOnly: countOnly, BoundField: family.BoundFieldOf, Betas: betas})
 	if err != nil {
 		return completion.Request{}, tr, err
 	}
@@ -159,9 +159,6 @@ func anthropicBetas(h http.Header) []string {
 	}
 	return out
 }
-
-// boundField is the chat field a model's family takes max_tokens in.
-func boundField(model string) string { return family.Of(model).BoundField }
 
 // gatewayOptions fills what the pipeline reads of a request besides its
 // body: its id and the gateway's own headers.

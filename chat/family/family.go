@@ -53,10 +53,7 @@ type Family struct {
 // prefix ("openai/gpt-4o", as routers name models) is ignored; case is not
 // significant.
 func Of(model string) Family {
-	m := strings.ToLower(model)
-	if i := strings.LastIndexByte(m, '/'); i >= 0 {
-		m = m[i+1:]
-	}
+	m := name(model)
 	f := Family{Name: "approximate", Counter: approximate{}, BoundField: "max_tokens", image: unknownImages}
 	if enc := tokenizerOf(m); enc != nil {
 		f.Name, f.Counter, f.Exact, f.Vocabulary = enc.name, enc.counter(), true, enc.vocab
@@ -71,6 +68,25 @@ func Of(model string) Family {
 		f.image = ic
 	}
 	return f
+}
+
+// BoundFieldOf is Of(model).BoundField, without the rest of the family:
+// a translation asks it of every request.
+func BoundFieldOf(model string) string {
+	if openAIOwn(name(model)) {
+		return "max_completion_tokens"
+	}
+	return "max_tokens"
+}
+
+// name is a model name as the tables have it: lower case, without a
+// router's provider prefix.
+func name(model string) string {
+	m := strings.ToLower(model)
+	if i := strings.LastIndexByte(m, '/'); i >= 0 {
+		m = m[i+1:]
+	}
+	return m
 }
 
 // openAIOwn says whether m is one of OpenAI's current models, which take
