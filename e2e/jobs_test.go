@@ -28,7 +28,13 @@ func TestAThousandJobsThroughARestart(t *testing.T) {
 	}
 	const providerKey = "sk-mock-provider"
 	// The provider allows 400 requests a second on the key; Sluice paces it.
-	provider := mock.New(mock.Config{Keys: map[string]float64{providerKey: 400}, Burst: 20})
+	// It takes 200 ms to answer, so the 16 workers do at most 80 jobs a
+	// second however fast the machine queues them: the backlog lasts over
+	// 12 s and outlasts the live traffic below even when a loaded host
+	// makes queueing slow (at the bucket's pace alone, 150 a second, a
+	// slow queueing phase let the backlog run out before the live traffic
+	// was done).
+	provider := mock.New(mock.Config{Keys: map[string]float64{providerKey: 400}, Burst: 20, Latency: 200 * time.Millisecond})
 	providerSrv := httptest.NewServer(provider)
 	t.Cleanup(providerSrv.Close)
 	// On Postgres when there is one (CI): River's Postgres driver works in
