@@ -128,7 +128,12 @@ func newSite(t *testing.T, db *models.DB, storeOpts ...models.StoreOption) *site
 		billing: bill, logs: logs, admin: admin}
 	s.deps = handlers.Deps{
 		Deps: web.Deps{Store: store, Accounts: acc, Sessions: sessions, Providers: prov, Aliases: aliases, Billing: bill, PoolStatus: pool.Status, Models: pool.Models,
-			Payments: paymentsOff(store, log, clk.Now), Now: clk.Now, LimiterStatus: func() quota.LimiterStatus { return quota.LimiterStatus{Mode: "local", Nodes: 1} }},
+			Payments: paymentsOff(store, log, clk.Now), Now: clk.Now, LimiterStatus: func() quota.LimiterStatus { return quota.LimiterStatus{Mode: "local", Nodes: 1} },
+			// The queue's first read migrates River's tables (testjobs
+			// opens it lazily), on a SQLite that a loaded CI host under
+			// -race makes take far longer than the console's 2 s: a
+			// wait that bounds a failure, never a pass, so a generous one.
+			QueueStatsWait: time.Minute},
 		// The pages' services, and what /v1 shares with them. No test here
 		// sends an API request, so the pipeline is not built.
 		Directory: dir, Jobs: testjobs.Queue(t, db, dir, clk.Now), Callbacks: bill, MaxBodyBytes: 1 << 20,

@@ -156,9 +156,10 @@ func (p *Pages) JobResult(c *gin.Context) {
 }
 
 // adminQueue is the queue panel of the admin console. A queue that cannot
-// be read says so rather than failing the page.
+// be read, or not within the pages' queueWait, says so rather than failing
+// or holding up the page.
 func (p *Pages) adminQueue(ctx context.Context) *templates.AdminQueueView {
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, p.queueWait)
 	defer cancel()
 	s, err := p.jobs.Stats(ctx)
 	if err != nil {

@@ -27,6 +27,7 @@ type fakeJobs struct {
 	byOrg    map[int64][]jobs.Job
 	stats    jobs.Stats
 	statsErr error
+	stuck    bool // Stats answers only when its context ends (or, the wait not applied, after a minute)
 }
 
 func (f *fakeJobs) List(_ context.Context, orgID int64, limit int) ([]jobs.Job, error) {
@@ -43,7 +44,16 @@ func (f *fakeJobs) Get(_ context.Context, orgID int64, id string) (jobs.Job, err
 	return jobs.Job{}, apperr.New(apperr.NotFound, "no such job")
 }
 
-func (f *fakeJobs) Stats(context.Context) (jobs.Stats, error) { return f.stats, f.statsErr }
+func (f *fakeJobs) Stats(ctx context.Context) (jobs.Stats, error) {
+	if f.stuck {
+		select {
+		case <-ctx.Done():
+			return jobs.Stats{}, ctx.Err()
+		case <-time.After(time.Minute):
+		}
+	}
+	return f.stats, f.statsErr
+}
 
 // withQueue gives the site's pages the job queue j, and returns its
 // batches.
@@ -228,6 +238,13 @@ func TestAdminSeesTheQueue(t *testing.T) {
 	}
 	// A queue that cannot be read does not take the page down.
 	q.statsErr = errors.New("connection refused")
+	w = admin.get("/admin/organizations")
+	w.expectPage(http.StatusOK, "queue-panel", "queue-error", "overview-table")
+	// Nor does one that does not answer within the pages' wait: the
+	// page comes without it.
+	q.statsErr, q.stuck = nil, true
+	s.deps.QueueStatsWait = time.Millisecond
+	s.rebuild()
 	w = admin.get("/admin/organizations")
 	w.expectPage(http.StatusOK, "queue-panel", "queue-error", "overview-table")
 }

@@ -58,6 +58,7 @@ type Pages struct {
 	batches       BatchReader
 	sso           *accounts.SSO // nil: single sign-on is off
 	publicURL     string
+	queueWait     time.Duration // how long the admin console waits for the queue's depth
 }
 
 // Deps are the services the pages use. Package handlers builds them once
@@ -78,14 +79,26 @@ type Deps struct {
 	// PublicURL is where people reach Sluice (SLUICE_PUBLIC_URL), the base
 	// of links shown to be passed on; "" uses the host of the request.
 	PublicURL string
+	// QueueStatsWait bounds the admin console's read of the job queue's
+	// depth, past which its panel says the queue could not be read rather
+	// than holding up the page; 0 is DefaultQueueStatsWait.
+	QueueStatsWait time.Duration
 }
+
+// DefaultQueueStatsWait is how long the admin console waits for the job
+// queue's depth by default: a console is still usable with a stuck queue.
+const DefaultQueueStatsWait = 2 * time.Second
 
 // New returns the browser handlers over d; the dashboard and the admin
 // console also read the job queue and the Batch API.
 func New(log *slog.Logger, d Deps, jobs JobReader, batches BatchReader) *Pages {
+	queueWait := d.QueueStatsWait
+	if queueWait <= 0 {
+		queueWait = DefaultQueueStatsWait
+	}
 	return &Pages{log: log, store: d.Store, accounts: d.Accounts, sessions: d.Sessions, providers: d.Providers, aliases: d.Aliases,
 		billing: d.Billing, payments: d.Payments, models: d.Models, poolStatus: d.PoolStatus, now: d.Now, origins: http.NewCrossOriginProtection(),
-		limiterStatus: d.LimiterStatus, jobs: jobs, batches: batches, sso: d.SSO, publicURL: d.PublicURL}
+		limiterStatus: d.LimiterStatus, jobs: jobs, batches: batches, sso: d.SSO, publicURL: d.PublicURL, queueWait: queueWait}
 }
 
 // render writes a component with status.
