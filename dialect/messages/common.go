@@ -310,32 +310,34 @@ func (c *common) translate(body []byte, opts Options) (Translation, bool) {
 
 // appendStop writes stop_sequences as stop (none: nothing).
 func (c *common) appendStop(out []byte) ([]byte, bool) {
+	return c.appendList(out, c.stop, "stop", func(out []byte) ([]byte, bool) {
+		s, ok := str(&c.v)
+		if !ok {
+			return out, false
+		}
+		return c.appendString(out, s), true
+	})
+}
+
+// appendList writes the array raw as the chat body's field, each element
+// by item (the walker at it); an empty array writes nothing.
+func (c *common) appendList(out, raw []byte, field string, item func(out []byte) ([]byte, bool)) ([]byte, bool) {
 	v := &c.v
-	v.Reset(c.stop)
+	v.Reset(raw)
 	if v.Open() != nil {
 		return out, false
 	}
 	mark := len(out)
-	out = append(out, `,"stop":[`...)
-	n := 0
-	for ; ; n++ {
-		k, err := v.Next()
-		if err != nil {
-			return out, false
-		}
-		if k == ']' {
-			break
-		}
-		s, ok := str(v)
-		if !ok {
-			return out, false
-		}
+	out = append(append(append(out, `,"`...), field...), `":[`...)
+	n, ok := elements(v, func(n int) bool {
 		if n > 0 {
 			out = append(out, ',')
 		}
-		out = c.appendString(out, s)
-	}
-	if v.Close() != nil {
+		var ok bool
+		out, ok = item(out)
+		return ok
+	})
+	if !ok {
 		return out, false
 	}
 	if n == 0 {
@@ -368,66 +370,45 @@ func (c *common) appendUser(out []byte) ([]byte, bool) {
 
 // appendTools writes the client tools (none: nothing).
 func (c *common) appendTools(out []byte) ([]byte, bool) {
+	return c.appendList(out, c.tools, "tools", c.appendTool)
+}
+
+// appendTool writes one client tool as a function (the walker at it).
+func (c *common) appendTool(out []byte) ([]byte, bool) {
 	v := &c.v
-	v.Reset(c.tools)
-	if v.Open() != nil {
+	if v.Kind() != '{' || v.Open() != nil {
 		return out, false
 	}
-	mark := len(out)
-	out = append(out, `,"tools":[`...)
-	n := 0
-	for ; ; n++ {
-		k, err := v.Next()
-		if err != nil {
-			return out, false
+	var typ, name, description, schema, cache []byte
+	ok := members(v, []string{"type", "name", "description", "input_schema", "cache_control"}, func(i int) bool {
+		var ok bool
+		switch i {
+		case 0:
+			typ, ok = str(v)
+		case 1:
+			name, ok = str(v)
+		case 2:
+			description, ok = str(v)
+		case 3:
+			schema, ok = c.opaque(v)
+		default:
+			cache, ok = c.opaque(v)
 		}
-		if k == ']' {
-			break
-		}
-		if k != '{' || v.Open() != nil {
-			return out, false
-		}
-		var typ, name, description, schema, cache []byte
-		ok := members(v, []string{"type", "name", "description", "input_schema", "cache_control"}, func(i int) bool {
-			var ok bool
-			switch i {
-			case 0:
-				typ, ok = str(v)
-			case 1:
-				name, ok = str(v)
-			case 2:
-				description, ok = str(v)
-			case 3:
-				schema, ok = c.opaque(v)
-			default:
-				cache, ok = c.opaque(v)
-			}
-			return ok
-		})
-		if !ok || typ != nil && string(typ) != `"custom"` || len(name) <= 2 || schema == nil {
-			return out, false
-		}
-		if n > 0 {
-			out = append(out, ',')
-		}
-		out = c.appendString(append(out, `{"type":"function","function":{"name":`...), name)
-		if len(description) > 2 {
-			out = c.appendString(append(out, `,"description":`...), description)
-		}
-		out = appendCompact(append(out, `,"parameters":`...), schema)
-		out = append(out, '}')
-		if cache != nil {
-			out = appendCompact(append(out, `,"cache_control":`...), cache)
-		}
-		out = append(out, '}')
-	}
-	if v.Close() != nil {
+		return ok
+	})
+	if !ok || typ != nil && string(typ) != `"custom"` || len(name) <= 2 || schema == nil {
 		return out, false
 	}
-	if n == 0 {
-		return out[:mark], true
+	out = c.appendString(append(out, `{"type":"function","function":{"name":`...), name)
+	if len(description) > 2 {
+		out = c.appendString(append(out, `,"description":`...), description)
 	}
-	return append(out, ']'), true
+	out = appendCompact(append(out, `,"parameters":`...), schema)
+	out = append(out, '}')
+	if cache != nil {
+		out = appendCompact(append(out, `,"cache_control":`...), cache)
+	}
+	return append(out, '}'), true
 }
 
 // appendToolChoice writes tool_choice, and parallel_tool_calls false when

@@ -22,23 +22,10 @@ func (c *common) appendSystem(out []byte) ([]byte, bool) {
 		return out, false
 	}
 	c.parts = c.parts[:0]
-	for {
-		k, err := v.Next()
-		if err != nil {
-			return out, false
-		}
-		if k == ']' {
-			break
-		}
+	if _, ok := elements(v, func(int) bool {
 		typ, ok := c.blockType(v)
-		if !ok || typ != bText {
-			return out, false
-		}
-		if !c.textPart(v) {
-			return out, false
-		}
-	}
-	if v.Close() != nil {
+		return ok && typ == bText && c.textPart(v)
+	}); !ok {
 		return out, false
 	}
 	if len(c.parts) > 0 {
@@ -56,82 +43,81 @@ func (c *common) appendTurns(out []byte, start int) ([]byte, bool) {
 	if v.Open() != nil {
 		return out, false
 	}
-	for i := 0; ; i++ {
+	n, ok := elements(v, func(i int) bool {
+		var ok bool
+		out, ok = c.appendTurn(out, start, i)
+		return ok
+	})
+	return out, ok && n > 0 // at least one message is required
+}
+
+// appendTurn writes message i (the walker at it).
+func (c *common) appendTurn(out []byte, start, i int) ([]byte, bool) {
+	v := &c.v
+	if v.Kind() != '{' || v.Open() != nil {
+		return out, false
+	}
+	var role, content []byte
+	for {
 		k, err := v.Next()
 		if err != nil {
 			return out, false
 		}
-		if k == ']' {
-			if i == 0 {
-				return out, false // at least one message is required
-			}
+		if k == '}' {
 			break
 		}
-		if k != '{' || v.Open() != nil {
+		name, err := v.Name()
+		if err != nil {
 			return out, false
 		}
-		var role, content []byte
-		for {
-			k, err := v.Next()
-			if err != nil {
+		switch string(name) {
+		case `"role"`:
+			if role != nil {
 				return out, false
 			}
-			if k == '}' {
-				break
-			}
-			name, err := v.Name()
-			if err != nil {
+			if role, err = v.Value(); err != nil {
 				return out, false
 			}
-			switch string(name) {
-			case `"role"`:
-				if role != nil {
+		case `"content"`:
+			if content != nil || v.Kind() == 'n' {
+				return out, false
+			}
+			switch v.Kind() {
+			case '"':
+				if content, err = v.Value(); err != nil {
 					return out, false
 				}
-				if role, err = v.Value(); err != nil {
+			case '[':
+				// Read where it is, after the role: a turn must
+				// have its role first to take blocks.
+				if role == nil {
 					return out, false
 				}
-			case `"content"`:
-				if content != nil || v.Kind() == 'n' {
-					return out, false
-				}
-				switch v.Kind() {
-				case '"':
-					if content, err = v.Value(); err != nil {
-						return out, false
-					}
-				case '[':
-					// Read where it is, after the role: a turn must
-					// have its role first to take blocks.
-					if role == nil {
-						return out, false
-					}
-					content = blocksRead
-					var ok bool
-					if out, ok = c.appendBlocks(out, start, v, role, at("messages", i)); !ok {
-						return out, false
-					}
-				default:
+				content = blocksRead
+				var ok bool
+				if out, ok = c.appendBlocks(out, start, v, role, at("messages", i)); !ok {
 					return out, false
 				}
 			default:
 				return out, false
 			}
-		}
-		if v.Close() != nil || content == nil {
+		default:
 			return out, false
-		}
-		if string(role) != `"user"` && string(role) != `"assistant"` {
-			return out, false
-		}
-		if content[0] == '"' {
-			out = c.comma(out, start)
-			out = append(append(out, `{"role":`...), role...)
-			out = append(c.appendString(append(out, `,"content":`...), content), '}')
-			c.origins = append(c.origins, at("messages", i))
 		}
 	}
-	return out, v.Close() == nil
+	if v.Close() != nil || content == nil {
+		return out, false
+	}
+	if string(role) != `"user"` && string(role) != `"assistant"` {
+		return out, false
+	}
+	if content[0] == '"' {
+		out = c.comma(out, start)
+		out = append(append(out, `{"role":`...), role...)
+		out = append(c.appendString(append(out, `,"content":`...), content), '}')
+		c.origins = append(c.origins, at("messages", i))
+	}
+	return out, true
 }
 
 // comma writes the comma before a message, unless it is the first.
@@ -169,40 +155,29 @@ func (c *common) appendBlocks(out []byte, start int, v *jsonwalk.Walker, role []
 		return out, false
 	}
 	c.parts, c.calls, c.blocks, c.partsFrom = c.parts[:0], c.calls[:0], c.blocks[:0], 0
-	n := 0
-	for ; ; n++ {
-		k, err := v.Next()
-		if err != nil {
-			return out, false
-		}
-		if k == ']' {
-			break
-		}
+	n, ok := elements(v, func(n int) bool {
 		typ, ok := c.blockType(v)
 		if !ok {
-			return out, false
+			return false
 		}
 		switch {
 		case typ == bText:
-			ok = c.textPart(v)
+			return c.textPart(v)
 		case typ == bImage && user:
-			ok = c.imagePart(v, at(path+".content", n))
+			return c.imagePart(v, at(path+".content", n))
 		case typ == bToolUse && !user:
-			ok = c.toolCall(v)
+			return c.toolCall(v)
 		case typ == bToolResult && user:
 			out = c.comma(out, start)
 			out, ok = c.toolResult(out, v, at(path+".content", n))
 			c.origins = append(c.origins, path)
+			return ok
 		case (typ == bThinking || typ == bRedacted) && !user && len(c.parts) == 0 && len(c.calls) == 0:
-			ok = c.thinkingBlock(v, typ)
-		default:
-			ok = false
+			return c.thinkingBlock(v, typ)
 		}
-		if !ok {
-			return out, false
-		}
-	}
-	if v.Close() != nil {
+		return false
+	})
+	if !ok {
 		return out, false
 	}
 	var content string
@@ -300,6 +275,24 @@ func members(v *jsonwalk.Walker, names []string, fn func(i int) bool) bool {
 		seen |= 1 << i
 		if !fn(i) {
 			return false
+		}
+	}
+}
+
+// elements walks the array the walker has just opened, calling fn with
+// each element's index, the walker at the element; it answers how many
+// there were, and false on bad JSON or an element fn declines.
+func elements(v *jsonwalk.Walker, fn func(i int) bool) (int, bool) {
+	for i := 0; ; i++ {
+		k, err := v.Next()
+		if err != nil {
+			return i, false
+		}
+		if k == ']' {
+			return i, v.Close() == nil
+		}
+		if !fn(i) {
+			return i, false
 		}
 	}
 }

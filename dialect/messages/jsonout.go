@@ -59,18 +59,8 @@ func (c *common) uniqueValue(depth int) bool {
 		if depth >= 64 || u.Open() != nil {
 			return false
 		}
-		for {
-			k, err := u.Next()
-			if err != nil {
-				return false
-			}
-			if k == ']' {
-				return u.Close() == nil
-			}
-			if !c.uniqueValue(depth + 1) {
-				return false
-			}
-		}
+		_, ok := elements(u, func(int) bool { return c.uniqueValue(depth + 1) })
+		return ok
 	}
 	_, err := u.Value()
 	return err == nil
