@@ -13,6 +13,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sluicehq/sluice/internal/testdb"
 	"github.com/sluicehq/sluice/metering"
@@ -109,7 +110,10 @@ type matrixRig struct {
 }
 
 func newMatrixRig(t *testing.T, db *models.DB) *matrixRig {
-	g := newGenEnv(t, db)
+	// No case here waits out the pool's budget, and the 300 ms of
+	// newGenEnv was spent by one answer of a busy CI host under -race:
+	// the request fell back to the local model and the test read its text.
+	g := newGenEnvWithBudget(t, db, 10*time.Second)
 	m := mock.New(mock.Config{Keys: map[string]float64{"sk-matrix-key": 0}, StreamChunks: 3})
 	srv := httptest.NewServer(refusing(m))
 	t.Cleanup(srv.Close)
