@@ -64,6 +64,7 @@ type Prefetch struct {
 	back    givingBack
 	stopped atomic.Bool // Flush: no more lots; what lands is given back at once
 	given   atomic.Int64
+	lost    atomic.Int64 // queued to go back, and not taken: see sendBack
 }
 
 // Prefetch sizing; see Prefetch.

@@ -186,6 +186,12 @@ func (f *Prefetch) Flush(ctx context.Context) error {
 // buckets since it started (for a metric).
 func (f *Prefetch) GivenBack() int64 { return f.given.Load() }
 
+// NotGivenBack is how many units the node was charged for in advance, did
+// not spend, and could not give back since it started: the call failed or
+// came late, or the shared limiter had lost its state since the charge
+// (for a metric). Each is allowance lost to the cluster, the safe side.
+func (f *Prefetch) NotGivenBack() int64 { return f.lost.Load() }
+
 // sendBack gives back what is queued, one call per bucket and Params.
 // What fails is not tried again: lost allowance is the safe side.
 func (f *Prefetch) sendBack(ctx context.Context) error {
@@ -197,10 +203,12 @@ func (f *Prefetch) sendBack(ctx context.Context) error {
 		} else {
 			err = f.next.Adjust(ctx, k.key, k.p, -units)
 		}
-		switch {
-		case err == nil:
+		if err == nil {
 			f.given.Add(units)
-		case !errors.Is(err, errStale):
+			continue
+		}
+		f.lost.Add(units)
+		if !errors.Is(err, errStale) {
 			errs = append(errs, fmt.Errorf("quota: giving back %d of %q: %w", units, k.key, err))
 		}
 	}

@@ -2,6 +2,8 @@ package quota
 
 import (
 	"context"
+	"errors"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -386,8 +388,9 @@ func TestPrefetchGivesNothingBackAfterRedisRestarts(t *testing.T) {
 	if err := f.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if got := left(t, r, "k", p); got != p.Capacity-100 || f.GivenBack() != 0 {
-		t.Fatalf("%d left after 100 spent since the restart (%d given back), want %d: what was held before it went back", got, f.GivenBack(), p.Capacity-100)
+	if got := left(t, r, "k", p); got != p.Capacity-100 || f.GivenBack() != 0 || f.NotGivenBack() != 31 {
+		t.Fatalf("%d left after 100 spent since the restart (%d given back, %d not), want %d, 0 and 31: what was held before it went back",
+			got, f.GivenBack(), f.NotGivenBack(), p.Capacity-100)
 	}
 	g := NewPrefetch(r, clk.Now)
 	prefetchAllow(t, g, "k", p, 1)
@@ -395,7 +398,39 @@ func TestPrefetchGivesNothingBackAfterRedisRestarts(t *testing.T) {
 	if err := g.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if got := left(t, r, "k", p); got != p.Capacity-102 || g.GivenBack() != 31 {
-		t.Fatalf("%d left, %d given back; want %d and 31", got, g.GivenBack(), p.Capacity-102)
+	if got := left(t, r, "k", p); got != p.Capacity-102 || g.GivenBack() != 31 || g.NotGivenBack() != 0 {
+		t.Fatalf("%d left, %d given back, %d not; want %d, 31 and 0", got, g.GivenBack(), g.NotGivenBack(), p.Capacity-102)
+	}
+}
+
+// failingAdjusts is a limiter whose Adjusts fail, as a give-back to a
+// Redis that is down or too slow does.
+type failingAdjusts struct{ Limiter }
+
+func (failingAdjusts) Adjust(context.Context, string, Params, int64) error {
+	return errors.New("connection refused")
+}
+
+// TestPrefetchCountsWhatItCouldNotGiveBack: a give-back that fails is not
+// tried again (lost allowance is the safe side), and what it held is
+// counted as not given back, for the operator's metric.
+func TestPrefetchCountsWhatItCouldNotGiveBack(t *testing.T) {
+	clk := newFakeClock()
+	f := NewPrefetch(failingAdjusts{NewMemory(clk.Now)}, clk.Now)
+	p := Params{Capacity: 10_000, RefillPerSec: 0.001}
+	for range 7 {
+		prefetchAllow(t, f, "k", p, 1) // 1 alone, then a lot of 32: 26 held
+	}
+	clk.Advance(prefetchFor)
+	f.sweep(f.now())
+	err := f.sendBack(context.Background())
+	if err == nil || !strings.Contains(err.Error(), "giving back 26") || !strings.Contains(err.Error(), "connection refused") {
+		t.Fatalf("sendBack: %v, want the failure of giving back 26", err)
+	}
+	if f.GivenBack() != 0 || f.NotGivenBack() != 26 {
+		t.Fatalf("%d given back, %d not; want 0 and 26", f.GivenBack(), f.NotGivenBack())
+	}
+	if err := f.sendBack(context.Background()); err != nil || f.NotGivenBack() != 26 {
+		t.Fatalf("a second send: %v, %d not given back; want nothing tried again", err, f.NotGivenBack())
 	}
 }

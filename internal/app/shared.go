@@ -135,6 +135,9 @@ func newShared(cfg config.Config, db *models.DB, store *models.Store, log *slog.
 	metrics.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_limiter_prefetch_given_back_total",
 		Help: "Units of the shared buckets that this node was charged for in advance, did not spend and gave back."},
 		func() float64 { return float64(prefetch.GivenBack()) }))
+	metrics.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_limiter_prefetch_not_given_back_total",
+		Help: "Units of the shared buckets that this node was charged for in advance, did not spend and could not give back (the call failed or came late, or Redis had lost its state): allowance lost to the cluster."},
+		func() float64 { return float64(prefetch.NotGivenBack()) }))
 	return &shared{
 		limiter:  prefetch,
 		prefetch: prefetch,
