@@ -15,6 +15,7 @@ import (
 	"github.com/sluicehq/sluice/internal/testdb"
 	"github.com/sluicehq/sluice/jobs"
 	"github.com/sluicehq/sluice/models"
+	"github.com/sluicehq/sluice/web"
 )
 
 // fakeJobs is the job queue as the pages read it: fixed jobs per
@@ -27,7 +28,8 @@ type fakeJobs struct {
 	byOrg    map[int64][]jobs.Job
 	stats    jobs.Stats
 	statsErr error
-	stuck    bool // Stats answers only when its context ends (or, the wait not applied, after a minute)
+	stuck    bool          // Stats answers only when its context ends
+	gave     time.Duration // how long Stats's context had left when it was called (none: 0)
 }
 
 func (f *fakeJobs) List(_ context.Context, orgID int64, limit int) ([]jobs.Job, error) {
@@ -45,12 +47,13 @@ func (f *fakeJobs) Get(_ context.Context, orgID int64, id string) (jobs.Job, err
 }
 
 func (f *fakeJobs) Stats(ctx context.Context) (jobs.Stats, error) {
+	f.gave = 0
+	if d, ok := ctx.Deadline(); ok {
+		f.gave = time.Until(d)
+	}
 	if f.stuck {
-		select {
-		case <-ctx.Done():
-			return jobs.Stats{}, ctx.Err()
-		case <-time.After(time.Minute):
-		}
+		<-ctx.Done()
+		return jobs.Stats{}, ctx.Err()
 	}
 	return f.stats, f.statsErr
 }
@@ -242,11 +245,27 @@ func TestAdminSeesTheQueue(t *testing.T) {
 	w.expectPage(http.StatusOK, "queue-panel", "queue-error", "overview-table")
 	// Nor does one that does not answer within the pages' wait: the
 	// page comes without it.
+	// Its read is bounded by the wait the pages were given (the
+	// harness's), read from the deadline the queue was handed.
+	if q.gave <= 0 || q.gave > s.deps.QueueStatsWait {
+		t.Errorf("the queue was given %v to answer, want at most %v", q.gave, s.deps.QueueStatsWait)
+	}
 	q.statsErr, q.stuck = nil, true
-	s.deps.QueueStatsWait = time.Millisecond
+	s.deps.QueueStatsWait = 5 * time.Millisecond
 	s.rebuild()
 	w = admin.get("/admin/organizations")
 	w.expectPage(http.StatusOK, "queue-panel", "queue-error", "overview-table")
+	if q.gave <= 0 || q.gave > 5*time.Millisecond {
+		t.Errorf("the queue was given %v to answer, want at most the pages' 5ms", q.gave)
+	}
+	// Unsaid, the wait is the console's default.
+	q.stuck = false
+	s.deps.QueueStatsWait = 0
+	s.rebuild()
+	admin.get("/admin/organizations").expectPage(http.StatusOK, "queue-panel")
+	if q.gave <= web.DefaultQueueStatsWait/2 || q.gave > web.DefaultQueueStatsWait {
+		t.Errorf("the queue was given %v to answer, want the default %v", q.gave, web.DefaultQueueStatsWait)
+	}
 }
 
 // The tier form sets the batch file limit in MiB; the page shows it back.
