@@ -184,3 +184,57 @@ func TestPartsSluiceCannotPriceAreNeverFree(t *testing.T) {
 		}
 	}
 }
+
+// TestTheThinkingOfAToolCycleIsCounted: the thinking_blocks of the
+// assistant turns after the last user message (a tool-use cycle still
+// going on, whose thinking Anthropic bills as input) count in the
+// estimate; those of turns before it, which Anthropic strips, do not.
+func TestTheThinkingOfAToolCycleIsCounted(t *testing.T) {
+	p := completion.New(completion.Deps{Providers: servesAll{}})
+	thinking := strings.Repeat("The user wants the weather in Paris, so I call the tool and then read its answer. ", 60)
+	blocks := `[{"type":"thinking","thinking":"` + thinking + `","signature":"EqQBCkYIARgCKkA"}]`
+	assistant := func(withThinking bool) string {
+		m := `{"role":"assistant","content":null,"tool_calls":[{"id":"call_1","type":"function","function":{"name":"get_weather","arguments":"{}"}}]`
+		if withThinking {
+			m += `,"thinking_blocks":` + blocks
+		}
+		return m + `}`
+	}
+	const user, tool = `{"role":"user","content":"Weather in Paris?"}`, `{"role":"tool","tool_call_id":"call_1","content":"18C"}`
+	estimate := func(msgs ...string) int64 {
+		t.Helper()
+		req, err := p.Parse([]byte(`{"model":"claude-sonnet-4-5","max_tokens":100,"messages":[` + strings.Join(msgs, ",") + `]}`))
+		if err != nil {
+			t.Fatalf("%v", err)
+		}
+		return req.Prompt.Tokens
+	}
+	req, err := p.Parse([]byte(`{"model":"claude-sonnet-4-5","messages":[` + user + `]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	words := int64(req.Prompt.Family.Counter.Count([]byte(thinking)))
+
+	plain := estimate(user, assistant(false), tool)
+	if got := estimate(user, assistant(true), tool); got < plain+words {
+		t.Errorf("a cycle's thinking: estimate %d, want at least %d + its %d tokens", got, plain, words)
+	}
+	// Two turns of one cycle: both count.
+	if got, once := estimate(user, assistant(true), tool, assistant(true), tool), estimate(user, assistant(false), tool, assistant(false), tool); got < once+2*words {
+		t.Errorf("two turns of a cycle: estimate %d, want at least %d + 2 × %d", got, once, words)
+	}
+	// A user turn ends the cycle: the thinking before it is not billed.
+	earlier, without := estimate(user, assistant(true), tool, user), estimate(user, assistant(false), tool, user)
+	if earlier != without {
+		t.Errorf("thinking before the last user turn: estimate %d, want %d as without it", earlier, without)
+	}
+	if got := estimate(user, strings.Replace(assistant(false), `}]`, `}],"thinking_blocks":null`, 1), tool); got != plain {
+		t.Errorf("null thinking_blocks: estimate %d, want %d", got, plain)
+	}
+	// Given twice, a parser could read either: refused, not guessed.
+	_, err = p.Parse([]byte(`{"model":"claude-sonnet-4-5","messages":[` + user + `,` +
+		strings.Replace(assistant(true), `"thinking_blocks":`, `"thinking_blocks":[],"thinking_blocks":`, 1) + `,` + tool + `]}`))
+	if err == nil || !strings.Contains(err.Error(), "'messages[1].thinking_blocks' is given twice") {
+		t.Errorf("thinking_blocks given twice: %v", err)
+	}
+}

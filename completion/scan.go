@@ -29,7 +29,7 @@ import (
 var (
 	requestFields = []string{"model", "messages", "max_tokens", "max_completion_tokens", "n", "temperature", "stream", "stream_options",
 		"tools", "functions", "tool_choice", "function_call", "response_format", "prediction"}
-	messageFields = []string{"role", "content", "name", "tool_calls", "tool_call_id", "function_call", "refusal", "audio"}
+	messageFields = []string{"role", "content", "name", "tool_calls", "tool_call_id", "function_call", "refusal", "audio", "thinking_blocks"}
 	partFields    = []string{"type", "text", "image_url", "input_audio", "file", "refusal"}
 	imageFields   = []string{"url", "detail"}
 	optionFields  = []string{"include_usage"}
@@ -69,7 +69,12 @@ type scan struct {
 	prediction span   // the prediction value; zero when absent
 	texts      []span // JSON strings of message text: counted and weighed
 	raws       []span // JSON values counted as they are: tools, tool calls, schemas
-	images     []imagePart
+	// cycle holds the thinking_blocks of the assistant turns since the
+	// last user message: the turns of a tool-use cycle still going on,
+	// whose thinking Anthropic bills as input. It strips the thinking of
+	// earlier turns, so those are not counted; these join raws at the end.
+	cycle  []span
+	images []imagePart
 	// fixed is what is counted per message, name, tool and request on top
 	// of the texts (see estimate.go).
 	fixed int64
@@ -108,8 +113,8 @@ var scanners = sync.Pool{New: func() any { return new(scanner) }}
 func (sc *scanner) reset(body []byte) {
 	sc.body = body
 	sc.dec.Reset(body)
-	texts, raws, images := sc.scan.texts[:0], sc.scan.raws[:0], sc.scan.images[:0]
-	sc.scan = scan{texts: texts, raws: raws, images: images}
+	texts, raws, images, cycle := sc.scan.texts[:0], sc.scan.raws[:0], sc.scan.images[:0], sc.scan.cycle[:0]
+	sc.scan = scan{texts: texts, raws: raws, images: images, cycle: cycle}
 }
 
 // offset is where the decoder stands in the body.
@@ -174,6 +179,7 @@ func (sc *scanner) request(body []byte) error {
 	if !sc.dec.End() {
 		return errNotOneObject
 	}
+	s.raws = append(s.raws, s.cycle...)
 	s.fixed += replyOverhead + messageOverhead*int64(s.messages)
 	return nil
 }
@@ -184,6 +190,7 @@ func (sc *scanner) message(i int) error {
 	s.messages++
 	at := where{msg: i, part: -1}
 	var role string
+	var thinking span
 	err := sc.objectOf(at, messageFields, func(f int) error {
 		switch messageFields[f] {
 		case "role":
@@ -198,6 +205,10 @@ func (sc *scanner) message(i int) error {
 		case "audio": // a reference to an earlier spoken answer: billed as audio
 			sc.unboundable(at.in("audio"), "audio")
 			return sc.skip()
+		case "thinking_blocks": // Anthropic's signed thinking, sent back (counted with its signatures: the safe side)
+			var err error
+			thinking, err = sc.value()
+			return err
 		default: // tool_calls, function_call
 			return sc.counted()
 		}
@@ -206,7 +217,13 @@ func (sc *scanner) message(i int) error {
 		return err
 	}
 	switch role {
-	case "system", "developer", "user", "assistant", "tool":
+	case "user":
+		s.cycle = s.cycle[:0]
+		return nil
+	case "system", "developer", "assistant", "tool":
+		if thinking.end > 0 && string(thinking.in(sc.body)) != "null" {
+			s.cycle = append(s.cycle, thinking)
+		}
 		return nil
 	}
 	return apperr.Field(apperr.Invalid, "invalid_role", at.in("role").String(), "role must be one of system, developer, user, assistant, tool")

@@ -279,3 +279,41 @@ func TestMessagesWhenEveryProviderIsDownAreOverloaded(t *testing.T) {
 		t.Fatalf("529 without retry-after: %v", w.Header())
 	}
 }
+
+// TestCountTokensCountsTheThinkingOfAToolCycle: the thinking block a
+// client sends back with its tool_use (as Anthropic requires while a tool
+// is used with thinking) is billed by Anthropic as input, so the estimate
+// counts it; one before the last user turn is stripped, and is not.
+func TestCountTokensCountsTheThinkingOfAToolCycle(t *testing.T) {
+	e := newEnv(t, testdb.SQLite(t))
+	key, _ := e.apiToken(e.signup("a@example.com", "A"))
+	thinking := strings.Repeat("I should look the weather up before I answer. ", 50)
+	body := func(withThinking bool, after string) string {
+		assistant := `{"type":"tool_use","id":"toolu_1","name":"weather","input":{}}`
+		if withThinking {
+			assistant = `{"type":"thinking","thinking":"` + thinking + `","signature":"EqQBCkYIARgC"},` + assistant
+		}
+		return `{"model":"sluice-local","tools":[{"name":"weather","input_schema":{"type":"object"}}],"messages":[` +
+			`{"role":"user","content":"weather?"},{"role":"assistant","content":[` + assistant + `]},` +
+			`{"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_1","content":"18C"}]}` + after + `]}`
+	}
+	count := func(b string) int64 {
+		t.Helper()
+		w := e.do(request{method: "POST", path: "/v1/messages/count_tokens", body: b, header: map[string]string{"x-api-key": key}})
+		var got struct {
+			InputTokens int64 `json:"input_tokens"`
+		}
+		if w.Code != 200 || json.Unmarshal(w.Body.Bytes(), &got) != nil {
+			t.Fatalf("%d %s", w.Code, w.Body.String())
+		}
+		return got.InputTokens
+	}
+	words := int64(len(strings.Fields(thinking))) // at least a token a word
+	if with, without := count(body(true, "")), count(body(false, "")); with < without+words {
+		t.Errorf("the cycle's thinking: %d input tokens, want at least %d + %d", with, without, words)
+	}
+	const next = `,{"role":"assistant","content":"18C."},{"role":"user","content":"thanks"}`
+	if with, without := count(body(true, next)), count(body(false, next)); with != without {
+		t.Errorf("thinking before the last user turn: %d input tokens, want %d as without it", with, without)
+	}
+}
