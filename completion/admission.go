@@ -585,7 +585,7 @@ func (p *Pipeline) settle(ctx context.Context, c *call, out Served) {
 	cost, _ := p.cost(c, out)
 	p.settleBudget(ctx, c, cost)
 	var used int64
-	if out.delivered {
+	if out.billed() {
 		used = int64(out.Usage.Total())
 	}
 	if c.caller.Tier.TokensPerMinute > 0 && used != c.estimate {
@@ -593,7 +593,7 @@ func (p *Pipeline) settle(ctx context.Context, c *call, out Served) {
 			p.d.Log.Warn("settling tokens-per-minute failed", "request_id", c.req.ID, "err", err)
 		}
 	}
-	if out.delivered && out.KeyID != 0 {
+	if out.billed() && out.KeyID != 0 {
 		if err := p.d.Providers.Settle(ctx, out.KeyID, c.estimate, used); err != nil {
 			p.d.Log.Warn("settling a provider key's tokens failed", "request_id", c.req.ID, "err", err)
 		}

@@ -38,8 +38,8 @@ func (p *Pipeline) answer(ctx context.Context, c *call) (Served, error) {
 	route := c.req.route
 	if route == nil {
 		out, failure := p.answerModel(ctx, c)
-		if failure == nil {
-			return out, nil
+		if failure == nil || out.promptOnly {
+			return out, failure
 		}
 		waited := out.ProviderTime
 		out, err := p.providersFailed(ctx, c, failure)
@@ -61,9 +61,9 @@ func (p *Pipeline) answer(ctx context.Context, c *call) (Served, error) {
 		c.body = body
 		out, f := p.answerModel(ctx, c)
 		waited += out.ProviderTime
-		if f == nil {
+		if f == nil || out.promptOnly {
 			out.ProviderTime = waited
-			return out, nil
+			return out, f
 		}
 		failure = f
 		if ctx.Err() != nil || !unavailable(f) {
@@ -209,6 +209,15 @@ func (p *Pipeline) answerFromProvider(ctx context.Context, c *call, cacheKey str
 	resp, err := p.d.Providers.Do(doCtx, upstream.Request{Endpoint: c.req.Endpoint, Model: c.model, Body: c.body, Stream: c.req.Stream,
 		Estimate: c.estimate, ID: c.req.ID, Native: native, Budget: c.budget})
 	if err != nil {
+		var sent *upstream.SentError
+		if errors.As(err, &sent) {
+			// The client left after the provider had the request and
+			// before a word came back: the provider bills the prompt, so
+			// the client is billed it, as for a stream cut before its
+			// first word.
+			return Served{Status: statusClientGone, Model: c.model, KeyID: sent.KeyID, Usage: c.counted(""),
+				promptOnly: true, ProviderTime: p.d.Now().Sub(asked)}, err
+		}
 		return Served{ProviderTime: p.d.Now().Sub(asked)}, err
 	}
 	c.sink.Header().Set("X-Sluice-Upstream-Attempts", strconv.Itoa(resp.Attempts)) // canonical: no key allocated

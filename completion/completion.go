@@ -169,9 +169,21 @@ type Served struct {
 	// provider's answer: what is not Sluice's own overhead.
 	ProviderTime time.Duration
 
-	delivered bool   // a 2xx answer reached the sink, wholly or (a stream) partly
-	reply     string // the assistant's text, for the conversation
+	delivered bool // a 2xx answer reached the sink, wholly or (a stream) partly
+	// promptOnly: no answer reached the sink, but the provider had the
+	// request and bills its prompt (a stream whose client left before its
+	// first word); the prompt's estimate is billed.
+	promptOnly bool
+	reply      string // the assistant's text, for the conversation
 }
+
+// billed says whether the request is billed: an answer reached the sink,
+// or the provider had its prompt.
+func (s Served) billed() bool { return s.delivered || s.promptOnly }
+
+// statusClientGone is the status a usage event records for a request its
+// client left before the answer began (nginx's "client closed request").
+const statusClientGone = 499
 
 // call is one request on its way through the pipeline.
 type call struct {
@@ -258,12 +270,14 @@ func (p *Pipeline) Complete(ctx context.Context, caller accounts.Caller, req *Re
 	// settled and billed.
 	after := context.WithoutCancel(ctx)
 	p.settle(after, c, out)
-	if err != nil || !out.delivered {
+	if !out.billed() {
 		return out, err
 	}
-	p.saveHistory(after, c, out.reply)
+	if err == nil {
+		p.saveHistory(after, c, out.reply)
+	}
 	p.record(c, out)
-	return out, nil
+	return out, err
 }
 
 // CheckModel refuses a model (or alias) the caller's token may not use, in
@@ -286,7 +300,7 @@ func (c *call) counted(reply string) chat.Usage {
 // nothing when nothing was delivered, for an unpriced model, or for a
 // response-cache hit on a tier that does not bill them.
 func (p *Pipeline) cost(c *call, out Served) (money.Amount, int64) {
-	if !out.delivered || out.Cached && !c.caller.Tier.BillCacheHits {
+	if !out.billed() || out.Cached && !c.caller.Tier.BillCacheHits {
 		return 0, 0
 	}
 	price, ok := p.d.Prices.At(out.Model, c.start)

@@ -264,6 +264,54 @@ func TestStreamWithTheClientGoneBillsWhatWasDelivered(t *testing.T) {
 	}
 }
 
+// A stream's client that leaves after the provider had its request and
+// before a word came back is billed the prompt, which the provider read
+// (upstream.SentError), and recorded as a request its client closed; one
+// gone before the request was sent is billed nothing.
+func TestStreamLeftBeforeItsFirstWordBillsThePrompt(t *testing.T) {
+	r := newRig(t)
+	r.price("gpt-test", "1", "3", "1")
+	const body = `{"model":"gpt-test","stream":true,"max_tokens":100,"messages":[{"role":"user","content":"a long prompt the provider reads before it answers"}]}`
+	for _, tt := range []struct {
+		name   string
+		err    error
+		billed bool
+	}{
+		{"after the send", &upstream.SentError{KeyID: 7, Err: context.Canceled}, true},
+		{"before the send", fmt.Errorf("upstream: request abandoned: %w", context.Canceled), false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			evsBefore, keysBefore := len(r.recorder.all()), len(r.provider.settlements())
+			// The client is gone by the time the pool answers.
+			ctx, leave := context.WithCancel(context.Background())
+			r.provider.answer = func(context.Context, upstream.Request) (*upstream.Response, error) { leave(); return nil, tt.err }
+			req := r.request(body)
+			_, err := r.p.Complete(ctx, r.caller, req, newSink())
+			if !errors.Is(err, context.Canceled) {
+				t.Fatalf("err = %v, want the client's context error", err)
+			}
+			evs, keys := r.recorder.all()[evsBefore:], r.provider.settlements()[keysBefore:]
+			if !tt.billed {
+				if len(evs) != 0 || len(keys) != 0 {
+					t.Fatalf("nothing was sent, yet usage %+v and key settlements %+v", evs, keys)
+				}
+				return
+			}
+			prompt := int(req.Prompt.Tokens)
+			if len(evs) != 1 || evs[0].PromptTokens != prompt || evs[0].CompletionTokens != 0 || evs[0].Status != 499 ||
+				evs[0].UpstreamKeyID == nil || *evs[0].UpstreamKeyID != 7 {
+				t.Fatalf("usage %+v, want one event of the %d prompt tokens, status 499, key 7", evs, prompt)
+			}
+			if want := money.Amount(prompt * 1_000_000); evs[0].Cost != want { // 1.00 per million in
+				t.Fatalf("cost %s, want the prompt's %s", evs[0].Cost, want)
+			}
+			if len(keys) != 1 || keys[0].actual != int64(prompt) {
+				t.Fatalf("key settlements %+v, want the prompt's %d tokens on key 7", keys, prompt)
+			}
+		})
+	}
+}
+
 func TestFrozenTokenIsRefusedBeforeAnything(t *testing.T) {
 	r := newRig(t)
 	r.provider.answer = answerJSON(okAnswer(6, 1))

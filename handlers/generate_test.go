@@ -494,6 +494,72 @@ func TestAWholeAnswerLeftBeforeItCameIsBilledInFull(t *testing.T) {
 	}
 }
 
+// TestAStreamLeftBeforeItsFirstWordPaysForThePrompt: a client that hangs
+// up on a stream once the provider has its request, before a word came
+// back, ends the provider's request (nothing more is generated) but not
+// the bill for the prompt the provider read: the prompt's estimate is
+// billed, on a usage event of status 499. (Before, nothing was billed: a
+// tenant could have any prompt read at the provider for free by hanging
+// up before the first word.)
+func TestAStreamLeftBeforeItsFirstWordPaysForThePrompt(t *testing.T) {
+	db := testdb.SQLite(t)
+	g := newGenEnv(t, db)
+	admin := g.login("admin@example.com", "admin-password")
+	key, _ := g.apiToken(g.signup("a@example.com", "A"))
+	received, upstreamGone := make(chan struct{}), make(chan struct{})
+	provider := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		close(received)
+		<-r.Context().Done() // no headers until the gateway gives up on us
+		close(upstreamGone)
+	}))
+	defer provider.Close()
+	g.addKey(t, admin, "slow-first-word", provider.URL+"/v1", "sk-slow-first-word")
+	gateway := httptest.NewServer(g.h)
+	defer gateway.Close()
+
+	prompt := strings.Repeat("Summarise the quarterly report in detail. ", 200)
+	body := `{"model":"gpt-4o-mini","stream":true,"max_tokens":100,"messages":[{"role":"user","content":"` + prompt + `"}]}`
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		req, _ := http.NewRequestWithContext(ctx, "POST", gateway.URL+"/v1/chat/completions", strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Authorization", "Bearer "+key)
+		resp, err := http.DefaultClient.Do(req)
+		if err == nil {
+			resp.Body.Close()
+		}
+		done <- err
+	}()
+	select {
+	case <-received:
+	case err := <-done:
+		t.Fatalf("answered before the provider was asked: %v", err)
+	}
+	cancel() // the client hangs up before the first word
+	if err := <-done; err == nil {
+		t.Fatal("the client got an answer after hanging up")
+	}
+	select {
+	case <-upstreamGone:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the provider request was not cancelled when the client left")
+	}
+	u := usageOnceBilled(t, g, "a@example.com")
+	estimate, err := g.deps.Pipeline.Parse([]byte(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u.Requests != 1 || u.PromptTokens != estimate.Prompt.Tokens || u.CompletionTokens != 0 || estimate.Prompt.Tokens < 1000 {
+		t.Fatalf("billed %+v, want the prompt's %d tokens and no completion", u, estimate.Prompt.Tokens)
+	}
+	var status int
+	if err := db.Gorm.Model(&models.UsageEvent{}).Select("status").Scan(&status).Error; err != nil || status != 499 {
+		t.Fatalf("the usage event's status %d (%v), want 499: its client closed the request", status, err)
+	}
+}
+
 // TestAStreamLeftAfterItsLastWordPaysTheProvidersBill: a client that
 // hangs up once the answer has finished does not take the usage chunk with
 // it: Sluice reads on, within SLUICE_USAGE_GRACE, and bills what the

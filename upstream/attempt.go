@@ -46,7 +46,7 @@ const defaultRateLimitRest = time.Second
 // flight on the key from the send until it ends here, or, for a 2xx stream,
 // until the stream is closed.
 func (p *Pool) attempt(ctx context.Context, e *keyEntry, probe bool, adm admission, req Request, timeout time.Duration) attemptResult {
-	actx, cancel := attemptContext(ctx, req.Stream)
+	actx, cancel, written := attemptContext(ctx, req.Stream)
 	var timedOut atomic.Bool
 	timer := time.AfterFunc(timeout, func() {
 		timedOut.Store(true)
@@ -94,34 +94,38 @@ func (p *Pool) attempt(ctx context.Context, e *keyEntry, probe bool, adm admissi
 		e.h.inFlight.Add(-1)
 	}()
 	if err != nil {
-		return p.lost(ctx, e, probe, req, start, timedOut.Load(), err)
+		return p.lost(ctx, e, probe, req, start, timedOut.Load(), written.Load(), err)
 	}
 	return p.judge(ctx, e, probe, req, resp, start, &timedOut)
 }
 
-// attemptContext is the context of one attempt's HTTP request. A stream
-// ends with its client: closing it stops the provider generating, and
-// what was delivered is billed. A whole answer is different: once the
-// provider has the request it answers, and bills, in full whether anyone
-// is left to read it, so the attempt lives on to read the answer and its
-// usage, and the client is billed what the answer cost (within the
-// attempt's timeout). A client gone before its request was written
-// cancels it: nothing was asked, nothing is billed.
-func attemptContext(client context.Context, stream bool) (context.Context, context.CancelFunc) {
+// attemptContext is the context of one attempt's HTTP request, and
+// whether the request was written. A stream ends with its client: closing
+// it stops the provider generating, and what was delivered is billed (the
+// prompt too when the client left after the request was written and
+// before the answer began: the provider has read it; see SentError). A
+// whole answer is different: once the provider has the request it
+// answers, and bills, in full whether anyone is left to read it, so the
+// attempt lives on to read the answer and its usage, and the client is
+// billed what the answer cost (within the attempt's timeout). A client
+// gone before its request was written cancels it: nothing was asked,
+// nothing is billed.
+func attemptContext(client context.Context, stream bool) (context.Context, context.CancelFunc, *atomic.Bool) {
+	written := new(atomic.Bool)
+	trace := &httptrace.ClientTrace{WroteRequest: func(info httptrace.WroteRequestInfo) {
+		written.Store(info.Err == nil)
+	}}
 	if stream {
-		return context.WithCancel(client)
+		ctx, cancel := context.WithCancel(client)
+		return httptrace.WithClientTrace(ctx, trace), cancel, written
 	}
 	ctx, cancel := context.WithCancel(context.WithoutCancel(client))
-	var written atomic.Bool
 	stop := context.AfterFunc(client, func() {
 		if !written.Load() {
 			cancel()
 		}
 	})
-	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{WroteRequest: func(info httptrace.WroteRequestInfo) {
-		written.Store(info.Err == nil)
-	}})
-	return ctx, func() { stop(); cancel() }
+	return httptrace.WithClientTrace(ctx, trace), func() { stop(); cancel() }, written
 }
 
 // A failureReader is a wire format whose provider says in a failure's
@@ -188,7 +192,8 @@ func (p *Pool) judge(ctx context.Context, e *keyEntry, probe bool, req Request, 
 			e.h.answered(status, probe, true)
 			return attemptResult{kind: attemptFatal, err: fmt.Errorf("%w: over %d bytes from key %q", ErrTooLarge, MaxResponseBytes, e.key.Name)}
 		case err != nil && !errors.Is(err, ErrTooLarge):
-			return p.lost(ctx, e, probe, req, start, timedOut.Load(), err)
+			// Headers came: not a request left before its answer began.
+			return p.lost(ctx, e, probe, req, start, timedOut.Load(), false, err)
 		}
 		e.h.answered(status, probe, healthy)
 		p.models.observe(req.Model, false, p.opts.Now())
@@ -273,9 +278,12 @@ func (p *Pool) drain(ctx context.Context, e *keyEntry) {
 
 // lost ends an attempt that got no usable answer: the caller went away (not
 // the key's fault), it timed out, or the connection failed.
-func (p *Pool) lost(ctx context.Context, e *keyEntry, probe bool, req Request, start time.Time, timedOut bool, err error) attemptResult {
+func (p *Pool) lost(ctx context.Context, e *keyEntry, probe bool, req Request, start time.Time, timedOut, written bool, err error) attemptResult {
 	if ctx.Err() != nil {
 		e.h.abandoned(probe)
+		if written {
+			return attemptResult{kind: attemptGone, err: &SentError{KeyID: e.key.ID, Err: ctx.Err()}}
+		}
 		return attemptResult{kind: attemptGone, err: ctx.Err()}
 	}
 	took := p.opts.Now().Sub(start)

@@ -46,6 +46,22 @@ func (e *AttemptError) Error() string {
 
 func (e *AttemptError) Unwrap() error { return e.Err }
 
+// SentError is Do's error for a streamed request whose caller left after
+// the request was written to key KeyID and before the answer began: the
+// provider has read the prompt, and bills it, so the caller is billed it
+// too (a stream cut before its first word is billed the same way). The
+// key's tokens were not given back. It wraps the caller's context error.
+type SentError struct {
+	KeyID int64
+	Err   error
+}
+
+func (e *SentError) Error() string {
+	return fmt.Sprintf("upstream: request abandoned after it was sent (key id %d): %v", e.KeyID, e.Err)
+}
+
+func (e *SentError) Unwrap() error { return e.Err }
+
 // Do sends req through the pool and returns the provider's answer: a 2xx, or
 // a 4xx about the request itself (returned as is, never retried). For a 2xx
 // stream, Response.Stream is the live body: the caller must close it, and it
@@ -88,6 +104,12 @@ func (p *Pool) Do(ctx context.Context, req Request) (*Response, error) {
 			return nil, giveUp(ctx, fmt.Errorf("%w: the retry budget of %s is spent", ErrUnavailable, p.opts.Budget), last)
 		}
 		r := p.attempt(ctx, e, probe, adm, req, timeout)
+		var sent *SentError
+		if errors.As(r.err, &sent) {
+			// The provider has the prompt: its tokens stay spent on the
+			// key, for the caller to settle.
+			return nil, sent
+		}
 		if r.kind != attemptDone || r.resp.Status/100 != 2 {
 			// Nothing was generated: give the key's tokens back, or failed
 			// and refused requests would drain it for every tenant.

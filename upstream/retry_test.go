@@ -511,7 +511,8 @@ func TestSecretsNeverLogged(t *testing.T) {
 }
 
 // A stream's caller that leaves before the headers ends the provider's
-// request: nothing was generated for anyone.
+// request: nothing was generated, but the provider had the prompt, so Do
+// says so (SentError, naming the key) for the caller to bill it.
 func TestCallerCancelledBeforeHeaders(t *testing.T) {
 	var h hits
 	cancelled := make(chan struct{})
@@ -532,6 +533,10 @@ func TestCallerCancelledBeforeHeaders(t *testing.T) {
 	if !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, ErrUnavailable) {
 		t.Fatalf("err = %v, want the caller's context error", err)
 	}
+	var sent *SentError
+	if !errors.As(err, &sent) || sent.KeyID == 0 || !strings.Contains(err.Error(), "abandoned after it was sent") {
+		t.Fatalf("err = %v, want a SentError naming the key that has the prompt", err)
+	}
 	select {
 	case <-cancelled:
 	case <-time.After(2 * time.Second):
@@ -542,6 +547,13 @@ func TestCallerCancelledBeforeHeaders(t *testing.T) {
 	}
 	if s := status(t, p, 1); s.Failures != 0 {
 		t.Fatalf("the caller leaving counted against the key: %+v", s)
+	}
+	// A caller gone before anything was sent is not told the provider has
+	// its prompt.
+	gone, leave := context.WithCancel(context.Background())
+	leave()
+	if _, err := p.Do(gone, req); !errors.Is(err, context.Canceled) || errors.As(err, &sent) {
+		t.Fatalf("a caller gone before the send: err = %v, want its context error alone", err)
 	}
 }
 
