@@ -22,10 +22,11 @@ import (
 // releases nothing where it was made: balances are then conservative (too
 // much reserved) until the period's balance is next reset.
 type FallbackLedger struct {
-	shared Ledger
-	local  *MemoryLedger
-	share  int64
-	log    *slog.Logger
+	shared   Ledger
+	local    *MemoryLedger
+	expected int64        // the least share: the expected node count
+	share    atomic.Int64 // the share in force: max(expected, the nodes last seen)
+	log      *slog.Logger
 
 	down    atomic.Bool
 	mu      sync.Mutex
@@ -34,9 +35,16 @@ type FallbackLedger struct {
 
 // NewFallbackLedger wraps shared; share is the expected node count.
 func NewFallbackLedger(shared Ledger, seed Seed, share int, log *slog.Logger, opts ...LedgerOption) *FallbackLedger {
-	return &FallbackLedger{shared: shared, local: NewMemoryLedger(seed, opts...), share: int64(max(share, 1)), log: log,
+	l := &FallbackLedger{shared: shared, local: NewMemoryLedger(seed, opts...), expected: int64(max(share, 1)), log: log,
 		touched: make(map[ledgerKey]time.Time)}
+	l.share.Store(l.expected)
+	return l
 }
+
+// ObserveNodes tells the ledger how many nodes were last seen sharing the
+// budgets: while it is down each keeps 1/n of what is left, never more
+// than 1/share (the expected node count, the least).
+func (l *FallbackLedger) ObserveNodes(n int) { l.share.Store(max(l.expected, int64(n))) }
 
 // Reserve implements Ledger.
 func (l *FallbackLedger) Reserve(ctx context.Context, period time.Time, amount money.Amount, holds ...Hold) ([]Balance, bool, error) {
@@ -51,7 +59,7 @@ func (l *FallbackLedger) Reserve(ctx context.Context, period time.Time, amount m
 			return nil, false, err
 		}
 		// What is left (a prepaid balance counts its credits), shared.
-		left := max(local.Left(h.Limit)+local.Reserved, 0) / money.Amount(l.share)
+		left := max(local.Left(h.Limit)+local.Reserved, 0) / money.Amount(l.share.Load())
 		shares[i] = Hold{Account: h.Account, Limit: local.Spent + left - local.Credited + local.Withdrawn}
 	}
 	return l.local.Reserve(ctx, period, amount, shares...)
@@ -108,7 +116,7 @@ func (l *FallbackLedger) answered(ctx context.Context, err error) bool {
 		return true // the caller left: not an outage
 	}
 	if l.down.CompareAndSwap(false, true) {
-		l.log.Warn("budget ledger unavailable; budgets are enforced per node at a 1/N share of what is left", "expected_nodes", l.share, "err", err)
+		l.log.Warn("budget ledger unavailable; budgets are enforced per node at a 1/N share of what is left", "nodes", l.share.Load(), "err", err)
 	}
 	return false
 }

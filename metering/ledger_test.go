@@ -333,3 +333,26 @@ func TestFallbackLedgerSharesEveryLimit(t *testing.T) {
 		t.Fatalf("the organization's local balance holds %s, want 2.00: the token's refusals held nothing on it", b.Reserved)
 	}
 }
+
+// The share follows the nodes last seen, never below the expected count:
+// expecting 1 node but having seen 4, a node reserves a quarter of the
+// token's 4.00 while the shared ledger is down.
+func TestFallbackLedgerShareFollowsTheNodesSeen(t *testing.T) {
+	ctx := context.Background()
+	seed := func(context.Context, Account, time.Time) (money.Amount, error) { return 0, nil }
+	for _, tt := range []struct{ expected, seen, want int }{{1, 4, 1}, {1, 0, 4}, {2, 1, 2}} {
+		l := NewFallbackLedger(downLedger{}, seed, tt.expected, slog.New(slog.NewTextHandler(io.Discard, nil)))
+		l.ObserveNodes(tt.seen)
+		admitted := 0
+		for range 6 {
+			if _, ok, err := l.Reserve(ctx, nov, money.Dollar, Hold{Account: TokenAccount(1, 5), Limit: 4 * money.Dollar}); err != nil {
+				t.Fatal(err)
+			} else if ok {
+				admitted++
+			}
+		}
+		if admitted != tt.want {
+			t.Errorf("%d expected, %d seen: admitted %d of the token's 4.00, want %d", tt.expected, tt.seen, admitted, tt.want)
+		}
+	}
+}

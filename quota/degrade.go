@@ -47,7 +47,8 @@ import (
 type Degrading struct {
 	shared    Limiter
 	local     *Memory
-	share     int64
+	expected  int64        // DegradingOptions.Share: the least share
+	share     atomic.Int64 // the share in force: max(expected, the nodes last seen)
 	timeout   time.Duration
 	interval  time.Duration
 	threshold int32
@@ -118,7 +119,7 @@ func NewDegrading(shared Limiter, local *Memory, opts DegradingOptions) *Degradi
 	d := &Degrading{
 		shared:    shared,
 		local:     local,
-		share:     int64(max(opts.Share, 1)),
+		expected:  int64(max(opts.Share, 1)),
 		timeout:   opts.Timeout,
 		interval:  opts.ProbeInterval,
 		threshold: int32(min(max(opts.FailuresToDegrade, 0), 1000)),
@@ -127,6 +128,7 @@ func NewDegrading(shared Limiter, local *Memory, opts DegradingOptions) *Degradi
 		onChange:  opts.OnStateChange,
 		spawn:     func(f func()) { go f() },
 	}
+	d.share.Store(d.expected)
 	if d.timeout <= 0 {
 		d.timeout = DefaultSharedTimeout
 	}
@@ -152,11 +154,21 @@ func NewDegrading(shared Limiter, local *Memory, opts DegradingOptions) *Degradi
 // LimiterStatus says where a node's bucket state lives, for admins: "local"
 // (in process, no Redis), "shared" (Redis) or "degraded" (Redis configured
 // but unreachable: local shares of each limit), and the node count those
-// shares assume.
+// shares assume (SLUICE_EXPECTED_NODES, or the nodes seen lately when more).
 type LimiterStatus struct {
 	Mode  string `json:"mode"`
-	Nodes int    `json:"expected_nodes"`
+	Nodes int    `json:"nodes"`
 }
+
+// ObserveNodes tells the limiter how many nodes were last seen sharing the
+// limits (cluster.Presence): while degraded each keeps 1/n of every limit,
+// so that together they allow no more than the whole, and never more than
+// 1/Share (SLUICE_EXPECTED_NODES, the least). It is only learnt while
+// Redis answers, so an outage keeps the count from before it.
+func (d *Degrading) ObserveNodes(n int) { d.share.Store(max(d.expected, int64(n))) }
+
+// Share is the n of the 1/n of every limit the node keeps while degraded.
+func (d *Degrading) Share() int { return int(d.share.Load()) }
 
 // State is "shared" while the shared limiter decides and "degraded" while
 // local limits do.
@@ -338,12 +350,13 @@ func (d *Degrading) beforeLocal(key string, p Params) (outage bool) {
 // ErrWeightExceedsCapacity. If the share cannot be represented (a refill too
 // slow once divided), the whole bucket is used instead.
 func (d *Degrading) localShare(p Params, weight int64) (Params, int64) {
-	if d.share == 1 {
+	share := d.share.Load()
+	if share == 1 {
 		return p, weight
 	}
 	lp := Params{
-		Capacity:     p.Capacity/d.share + min(p.Capacity%d.share, 1),
-		RefillPerSec: p.RefillPerSec / float64(d.share),
+		Capacity:     p.Capacity/share + min(p.Capacity%share, 1),
+		RefillPerSec: p.RefillPerSec / float64(share),
 	}
 	if _, err := newShape(lp, 1); err != nil {
 		return p, weight

@@ -119,8 +119,8 @@ func (d *Degrading) open(err error) {
 	d.outages.Add(1)
 	d.since = now
 	d.abandon.Swap(newSignal()).cancel()
-	d.log.Warn(fmt.Sprintf("shared limiter unavailable; using local limits at 1/%d share", d.share),
-		"expected_nodes", d.share, "probe_interval", d.interval, "failures_in_a_row", d.failing.Load(), "err", err)
+	d.log.Warn(fmt.Sprintf("shared limiter unavailable; using local limits at 1/%d share", d.share.Load()),
+		"nodes", d.share.Load(), "probe_interval", d.interval, "failures_in_a_row", d.failing.Load(), "err", err)
 	if d.onChange != nil {
 		d.onChange(true)
 	}

@@ -266,6 +266,30 @@ func TestDegradingLocalShare(t *testing.T) {
 	}
 }
 
+// The share in force is the nodes last seen when more than the expected
+// count, and never less than it: 30 at 0.5/s on 1 expected node that has
+// seen 3 keeps 10 at 0.5/3; seen 1 again, all 30.
+func TestDegradingShareFollowsTheNodesSeen(t *testing.T) {
+	d := NewDegrading(nil, nil, DegradingOptions{Share: 1})
+	for _, tt := range []struct {
+		seen, share int
+		want        Params
+	}{
+		{3, 3, Params{Capacity: 10, RefillPerSec: 0.5 / 3}},
+		{1, 1, free},
+		{0, 1, free}, // no count is no node: the expected share
+	} {
+		d.ObserveNodes(tt.seen)
+		if p, _ := d.localShare(free, 1); d.Share() != tt.share || p != tt.want {
+			t.Errorf("seen %d: share %d, local %+v; want %d, %+v", tt.seen, d.Share(), p, tt.share, tt.want)
+		}
+	}
+	d = NewDegrading(nil, nil, DegradingOptions{Share: 4})
+	if d.ObserveNodes(2); d.Share() != 4 {
+		t.Errorf("4 expected, 2 seen: share %d, want the expected 4", d.Share())
+	}
+}
+
 func TestDegradingAllowBothAndAdjust(t *testing.T) {
 	clk := newFakeClock()
 	shared := &switchLimiter{up: NewMemory(clk.Now)}

@@ -33,7 +33,7 @@ type AdminTiersView struct {
 // LimiterState describes the rate limiter's backend for admins.
 type LimiterState struct {
 	Mode     string // "local" (one node, in memory), "shared" (Redis) or "degraded" (Redis unreachable: local at a per-node share)
-	Nodes    int    // SLUICE_EXPECTED_NODES
+	Nodes    int    // the nodes sharing the limits: SLUICE_EXPECTED_NODES or, when more, those seen lately
 	Degraded bool
 }
 

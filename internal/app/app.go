@@ -346,6 +346,7 @@ func (a *App) Start(ctx context.Context) (<-chan error, error) {
 	a.worker("refusals", func(ctx context.Context) { a.keys.PersistRefusals(ctx, a.pool.Refusals()) })
 	a.worker("provider pool", a.pool.Run)
 	a.worker("prefetch give-backs", a.shared.runPrefetch)
+	a.worker("node presence", a.shared.runPresence)
 	if a.mailer != nil {
 		a.worker("mail outbox", a.mailer.Run)
 	}

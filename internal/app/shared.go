@@ -45,6 +45,7 @@ const (
 	redisBudgets       = "budget:"      // budget and prepaid balance reservations (metering.RedisLedger)
 	redisInvalidations = "invalidate"   // the channel other nodes' changes arrive on (cluster.Redis)
 	redisTunerLeader   = "tuner-leader" // the auto-tuner's lease (quota.RedisLease)
+	redisNodes         = "nodes"        // the nodes seen lately, sizing each one's share in an outage (cluster.Presence)
 )
 
 // shared is the state a node shares with the others through Redis, or, with
@@ -52,8 +53,13 @@ const (
 // tuner's leader, signed requests' nonces, the response cache, chat
 // histories and budget reservations. newShared makes the one choice.
 type shared struct {
-	limiter       quota.Limiter
-	prefetch      *quota.Prefetch // the limiter with Redis, to run and flush; nil without
+	limiter  quota.Limiter
+	prefetch *quota.Prefetch // the limiter with Redis, to run and flush; nil without
+	// presence counts the nodes sharing Redis, and observeNodes hands the
+	// count to what shares limits and budgets 1/N in an outage; nil
+	// without Redis.
+	presence      *cluster.Presence
+	observeNodes  func(int)
 	window        quota.RejectionWindow
 	bus           cluster.Bus
 	leader        quota.Leader
@@ -128,6 +134,7 @@ func newShared(cfg config.Config, db *models.DB, store *models.Store, log *slog.
 		nodeID = fmt.Sprintf("%s-%d", host, os.Getpid())
 	}
 	lease := quota.NewRedisLease(client, key(redisTunerLeader), nodeID, 3*cfg.TuneInterval)
+	presence := cluster.NewPresence(client, key(redisNodes), nodeID, nil)
 	// Buckets far from empty are charged for many requests per round trip;
 	// near empty, one each. What is not spent goes back (runPrefetch,
 	// flushPrefetch).
@@ -138,9 +145,16 @@ func newShared(cfg config.Config, db *models.DB, store *models.Store, log *slog.
 	metrics.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_limiter_prefetch_not_given_back_total",
 		Help: "Units of the shared buckets that this node was charged for in advance, did not spend and could not give back (the call failed or came late, or Redis had lost its state): allowance lost to the cluster."},
 		func() float64 { return float64(prefetch.NotGivenBack()) }))
+	// Budgets per node while Redis is unreachable.
+	ledger := metering.NewFallbackLedger(metering.NewRedisLedger(client, key(redisBudgets), seed, funds), seed, cfg.ExpectedNodes, log, funds)
 	return &shared{
 		limiter:  prefetch,
 		prefetch: prefetch,
+		presence: presence,
+		observeNodes: func(n int) {
+			limiter.ObserveNodes(n)
+			ledger.ObserveNodes(n)
+		},
 		window: quota.FallbackWindow{Shared: quota.NewRedisWindow(client, key(redisRejections)), Local: quota.NewMemoryWindow(nil),
 			Timeout: cfg.RedisTimeout},
 		bus:    bus,
@@ -158,18 +172,17 @@ func newShared(cfg config.Config, db *models.DB, store *models.Store, log *slog.
 			cfg.RedisTimeout, nil),
 		cache:         respcache.NewRedis(client, key(redisCache)),
 		conversations: conversations.NewRedis(client, key(redisConversations), cfg.ConversationTTL),
-		// Budgets per node while Redis is unreachable.
-		ledger: metering.NewFallbackLedger(metering.NewRedisLedger(client, key(redisBudgets), seed, funds), seed, cfg.ExpectedNodes, log,
-			funds),
-		redis:        client,
-		limiterRedis: lclient,
+		ledger:        ledger,
+		redis:         client,
+		limiterRedis:  lclient,
 		status: func() quota.LimiterStatus {
-			return quota.LimiterStatus{Mode: limiter.State(), Nodes: cfg.ExpectedNodes}
+			return quota.LimiterStatus{Mode: limiter.State(), Nodes: limiter.Share()}
 		},
 		close: func() {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 			defer cancel()
 			lease.Release(ctx)
+			_ = presence.Leave(ctx)
 			client.Close()
 			lclient.Close()
 		},
@@ -210,6 +223,14 @@ func alone(cfg config.Config, db *models.DB, store *models.Store, seed metering.
 func (a *shared) runPrefetch(ctx context.Context) {
 	if a.prefetch != nil {
 		a.prefetch.Run(ctx)
+	}
+}
+
+// runPresence counts the nodes sharing Redis, until ctx ends, and sizes
+// this node's share of every limit and budget in an outage by it.
+func (a *shared) runPresence(ctx context.Context) {
+	if a.presence != nil {
+		a.presence.Run(ctx, a.observeNodes)
 	}
 }
 

@@ -110,3 +110,41 @@ func TestLimiterStartsLocalWithoutRedis(t *testing.T) {
 		})
 	}
 }
+
+// TestTheOutageShareCountsTheNodesSeen: three nodes on one Redis, each
+// configured to expect one, size their share of an outage by the three
+// they see; one that stops is counted out at the others' next beat.
+func TestTheOutageShareCountsTheNodesSeen(t *testing.T) {
+	url := testredis.URL(t)
+	cfg := limiterConfig(url)
+	cfg.ExpectedNodes = 1
+	var nodes []*shared
+	for _, id := range []string{"n1", "n2", "n3"} {
+		c := cfg
+		c.NodeID = id
+		nodes = append(nodes, startShared(t, c))
+	}
+	beat := func(n *shared) {
+		t.Helper()
+		count, err := n.presence.Beat(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		n.observeNodes(count)
+	}
+	if got := nodes[0].status().Nodes; got != 1 {
+		t.Fatalf("before any beat: %d nodes, want the expected 1", got)
+	}
+	for _, n := range nodes {
+		beat(n)
+	}
+	beat(nodes[0])
+	if got := nodes[0].status(); got.Nodes != 3 {
+		t.Fatalf("status %+v, want the 3 nodes seen", got)
+	}
+	nodes[2].close() // stops: leaves the count
+	beat(nodes[0])
+	if got := nodes[0].status().Nodes; got != 2 {
+		t.Fatalf("after a node stopped: %d nodes, want 2", got)
+	}
+}
