@@ -11,7 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/cluster"
 	"github.com/sluicehq/sluice/internal/testredis"
+	"github.com/sluicehq/sluice/internal/testsync"
 )
 
 // answer is one response of a recorded load: when it was sent and when it
@@ -142,7 +144,9 @@ func limiterModes(t *testing.T, nodes []client, admin string) []string {
 // (bucket C = 100, refill r = 100/s) is offered 3x its rate while a second
 // token chats through the response cache and conversations.
 //
-// No 5xx (a conversation's explicit 503 aside); while Redis is gone every
+// The nodes are told to expect one node each: they must count each other
+// on Redis (cluster.Presence) for their shares. No 5xx (a conversation's
+// explicit 503 aside); while Redis is gone every
 // node decides at its share (x-ratelimit-limit-requests ⌈C/N⌉ = 34) and
 // says it is degraded; within 2 s of the restart every node is back on the
 // shared bucket, and invalidations flow again. The over-admission is
@@ -165,8 +169,21 @@ func TestFaultRedisKilled(t *testing.T) {
 	env := clusterEnv(t, srv.URL())
 	delete(env, "SLUICE_REDIS_TIMEOUT") // the defaults
 	delete(env, "SLUICE_LIMITER_TIMEOUT")
+	// Each node is told to expect only itself: the share of 1/3 below
+	// must come from the nodes counting each other on Redis.
+	env["SLUICE_EXPECTED_NODES"] = "1"
 	nodes := startNodes(t, n, env)
 	admin, token := loadToken(t, nodes[0])
+	// A node counts the others at its beats, every 5 s.
+	testsync.WaitFor(t, 2*cluster.PresenceEvery+5*time.Second, "every node counting the 3 nodes", func() bool {
+		for _, node := range nodes {
+			var st struct{ Nodes int }
+			if node.call("GET", "/api/admin/limiter", admin, "", &st); st.Nodes != n {
+				return false
+			}
+		}
+		return true
+	})
 	var user, chatTok struct{ Token string }
 	nodes[0].call("POST", "/api/auth/login", "", `{"email":"load@example.com","password":"password123"}`, &user)
 	nodes[0].call("POST", "/api/tokens", user.Token, `{"name":"chat"}`, &chatTok)
