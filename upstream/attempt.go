@@ -281,7 +281,7 @@ func (p *Pool) drain(ctx context.Context, e *keyEntry) {
 func (p *Pool) lost(ctx context.Context, e *keyEntry, probe bool, req Request, start time.Time, timedOut, written bool, err error) attemptResult {
 	if ctx.Err() != nil {
 		e.h.abandoned(probe)
-		if written {
+		if written && req.Stream {
 			return attemptResult{kind: attemptGone, err: &SentError{KeyID: e.key.ID, Err: ctx.Err()}}
 		}
 		return attemptResult{kind: attemptGone, err: ctx.Err()}
