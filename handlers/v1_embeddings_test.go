@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
@@ -206,28 +207,40 @@ func TestOpenAIGoSDKEmbeddings(t *testing.T) {
 	for _, in := range inputs {
 		want += int64(family.Of("sluice-local").Counter.Count([]byte(in)))
 	}
+	if u := embedBothWays(t, client, "sluice-local", inputs, 64); u.PromptTokens != want || u.TotalTokens != want {
+		t.Fatalf("usage %+v, want %d tokens", u, want)
+	}
+}
+
+// embedBothWays embeds inputs with client in base64 (what the SDKs ask
+// for) and in floats, checks each answer (model, one unit vector of dims
+// per input, in order) and that both carry the same float32s, and returns
+// the usage both report.
+func embedBothWays(t *testing.T, client openai.Client, model string, inputs []string, dims int64) openai.CreateEmbeddingResponseUsage {
+	t.Helper()
 	vectors := map[openai.EmbeddingNewParamsEncodingFormat][][]float64{}
+	var usage []openai.CreateEmbeddingResponseUsage
 	for _, format := range []openai.EmbeddingNewParamsEncodingFormat{openai.EmbeddingNewParamsEncodingFormatBase64, openai.EmbeddingNewParamsEncodingFormatFloat} {
 		resp, err := client.Embeddings.New(context.Background(), openai.EmbeddingNewParams{
-			Model: "sluice-local", Input: openai.EmbeddingNewParamsInputUnion{OfArrayOfStrings: inputs},
-			EncodingFormat: format, Dimensions: openai.Int(64),
+			Model: model, Input: openai.EmbeddingNewParamsInputUnion{OfArrayOfStrings: inputs}, EncodingFormat: format, Dimensions: openai.Int(dims),
 		})
 		if err != nil {
 			t.Fatalf("%s: %v", format, err)
 		}
-		if resp.Model != "sluice-local" || len(resp.Data) != 2 || resp.Usage.PromptTokens != want || resp.Usage.TotalTokens != want {
-			t.Fatalf("%s: model %q, %d vectors, usage %+v, want %d tokens", format, resp.Model, len(resp.Data), resp.Usage, want)
+		if resp.Model != model || len(resp.Data) != len(inputs) {
+			t.Fatalf("%s: model %q, %d vectors, want %q and %d", format, resp.Model, len(resp.Data), model, len(inputs))
 		}
 		for i, d := range resp.Data {
 			var n float64
 			for _, x := range d.Embedding {
 				n += x * x
 			}
-			if d.Index != int64(i) || len(d.Embedding) != 64 || math.Abs(math.Sqrt(n)-1) > 1e-5 {
+			if d.Index != int64(i) || int64(len(d.Embedding)) != dims || math.Abs(math.Sqrt(n)-1) > 1e-5 {
 				t.Fatalf("%s: vector %d: index %d, %d dimensions, length %v", format, i, d.Index, len(d.Embedding), math.Sqrt(n))
 			}
 			vectors[format] = append(vectors[format], d.Embedding)
 		}
+		usage = append(usage, resp.Usage)
 	}
 	// The same float32s: a float printed in JSON reads back as the nearest
 	// float64 to its digits, the one in base64 as the float32 itself.
@@ -236,5 +249,48 @@ func TestOpenAIGoSDKEmbeddings(t *testing.T) {
 	}
 	if !slices.EqualFunc(vectors[openai.EmbeddingNewParamsEncodingFormatBase64], vectors[openai.EmbeddingNewParamsEncodingFormatFloat], asFloat32) {
 		t.Fatal("the base64 vectors are not the float ones")
+	}
+	if usage[0].PromptTokens != usage[1].PromptTokens || usage[0].TotalTokens != usage[1].TotalTokens {
+		t.Fatalf("usage %+v in base64, %+v in floats", usage[0], usage[1])
+	}
+	return usage[0]
+}
+
+// The official Go SDK embeds through a Gemini key: one batchEmbedContents
+// call, answered as OpenAI's list, base64 (what the SDK asks for) and
+// floats the same float32s, of the dimensions asked for, with Sluice's
+// count of the inputs as the usage (Gemini reports none), which is what
+// is billed. Token arrays are refused by name.
+func TestOpenAIGoSDKEmbeddingsThroughAGeminiKey(t *testing.T) {
+	db := testdb.SQLite(t)
+	g := newGenEnv(t, db)
+	admin := g.login("admin@example.com", "admin-password")
+	const model = "gemini-embedding-001"
+	if w := g.do(request{method: "POST", path: "/api/admin/upstreams", bearer: admin, body: `{"name":"gemini","provider":"gemini","base_url":"` +
+		strings.TrimSuffix(g.mockURL, "/v1") + `","api_key":"sk-mock-key","models":["` + model + `"]}`}); w.Code != 201 {
+		t.Fatalf("add the Gemini key: %d %s", w.Code, w.Body.String())
+	}
+	key, _ := g.apiToken(g.signup("a@example.com", "A"))
+	srv := httptest.NewServer(g.h)
+	t.Cleanup(srv.Close)
+	client := openai.NewClient(option.WithBaseURL(srv.URL+"/v1"), option.WithAPIKey(key), option.WithMaxRetries(0))
+	inputs := []string{"the river runs to the sea", "写一副关于平安的春联"}
+	counted, err := g.deps.Pipeline.ParseEmbeddings([]byte(`{"model":"` + model + `","input":["` + strings.Join(inputs, `","`) + `"]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u := embedBothWays(t, client, model, inputs, 16); u.PromptTokens != counted.Prompt.Tokens || counted.Prompt.Tokens == 0 {
+		t.Fatalf("usage %+v, want Sluice's count %d", u, counted.Prompt.Tokens)
+	}
+	var events []models.UsageEvent // recorded after the answer: wait for both
+	for deadline := time.Now().Add(5 * time.Second); len(events) < 2 && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		db.Gorm.Find(&events)
+	}
+	if len(events) != 2 || events[0].Model != model || int64(events[0].PromptTokens) != counted.Prompt.Tokens || events[0].Dialect != "embeddings" {
+		t.Fatalf("usage events %+v, want two of %d prompt tokens", events, counted.Prompt.Tokens)
+	}
+	r := embedWith(g.env, key, `{"model":"`+model+`","input":[[1,2,3]]}`)
+	if r.Code != 400 || !strings.Contains(r.Body, "token arrays are ids of OpenAI's tokenizer, which a Gemini model cannot read") || !strings.Contains(r.Body, `"param":"input"`) {
+		t.Fatalf("token arrays to a Gemini key: %d %s", r.Code, r.Body)
 	}
 }

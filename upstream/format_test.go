@@ -82,28 +82,29 @@ func TestBaseURLsAreCheckedPerProvider(t *testing.T) {
 	}
 }
 
-// A format that cannot embed (Gemini's, which Sluice speaks for chat
-// only) refuses an embeddings request before any attempt, in words the
-// client can act on, and the key stays healthy for chat.
+// A format that cannot embed (Anthropic's: it has no embeddings API)
+// refuses an embeddings request before any attempt, in words the client
+// can act on, and the key stays healthy for chat.
 func TestAProviderWithoutEmbeddingsRefusesThem(t *testing.T) {
 	calls := 0
 	srv := provider(t, func(w http.ResponseWriter, r *http.Request) {
 		calls++
 		w.Header().Set("Content-Type", "application/json")
-		io.WriteString(w, `{"candidates":[{"content":{"role":"model","parts":[{"text":"hi"}]},"finishReason":"STOP"}]}`)
+		io.WriteString(w, `{"id":"msg_1","type":"message","role":"assistant","model":"claude-x","content":[{"type":"text","text":"hi"}],`+
+			`"stop_reason":"end_turn","usage":{"input_tokens":3,"output_tokens":1}}`)
 	})
 	k := key(1, srv.URL, "s")
-	k.Provider = KindGemini
+	k.Provider = KindAnthropic
 	p, _ := testPool(t, PoolOptions{}, k)
-	req := chatRequest("gemini-2.5-flash")
+	req := chatRequest("claude-x")
 	req.Endpoint = Embeddings
 	_, err := p.Do(context.Background(), req)
 	var refusal *apperr.Error
 	if !errors.As(err, &refusal) || refusal.Code != apperr.Invalid || refusal.Param != "model" ||
-		!strings.Contains(refusal.Message, "for chat completions only") || calls != 0 {
+		!strings.Contains(refusal.Message, "served by Anthropic, which has no embeddings API") || calls != 0 {
 		t.Fatalf("%v (%d calls)", err, calls)
 	}
-	if _, err := p.Do(context.Background(), chatRequest("gemini-2.5-flash")); err != nil || calls != 1 || status(t, p, 1).State != Healthy {
+	if _, err := p.Do(context.Background(), chatRequest("claude-x")); err != nil || calls != 1 || status(t, p, 1).State != Healthy {
 		t.Fatalf("chat after the refusal: %v, %d calls, %s", err, calls, status(t, p, 1).State)
 	}
 }

@@ -27,7 +27,8 @@ const geminiVersion = "v1beta"
 // key goes in the x-goog-api-key header, never in the URL (URLs end up in
 // logs). Requests are translated from OpenAI's chat completions to
 // generateContent (gemini_request.go), answers and streams back to
-// OpenAI's (gemini_answer.go, gemini_stream.go). Gemini states no rate
+// OpenAI's (gemini_answer.go, gemini_stream.go); embeddings to
+// batchEmbedContents and back (gemini_embed.go). Gemini states no rate
 // limits in headers; how long to wait after a 429 is in the error body
 // (readFailure).
 type geminiFormat struct {
@@ -48,22 +49,28 @@ func (geminiFormat) check(base *url.URL) error {
 }
 
 func (f geminiFormat) newRequest(ctx context.Context, k *Key, base *url.URL, req Request) (*http.Request, error) {
-	if req.endpoint() != ChatCompletions {
-		return nil, apperr.Field(apperr.Invalid, "unsupported_feature", "model",
-			"'"+req.Model+"' is served by a Gemini key, which Sluice uses for chat completions only, not "+req.endpoint())
-	}
 	model, err := geminiModelPath(req.Model)
 	if err != nil {
 		return nil, err
 	}
-	body, err := geminiRequestBody(req)
+	var body []byte
+	u := *base
+	switch req.endpoint() {
+	case ChatCompletions:
+		body, err = geminiRequestBody(req)
+		u.Path, u.RawPath = "/"+geminiVersion+"/"+model+":generateContent", ""
+		if req.Stream {
+			u.Path, u.RawQuery = "/"+geminiVersion+"/"+model+":streamGenerateContent", "alt=sse"
+		}
+	case Embeddings:
+		body, err = geminiEmbedBody(model, req.Body)
+		u.Path, u.RawPath = "/"+geminiVersion+"/"+model+":batchEmbedContents", ""
+	default:
+		return nil, apperr.Field(apperr.Invalid, "unsupported_feature", "model",
+			"'"+req.Model+"' is served by a Gemini key, which Sluice uses for chat completions and embeddings only, not "+req.endpoint())
+	}
 	if err != nil {
 		return nil, err
-	}
-	u := *base
-	u.Path, u.RawPath = "/"+geminiVersion+"/"+model+":generateContent", ""
-	if req.Stream {
-		u.Path, u.RawQuery = "/"+geminiVersion+"/"+model+":streamGenerateContent", "alt=sse"
 	}
 	hreq, err := postJSON(ctx, u.String(), body, req.Stream)
 	if err != nil {
@@ -132,6 +139,9 @@ func (geminiFormat) failure(status int, body []byte) []byte {
 }
 
 func (f geminiFormat) answer(req Request, body []byte) ([]byte, error) {
+	if req.endpoint() == Embeddings {
+		return geminiEmbedAnswer(req, body)
+	}
 	return geminiAnswer(req, body, geminiIDBase(req), f.created())
 }
 

@@ -253,3 +253,74 @@ func TestGeminiClientErrorsReachTheClient(t *testing.T) {
 		t.Fatalf("status %+v", s)
 	}
 }
+
+// Embeddings on a Gemini key: one batchEmbedContents call, each input a
+// request naming the model, dimensions as outputDimensionality; the answer
+// is OpenAI's list, the vectors as Gemini wrote them (the mock embeds as
+// its OpenAI speaker does, so the two answers must agree), or as base64
+// float32s when asked, and the usage Sluice's count, as Gemini reports
+// none.
+func TestGeminiKeyEmbeds(t *testing.T) {
+	m := newGeminiMock(t, mock.Config{Keys: map[string]float64{"AIza-good": 0}})
+	openai := httptest.NewServer(mock.New(mock.Config{Keys: map[string]float64{"sk-openai": 0}}))
+	t.Cleanup(openai.Close)
+	gp, _ := testPool(t, PoolOptions{}, geminiKey(1, m.srv.URL, "AIza-good"))
+	op, _ := testPool(t, PoolOptions{}, key(2, openai.URL+"/v1", "sk-openai"))
+	embed := func(p *Pool, body string) map[string]any {
+		t.Helper()
+		resp, err := p.Do(context.Background(), Request{Model: "gemini-embedding-001", Endpoint: Embeddings, Body: []byte(body), Estimate: 11})
+		if err != nil || resp.Status != 200 {
+			t.Fatalf("%s: %v %+v", body, err, resp)
+		}
+		var out map[string]any
+		if err := json.Unmarshal(resp.Body, &out); err != nil {
+			t.Fatalf("%s: %v", resp.Body, err)
+		}
+		return out
+	}
+	for _, body := range []string{
+		`{"model":"gemini-embedding-001","input":"hello there"}`,
+		`{"model":"gemini-embedding-001","input":["hello there","general kenobi"],"dimensions":3}`,
+		`{"model":"gemini-embedding-001","input":["hello there","general kenobi"],"encoding_format":"base64"}`,
+	} {
+		got := embed(gp, body)
+		want := embed(op, body)
+		if got["object"] != "list" || got["model"] != "gemini-embedding-001" {
+			t.Errorf("%s: answered %v", body, got)
+		}
+		if g, w := mustJSON(t, got["data"]), mustJSON(t, want["data"]); g != w {
+			t.Errorf("%s: data\n%s\nwant, as OpenAI's speaker embeds it,\n%s", body, g, w)
+		}
+		if u := mustJSON(t, got["usage"]); u != `{"prompt_tokens":11,"total_tokens":11}` {
+			t.Errorf("%s: usage %s, want Sluice's count of 11", body, u)
+		}
+	}
+	sent := m.last()
+	if !strings.HasSuffix(sent.URL.Path, "/v1beta/models/gemini-embedding-001:batchEmbedContents") || sent.Header.Get("x-goog-api-key") != "AIza-good" {
+		t.Fatalf("sent to %s with key header %q", sent.URL, sent.Header.Get("x-goog-api-key"))
+	}
+}
+
+func mustJSON(t *testing.T, v any) string {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// An answer that does not embed every input, or embeds one without
+// values, cannot be used.
+func TestGeminiEmbeddingsAnswerMustMatchTheInputs(t *testing.T) {
+	req := Request{Model: "m", Endpoint: Embeddings, Body: []byte(`{"input":["a","b"]}`)}
+	for _, body := range []string{
+		`{"embeddings":[{"values":[0.1]}]}`,
+		`{"embeddings":[{"values":[0.1]},{}]}`,
+		`{"embeddings":[{"values":[0.1]},{"values":"x"}]}`,
+	} {
+		if out, err := geminiEmbedAnswer(req, []byte(body)); err == nil {
+			t.Errorf("%s: translated to %s, want an error", body, out)
+		}
+	}
+}

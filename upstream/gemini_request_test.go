@@ -216,7 +216,8 @@ func TestGeminiRefusalsSendNothing(t *testing.T) {
 	for _, req := range []Request{
 		{Model: "gemini-2.5-flash", Body: []byte(`{"messages":[{"role":"user","content":"hi"}],"logit_bias":{"1":2}}`)},
 		{Model: "gemini/../../secrets", Body: []byte(`{"messages":[{"role":"user","content":"hi"}]}`)},
-		{Model: "text-embedding-004", Endpoint: Embeddings, Body: []byte(`{"input":"hi"}`)},
+		{Model: "text-embedding-004", Endpoint: Embeddings, Body: []byte(`{"input":[[1,2,3]]}`)},
+		{Model: "text-embedding-004", Endpoint: Embeddings, Body: []byte(`{"input":[` + strings.Repeat(`"x",`, geminiEmbedMax) + `"x"]}`)},
 	} {
 		_, err := p.Do(context.Background(), req)
 		var ae *apperr.Error

@@ -182,3 +182,58 @@ func vector(model string, in embeddingInput, dims int) []float32 {
 	}
 	return out
 }
+
+// geminiEmbedBatch is a batchEmbedContents request.
+type geminiEmbedBatch struct {
+	Requests []struct {
+		Model   string `json:"model"`
+		Content struct {
+			Parts []struct {
+				Text string `json:"text"`
+			} `json:"parts"`
+		} `json:"content"`
+		OutputDimensionality *int `json:"outputDimensionality"`
+	} `json:"requests"`
+}
+
+// check refuses what Gemini refuses: no requests, more than 100, one for
+// another model than the URL's, one without text, dimensions out of range.
+func (b geminiEmbedBatch) check(model string) error {
+	if len(b.Requests) == 0 || len(b.Requests) > 100 {
+		return fmt.Errorf("%d requests: send 1 to 100", len(b.Requests))
+	}
+	for i, r := range b.Requests {
+		switch {
+		case r.Model != "models/"+model:
+			return fmt.Errorf("requests[%d].model %q is not the model of the URL, models/%s", i, r.Model, model)
+		case len(r.Content.Parts) == 0:
+			return fmt.Errorf("requests[%d].content has no parts", i)
+		case r.OutputDimensionality != nil && (*r.OutputDimensionality < 1 || *r.OutputDimensionality > 3072):
+			return fmt.Errorf("requests[%d].outputDimensionality must be from 1 to 3072", i)
+		}
+	}
+	return nil
+}
+
+// embeddings is the answer to b: each request's text embedded as the
+// OpenAI speaker embeds it.
+func (b geminiEmbedBatch) embeddings(model string) any {
+	type values struct {
+		Values []float32 `json:"values"`
+	}
+	out := struct {
+		Embeddings []values `json:"embeddings"`
+	}{make([]values, len(b.Requests))}
+	for i, r := range b.Requests {
+		dims := mockDimensions
+		if r.OutputDimensionality != nil {
+			dims = *r.OutputDimensionality
+		}
+		var text string
+		for _, p := range r.Content.Parts {
+			text += p.Text
+		}
+		out.Embeddings[i].Values = vector(model, embeddingInput{text: text}, dims)
+	}
+	return out
+}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"image"
 	"io"
@@ -13,8 +14,11 @@ import (
 	"time"
 )
 
-// The mock's Gemini speaker: POST .../v1beta/models/{model}:generateContent
-// and :streamGenerateContent?alt=sse, in the format of Google's Gemini API.
+// The mock's Gemini speaker: POST .../v1beta/models/{model}:generateContent,
+// :streamGenerateContent?alt=sse and :batchEmbedContents, in the format of
+// Google's Gemini API (embeddings: a vector per request, as the OpenAI
+// speaker makes them, of outputDimensionality; no usage, as Gemini sends
+// none).
 // The key comes in x-goog-api-key; a missing one is answered 403
 // PERMISSION_DENIED and an unknown one 400 INVALID_ARGUMENT with the
 // ErrorInfo reason API_KEY_INVALID, as Gemini answers them. The key's
@@ -165,12 +169,23 @@ func (s *Server) gemini(w http.ResponseWriter, r *http.Request, path string) {
 		return
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
+	model := path[strings.LastIndexByte(path, '/')+1 : strings.LastIndexByte(path, ':')]
+	embed := strings.HasSuffix(path, ":batchEmbedContents")
 	var req geminiRequest
-	if err == nil {
-		err = json.Unmarshal(body, &req)
+	var batch geminiEmbedBatch
+	switch {
+	case err != nil:
+	case embed:
+		if err = json.Unmarshal(body, &batch); err == nil {
+			err = batch.check(model)
+		}
+	default:
+		if err = json.Unmarshal(body, &req); err == nil && len(req.Contents) == 0 {
+			err = errors.New("contents is empty")
+		}
 	}
-	if err != nil || len(req.Contents) == 0 {
-		writeGeminiError(w, http.StatusBadRequest, fmt.Sprintf("the body is not a valid generateContent request (%v)", err))
+	if err != nil {
+		writeGeminiError(w, http.StatusBadRequest, fmt.Sprintf("the body is not a valid %s request (%v)", path[strings.LastIndexByte(path, ':')+1:], err))
 		return
 	}
 	if ks.bucket != nil {
@@ -192,7 +207,11 @@ func (s *Server) gemini(w http.ResponseWriter, r *http.Request, path string) {
 		writeGeminiError(w, http.StatusInternalServerError, "An internal error has occurred (mock failure).")
 		return
 	}
-	model := path[strings.LastIndexByte(path, '/')+1 : strings.LastIndexByte(path, ':')]
+	if embed {
+		s.count(ks, http.StatusOK)
+		writeJSON(w, http.StatusOK, batch.embeddings(model))
+		return
+	}
 	cand, usage := s.geminiReply(req)
 	s.count(ks, http.StatusOK)
 	id := "mock-" + strconv.FormatUint(s.ids.Add(1), 10)

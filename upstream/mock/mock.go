@@ -12,7 +12,7 @@
 //	POST .../openai/deployments/{deployment}/chat/completions?api-version=...
 //	                           the same as Azure OpenAI serves it: the key in
 //	                           api-key, the api-version required (see authorize)
-//	POST .../v1beta/models/{model}:generateContent, :streamGenerateContent?alt=sse
+//	POST .../v1beta/models/{model}:generateContent, :streamGenerateContent?alt=sse, :batchEmbedContents
 //	                           Gemini's API, key in x-goog-api-key (see gemini.go)
 //	POST .../messages          Anthropic's Messages API (see anthropic.go), x-api-key auth
 //	POST .../embeddings        embeddings, floats or base64, with usage
@@ -189,7 +189,8 @@ func (s *Server) Stats() Stats {
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	path := strings.TrimSuffix(r.URL.Path, "/")
 	switch {
-	case strings.Contains(path, "/v1beta/") && (strings.HasSuffix(path, ":generateContent") || strings.HasSuffix(path, ":streamGenerateContent")):
+	case strings.Contains(path, "/v1beta/") && (strings.HasSuffix(path, ":generateContent") || strings.HasSuffix(path, ":streamGenerateContent") ||
+		strings.HasSuffix(path, ":batchEmbedContents")):
 		s.gemini(w, r, path)
 	case strings.HasSuffix(path, "/chat/completions"):
 		s.chat(w, r)
