@@ -2,25 +2,14 @@ package cluster
 
 import (
 	"context"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice/internal/clocktest"
 	"github.com/sluicehq/sluice/internal/testredis"
 )
-
-// A clock the test moves.
-type testClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *testClock) now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-func (c *testClock) advance(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
 
 // TestPresenceCountsTheNodesSeenLately: every node beating counts; one that
 // stops beating is counted out once PresenceWindow has passed since its
@@ -30,8 +19,8 @@ func TestPresenceCountsTheNodesSeenLately(t *testing.T) {
 	client := testredis.Client(t)
 	ctx := context.Background()
 	key := testredis.Prefix() + "nodes"
-	clock := &testClock{t: time.Date(2026, 12, 6, 12, 0, 0, 0, time.UTC)}
-	a, b, c := NewPresence(client, key, "a", clock.now), NewPresence(client, key, "b", clock.now), NewPresence(client, key, "c", clock.now)
+	clock := clocktest.New(time.Date(2026, 12, 6, 12, 0, 0, 0, time.UTC))
+	a, b, c := NewPresence(client, key, "a", clock.Now), NewPresence(client, key, "b", clock.Now), NewPresence(client, key, "c", clock.Now)
 	beat := func(p *Presence, want int) {
 		t.Helper()
 		n, err := p.Beat(ctx)
@@ -45,10 +34,10 @@ func TestPresenceCountsTheNodesSeenLately(t *testing.T) {
 	beat(a, 3) // its own beat again is not another node
 
 	// c stops beating: still counted within the window of its last beat.
-	clock.advance(PresenceWindow)
+	clock.Advance(PresenceWindow)
 	beat(a, 3)
 	beat(b, 3)
-	clock.advance(time.Millisecond)
+	clock.Advance(time.Millisecond)
 	beat(a, 2) // c's last beat is now older than the window
 	// b leaves as it stops: counted out at once.
 	if err := b.Leave(ctx); err != nil {
@@ -87,10 +76,13 @@ func TestPresenceRunKeepsTheLastCountThroughAnOutage(t *testing.T) {
 	cancel()
 	<-done
 
-	// Against a Redis that does not answer, nothing is handed on.
-	down := NewPresence(client, key, "self", nil)
-	ctx, cancel = context.WithCancel(context.Background())
-	cancel() // every call fails at once
+	// Against a Redis that does not answer (nothing listens on port 1),
+	// nothing is handed on.
+	gone := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1})
+	t.Cleanup(func() { gone.Close() })
+	down := NewPresence(gone, key, "self", nil)
+	ctx, cancel = context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
 	called := false
 	down.Run(ctx, func(int) { called = true })
 	if called {
