@@ -224,9 +224,15 @@ func TestTheThinkingOfAToolCycleIsCounted(t *testing.T) {
 		t.Errorf("two turns of a cycle: estimate %d, want at least %d + 2 × %d", got, once, words)
 	}
 	// A user turn ends the cycle: the thinking before it is not billed.
-	earlier, without := estimate(user, assistant(true), tool, user), estimate(user, assistant(false), tool, user)
+	const answer = `{"role":"assistant","content":"18C in Paris."}`
+	earlier, without := estimate(user, assistant(true), tool, answer, user), estimate(user, assistant(false), tool, answer, user)
 	if earlier != without {
 		t.Errorf("thinking before the last user turn: estimate %d, want %d as without it", earlier, without)
+	}
+	// A user message right after the tool results is Anthropic's user turn
+	// of tool_result and text blocks: still the cycle, counted.
+	if got, plainToo := estimate(user, assistant(true), tool, user), estimate(user, assistant(false), tool, user); got < plainToo+words {
+		t.Errorf("a user message after tool results: estimate %d, want at least %d + %d", got, plainToo, words)
 	}
 	if got := estimate(user, strings.Replace(assistant(false), `}]`, `}],"thinking_blocks":null`, 1), tool); got != plain {
 		t.Errorf("null thinking_blocks: estimate %d, want %d", got, plain)

@@ -73,8 +73,11 @@ type scan struct {
 	// last user message: the turns of a tool-use cycle still going on,
 	// whose thinking Anthropic bills as input. It strips the thinking of
 	// earlier turns, so those are not counted; these join raws at the end.
-	cycle  []span
-	images []imagePart
+	// A user message right after tool results (Anthropic's user turn of
+	// tool_result and text blocks) does not end the cycle: the safe side.
+	cycle    []span
+	lastRole string
+	images   []imagePart
 	// fixed is what is counted per message, name, tool and request on top
 	// of the texts (see estimate.go).
 	fixed int64
@@ -216,9 +219,13 @@ func (sc *scanner) message(i int) error {
 	if err != nil {
 		return err
 	}
+	last := s.lastRole
+	s.lastRole = role
 	switch role {
 	case "user":
-		s.cycle = s.cycle[:0]
+		if last != "tool" {
+			s.cycle = s.cycle[:0]
+		}
 		return nil
 	case "system", "developer", "assistant", "tool":
 		if thinking.end > 0 && string(thinking.in(sc.body)) != "null" {
