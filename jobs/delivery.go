@@ -86,7 +86,10 @@ func (h *hostSlots) take(host string) (release func(), ok bool) {
 // deliveryWorker posts deliveries.
 type deliveryWorker struct {
 	river.WorkerDefaults[deliveryArgs]
-	notify    Notifier
+	notify Notifier
+	// final says whether job id's row is final (or gone): a job's
+	// callback is posted only then.
+	final     func(ctx context.Context, id int64) (bool, error)
 	hosts     *hostSlots
 	retryBase time.Duration
 	log       *slog.Logger
@@ -97,8 +100,28 @@ type deliveryWorker struct {
 // do not all come back at once).
 const busySnooze = 2 * time.Second
 
+// finalSnooze is how long a callback first waits for its job's row to be
+// final; it doubles with each wait, up to about half a minute.
+const finalSnooze = 50 * time.Millisecond
+
 func (d *deliveryWorker) Work(ctx context.Context, job *river.Job[deliveryArgs]) error {
 	a := job.Args
+	// A job's callback is queued as the job ends, but River writes the
+	// job's end a moment later, in a batch of its own: posted before
+	// that, a receiver that reads the job back would find it running.
+	if a.JobID != 0 {
+		final, err := d.final(ctx, a.JobID)
+		if err != nil {
+			return err
+		}
+		if !final {
+			var m struct {
+				Snoozes int `json:"snoozes"`
+			}
+			_ = json.Unmarshal(job.Metadata, &m)
+			return river.JobSnooze(finalSnooze << min(m.Snoozes, 9))
+		}
+	}
 	host := hostOf(a.URL)
 	release, ok := d.hosts.take(host)
 	if !ok {
@@ -141,6 +164,19 @@ func hostOf(raw string) string {
 		return ""
 	}
 	return strings.ToLower(u.Hostname())
+}
+
+// final says whether job id has ended as River keeps it; a job deleted
+// already has.
+func (q *Queue) final(ctx context.Context, id int64) (bool, error) {
+	row, err := q.client.JobGet(ctx, id)
+	if errors.Is(err, rivertype.ErrNotFound) {
+		return true, nil
+	}
+	if err != nil {
+		return false, apperr.Wrap(err, "reading a callback's job")
+	}
+	return row.FinalizedAt != nil, nil
 }
 
 // Deliver queues a signed POST of body to url for orgID (a budget alert,

@@ -3,6 +3,7 @@ package jobs
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -12,6 +13,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/riverqueue/river"
 
 	"github.com/sluicehq/sluice/accounts"
 	"github.com/sluicehq/sluice/internal/testsync"
@@ -209,10 +212,12 @@ func TestSlowCallbacksHoldNoOneUp(t *testing.T) {
 		if slow.answered.Load() != 0 || slow.inFlight.Load() == 0 || slow.maxInFlight.Load() > 4 {
 			t.Fatalf("slow host: in flight %d (max %d), answered %d", slow.inFlight.Load(), slow.maxInFlight.Load(), slow.answered.Load())
 		}
+		// A's jobs end (B's, queued after them, may have run first: the
+		// queue is fair between organizations), their callbacks pending.
 		for _, id := range aJobs {
-			j, err := q.Get(ctx, f.caller.OrgID, id)
-			if err != nil || j.Status != Succeeded || j.Callback == nil || j.Callback.Status != CallbackPending {
-				t.Fatalf("org A's job %s: %+v %+v %v", id, j, j.Callback, err)
+			j := until(t, q, f.caller.OrgID, id, within, "org A's job succeeded", func(j Job) bool { return j.Status == Succeeded })
+			if j.Callback == nil || j.Callback.Status != CallbackPending {
+				t.Fatalf("org A's job %s: %+v %+v", id, j, j.Callback)
 			}
 		}
 		// Once the host answers, every callback is delivered, once.
@@ -225,6 +230,75 @@ func TestSlowCallbacksHoldNoOneUp(t *testing.T) {
 		}
 		if slow.answered.Load() != 12 || slow.maxInFlight.Load() > 4 {
 			t.Fatalf("slow host answered %d, at most %d at once", slow.answered.Load(), slow.maxInFlight.Load())
+		}
+	})
+}
+
+// TestACallbackWaitsForItsJobsEnd: River writes a job's end a moment after
+// its worker has queued the callback. A callback whose job is still
+// running waits (snoozed, no attempt counted) until the job's row is
+// final, so a receiver that reads the job back never finds it running.
+func TestACallbackWaitsForItsJobsEnd(t *testing.T) {
+	each(t, func(t *testing.T, db *models.DB, url string) {
+		f := newFixture(t, db, url)
+		var q *Queue
+		var jobID string
+		posted := make(chan Job, 1)
+		f.notify = func(ctx context.Context, orgID int64, _ string, _ []byte) error {
+			j, err := q.Get(ctx, orgID, jobID)
+			if err != nil {
+				return err
+			}
+			posted <- j
+			return nil
+		}
+		q = f.queue(Config{}, nil)
+		ctx := context.Background()
+		j, err := q.Enqueue(ctx, f.pipe, f.caller, []byte(jobBody), "", "http://localhost:1/cb")
+		if err != nil {
+			t.Fatal(err)
+		}
+		jobID = j.ID
+		id := mustJobID(t, j.ID)
+		// The job as a worker leaves it that moment: running, its callback
+		// queued. (Set before the queue starts, so no worker takes it.)
+		if err := db.Gorm.Exec("UPDATE river_job SET state = 'running', attempt = 1, attempted_at = created_at WHERE id = ?", id).Error; err != nil {
+			t.Fatal(err)
+		}
+		if err := q.insertDelivery(ctx, deliveryArgs{OrgID: f.caller.OrgID, URL: "http://localhost:1/cb", Body: []byte(`{}`), JobID: id}); err != nil {
+			t.Fatal(err)
+		}
+		f.start(q)
+		testsync.WaitFor(t, 30*time.Second, "the callback waiting for its job", func() bool {
+			select {
+			case got := <-posted:
+				t.Fatalf("the callback was posted while its job was %s", got.Status)
+			default:
+			}
+			res, err := q.client.JobList(ctx, q.withMetadata(river.NewJobListParams().Kinds((deliveryArgs{}).Kind()), "callback_of", id))
+			if err != nil || len(res.Jobs) != 1 {
+				t.Fatalf("the delivery: %v %v", res, err)
+			}
+			var m struct {
+				Snoozes int `json:"snoozes"`
+			}
+			return json.Unmarshal(res.Jobs[0].Metadata, &m) == nil && m.Snoozes >= 2
+		})
+		// River writes the job's end; the callback goes, and the receiver
+		// reads the job as it ended.
+		if err := db.Gorm.Exec("UPDATE river_job SET state = 'completed', finalized_at = attempted_at WHERE id = ?", id).Error; err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case got := <-posted:
+			if got.Status != Succeeded || got.Callback == nil || got.Callback.Attempts != 1 {
+				t.Fatalf("the receiver read the job as %s, its callback %+v", got.Status, got.Callback)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatal("the callback was not posted after its job ended")
+		}
+		if c := until(t, q, f.caller.OrgID, j.ID, 30*time.Second, "delivered", callbackIs(CallbackDelivered)).Callback; c.Attempts != 1 || c.LastError != "" {
+			t.Fatalf("the callback after its waits: %+v", c)
 		}
 	})
 }

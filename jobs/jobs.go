@@ -195,7 +195,7 @@ func New(ctx context.Context, d Deps, cfg Config) (*Queue, error) {
 	}
 	queues := map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: cfg.Workers}}
 	if d.Notify != nil {
-		if err := river.AddWorkerSafely(workers, &deliveryWorker{notify: d.Notify, retryBase: cfg.DeliveryRetryBase, log: d.Log,
+		if err := river.AddWorkerSafely(workers, &deliveryWorker{notify: d.Notify, final: q.final, retryBase: cfg.DeliveryRetryBase, log: d.Log,
 			hosts: &hostSlots{limit: cfg.HostConcurrency, busy: map[string]int{}}}); err != nil {
 			return nil, err
 		}
