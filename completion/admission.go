@@ -299,8 +299,33 @@ func reliedOn(c *call) string {
 // tokenBudgetName is what a refusal calls a token's own budget.
 const tokenBudgetName = "this API key's monthly budget"
 
+// Paid is what a request paid before the pipeline admitted it: the one
+// request PayForHistory charges. The zero value is nothing.
+type Paid struct{ requests int64 }
+
+// PayForHistory charges the one request that reading a stored conversation
+// costs, before it is read (a frozen token is refused first): the read,
+// as large as a request may be, is never free, and a tenant over its
+// limit is refused before it, not after. Admission then charges the
+// request's weight less what was paid; a request refused after the read
+// keeps this one request charged, as any refused request does.
+func (p *Pipeline) PayForHistory(ctx context.Context, caller accounts.Caller, requestID, model string, sink Sink) (Paid, error) {
+	if err := p.checkFrozen(caller, model, false); err != nil {
+		return Paid{}, err
+	}
+	return p.payForHistory(ctx, caller, requestID, model, sink)
+}
+
+func (p *Pipeline) payForHistory(ctx context.Context, caller accounts.Caller, requestID, model string, sink Sink) (Paid, error) {
+	if err := p.admitRequests(ctx, caller, requestID, model, sink, 1); err != nil {
+		return Paid{}, err
+	}
+	return Paid{requests: 1}, nil
+}
+
 // admit spends weight from the request bucket and reserves the estimate
-// from the tokens bucket, both or neither, then reserves the budget.
+// from the tokens bucket, both or neither, then reserves the budget. A
+// weight of 0 (all of it paid before) charges the tokens bucket alone.
 func (p *Pipeline) admit(ctx context.Context, c *call, weight int64) error {
 	if err := p.admitBuckets(ctx, c, weight); err != nil {
 		return err
@@ -324,8 +349,13 @@ func (p *Pipeline) admitBuckets(ctx context.Context, c *call, weight int64) erro
 	if c.req.Queued {
 		return p.admitQueued(ctx, c, weight)
 	}
-	if caller.Tier.TokensPerMinute <= 0 {
+	switch {
+	case caller.Tier.TokensPerMinute <= 0 && weight == 0:
+		return nil
+	case caller.Tier.TokensPerMinute <= 0:
 		return p.admitRequests(ctx, caller, c.req.ID, c.req.Model, c.sink, weight)
+	case weight == 0:
+		return p.admitTokens(ctx, c)
 	}
 	reqs := quota.Charge{Key: caller.RequestsKey, Params: requestParams(caller), Weight: weight}
 	toks := quota.Charge{Key: caller.TPMKey, Params: tokenParams(caller), Weight: c.estimate}
@@ -361,6 +391,20 @@ func (p *Pipeline) admitBuckets(ctx context.Context, c *call, weight int64) erro
 		return p.reject(ctx, caller, c.req.ID, c.req.Model, dr, rejectedOwnRate)
 	}
 	return p.reject(ctx, caller, c.req.ID, c.req.Model, dr, metering.RejectedRequests)
+}
+
+// admitTokens reserves the estimate from the tokens bucket alone, for a
+// request whose request charge was paid before its history was read.
+func (p *Pipeline) admitTokens(ctx context.Context, c *call) error {
+	d, err := p.d.Limiter.Allow(ctx, c.caller.TPMKey, tokenParams(c.caller), c.estimate)
+	if err != nil {
+		return limiterError(c.caller, err, 0, c.estimate, c.req.isEmbeddings())
+	}
+	setLimitHeaders(c.sink, tokensHeaders, d)
+	if !d.Allowed {
+		return p.reject(ctx, c.caller, c.req.ID, c.req.Model, d, metering.RejectedTokens)
+	}
+	return nil
 }
 
 // rejectedOwnRate is reject's name for a refusal by the token's own

@@ -238,12 +238,19 @@ func (p *Pipeline) Complete(ctx context.Context, caller accounts.Caller, req *Re
 		// Answered as a model that does not exist, costing what one costs
 		// (see the handlers' refused Parse): the token learns nothing of
 		// what else is served, nor of its own list.
-		if !req.Queued { // a job pays when it runs, and this one will not
+		if !req.Queued && req.Paid.requests == 0 { // a job pays when it runs, and this one will not
 			if err := p.admitRequests(ctx, caller, req.ID, req.Model, sink, 1); err != nil {
 				return Served{}, err
 			}
 		}
 		return Served{}, err
+	}
+	if req.Conversation != "" && !req.Queued && req.Paid.requests == 0 {
+		paid, err := p.payForHistory(ctx, caller, req.ID, req.Model, sink)
+		if err != nil {
+			return Served{}, err
+		}
+		req.Paid = paid
 	}
 	err := p.withHistory(ctx, c)
 	var weight int64
@@ -254,14 +261,17 @@ func (p *Pipeline) Complete(ctx context.Context, caller accounts.Caller, req *Re
 		err = p.bound(c)
 	}
 	if err != nil {
-		// A request refused before admission still costs one request, so
-		// a flood of bad requests is limited too.
-		if rerr := p.admitRequests(ctx, caller, req.ID, req.Model, sink, 1); rerr != nil {
-			return Served{}, rerr
+		// A request refused before admission still costs one request (paid
+		// already by one whose history was read), so a flood of bad
+		// requests is limited too.
+		if req.Paid.requests == 0 {
+			if rerr := p.admitRequests(ctx, caller, req.ID, req.Model, sink, 1); rerr != nil {
+				return Served{}, rerr
+			}
 		}
 		return Served{}, err
 	}
-	if err := p.admit(ctx, c, weight); err != nil {
+	if err := p.admit(ctx, c, weight-req.Paid.requests); err != nil {
 		return Served{}, err
 	}
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 	"github.com/sluicehq/sluice/completion"
 	"github.com/sluicehq/sluice/conversations"
 	"github.com/sluicehq/sluice/money"
+	"github.com/sluicehq/sluice/quota"
 	"github.com/sluicehq/sluice/upstream"
 )
 
@@ -507,5 +509,81 @@ func TestQueuedRequestsLeaveHalfTheBurstToLiveTraffic(t *testing.T) {
 	r.clock.Advance(5 * time.Second)
 	if err := queued(); err != nil {
 		t.Fatalf("after the bucket refilled past half: %v", err)
+	}
+}
+
+// countingStore counts the histories read.
+type countingStore struct {
+	conversations.Store
+	loads atomic.Int32
+}
+
+func (s *countingStore) Load(ctx context.Context, sc conversations.Scope) ([]chat.Message, bool, error) {
+	s.loads.Add(1)
+	return s.Store.Load(ctx, sc)
+}
+
+// TestAHistoryIsPaidForBeforeItIsRead: reading a stored conversation costs
+// a request before it is read, so a frozen token or a tenant over its
+// limit is refused without one; admitted, the request costs its weight
+// once; refused after the read (its tokens), it keeps the one request.
+func TestAHistoryIsPaidForBeforeItIsRead(t *testing.T) {
+	ctx := context.Background()
+	fresh := func() (*rig, *countingStore) {
+		r := newRig(t)
+		r.provider.answer = answerJSON(okAnswer(6, 10))
+		store := &countingStore{Store: r.convs}
+		r.deps.Conversations = store
+		r.rebuild()
+		return r, store
+	}
+	continued := func(r *rig) (*sink, error) {
+		req := r.request(providerBody)
+		req.Conversation = "c1"
+		s := newSink()
+		_, err := r.p.Complete(ctx, r.caller, req, s)
+		return s, err
+	}
+
+	r, store := fresh()
+	r.freezes.Put(quota.Freeze{TokenID: r.caller.TokenID, Until: r.clock.Now().Add(time.Minute), Reason: "too many 429s"})
+	if _, err := continued(r); apperr.CodeOf(err) != apperr.Frozen || store.loads.Load() != 0 {
+		t.Fatalf("frozen: %v, histories read %d, want none", err, store.loads.Load())
+	}
+
+	r, store = fresh()
+	for range 10 {
+		if _, _, err := r.complete(ctx, providerBody); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := continued(r); apperr.As(err).Reason != "rate_limit_exceeded" || store.loads.Load() != 0 {
+		t.Fatalf("over its limit: %v, histories read %d, want none", err, store.loads.Load())
+	}
+
+	r, store = fresh()
+	s, err := continued(r)
+	if err != nil || store.loads.Load() != 1 {
+		t.Fatalf("admitted: %v, histories read %d", err, store.loads.Load())
+	}
+	if got := s.header.Get("x-ratelimit-remaining-requests"); got != "9" || s.header.Get("x-ratelimit-remaining-tokens") == "" {
+		t.Fatalf("admitted: remaining requests %q (want 9: one request, paid once), headers %v", got, s.header)
+	}
+
+	// A tokens bucket the first request leaves too little of (as in
+	// TestBothBucketsAreChargedOrNeither): the next is refused after its
+	// history was read, and keeps the one request the read cost.
+	r, store = fresh()
+	r.provider.answer = answerJSON(okAnswer(6, 100))
+	r.caller.Tier.TokensPerMinute = 200
+	if _, _, err := r.complete(ctx, providerBody); err != nil {
+		t.Fatal(err)
+	}
+	s, err = continued(r)
+	if apperr.As(err).Reason != "tokens_rate_limit_exceeded" {
+		t.Fatalf("refused for its tokens: %v", err)
+	}
+	if got := s.header.Get("x-ratelimit-remaining-requests"); got != "8" || store.loads.Load() != 1 {
+		t.Fatalf("refused for its tokens: remaining requests %q (want 8: the first request's and the read's), histories read %d", got, store.loads.Load())
 	}
 }

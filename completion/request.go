@@ -51,6 +51,10 @@ type Request struct {
 	// be a NativeSink; everything the pipeline reads it reads of Body.
 	Native *upstream.Native
 
+	// Paid is what the request paid before its stored conversation was
+	// read (PayForHistory); admission charges that much less.
+	Paid Paid
+
 	// Queued marks a job's request: it may use only the part of the
 	// caller's buckets live traffic leaves (see ErrWait), and an empty
 	// bucket or a freeze makes it wait, not fail.

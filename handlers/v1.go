@@ -2,6 +2,7 @@ package handlers
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"errors"
 	"hash"
@@ -214,18 +215,23 @@ func (a *api) chatCompletions(c *gin.Context) {
 	a.complete(c, a.readChatRequest)
 }
 
+// malformed is the error to answer a request refused before the pipeline
+// saw it: it still costs one request, so a flood of bad requests is
+// limited too, and a frozen token hears that it is frozen.
+func (a *api) malformed(ctx context.Context, c *gin.Context, caller accounts.Caller, sink completion.Sink, err error) error {
+	if aerr := a.Pipeline.Admit(ctx, caller, requestID(c), sink); aerr != nil {
+		return aerr
+	}
+	return err
+}
+
 // complete runs the request read by read through the pipeline and
 // answers it in OpenAI's shape.
 func (a *api) complete(c *gin.Context, read func(*gin.Context) (completion.Request, error)) {
 	ctx, caller, sink := c.Request.Context(), callerOf(c), httpSink{c}
 	req, err := read(c)
 	if err != nil {
-		// A malformed request still costs one request (and a frozen token
-		// hears that it is frozen).
-		if aerr := a.Pipeline.Admit(ctx, caller, requestID(c), sink); aerr != nil {
-			err = aerr
-		}
-		a.fail(c, err)
+		a.fail(c, a.malformed(ctx, c, caller, sink, err))
 		return
 	}
 	served, err := a.Pipeline.Complete(ctx, caller, &req, sink)

@@ -60,12 +60,7 @@ func (a *api) createMessage(c *gin.Context) {
 	sink := &messagesSink{http: httpSink{c}, now: a.Now, log: a.log, requestID: requestID(c)}
 	req, tr, err := a.readMessagesRequest(c, false)
 	if err != nil {
-		// A malformed request still costs one request (and a frozen token
-		// hears that it is frozen), as a chat completion's does.
-		if aerr := a.Pipeline.Admit(ctx, caller, requestID(c), sink); aerr != nil {
-			err = aerr
-		}
-		a.fail(c, err)
+		a.fail(c, a.malformed(ctx, c, caller, sink, err))
 		return
 	}
 	sink.id = "msg_" + strings.TrimPrefix(req.ID, "req_")

@@ -37,11 +37,6 @@ func (a *api) createResponse(c *gin.Context) {
 	ctx, caller := c.Request.Context(), callerOf(c)
 	in, req, history, err := a.readResponsesRequest(c, caller)
 	if err != nil {
-		// A malformed request still costs one request (and a frozen token
-		// hears that it is frozen).
-		if aerr := a.Pipeline.Admit(ctx, caller, requestID(c), httpSink{c}); aerr != nil {
-			err = aerr
-		}
 		a.fail(c, err)
 		return
 	}
@@ -62,46 +57,80 @@ func (a *api) createResponse(c *gin.Context) {
 
 // readResponsesRequest reads a Responses request, loads the conversation
 // it continues, and parses the chat completion they make, mapping every
-// kind of bad input to a 400 (404, 413) in the Responses API's terms.
+// kind of bad input to a 400 (404, 413) in the Responses API's terms. A
+// request refused here still costs one request (and a frozen token hears
+// that it is frozen first); one that continues a stored response pays it
+// before the conversation is read.
 func (a *api) readResponsesRequest(c *gin.Context, caller accounts.Caller) (*responses.Request, completion.Request, []json.RawMessage, error) {
-	var req completion.Request
-	body, err := a.readBody(c)
+	ctx, sink := c.Request.Context(), httpSink{c}
+	in, err := a.decodeResponsesRequest(c)
+	if err != nil {
+		return nil, completion.Request{}, nil, a.malformed(ctx, c, caller, sink, err)
+	}
+	if in.PreviousResponseID == "" {
+		req, err := a.responsesChat(c, in, nil)
+		if err != nil {
+			return nil, req, nil, a.malformed(ctx, c, caller, sink, err)
+		}
+		return in, req, nil, nil
+	}
+	paid, err := a.Pipeline.PayForHistory(ctx, caller, requestID(c), in.Model, sink)
+	if err != nil {
+		return nil, completion.Request{}, nil, err
+	}
+	history, err := a.continued(ctx, caller, in.PreviousResponseID)
+	if err != nil {
+		return nil, completion.Request{}, nil, err
+	}
+	req, err := a.responsesChat(c, in, history)
 	if err != nil {
 		return nil, req, nil, err
 	}
+	req.Paid = paid
+	return in, req, history, nil
+}
+
+// decodeResponsesRequest reads and decodes a Responses request's body.
+func (a *api) decodeResponsesRequest(c *gin.Context) (*responses.Request, error) {
+	body, err := a.readBody(c)
+	if err != nil {
+		return nil, err
+	}
 	in, err := responses.Decode(body)
 	if err != nil {
-		return nil, req, nil, err
+		return nil, err
 	}
 	if in.Model == local.ModelID {
 		// The chat dialect would take these and the local model ignore
 		// them; here they are refused, by name.
 		if p := in.FirstImage(); p != "" {
-			return nil, req, nil, apperr.Field(apperr.Invalid, "invalid_content", p, "input_image parts are not supported by "+local.ModelID+"; send input_text")
+			return nil, apperr.Field(apperr.Invalid, "invalid_content", p, "input_image parts are not supported by "+local.ModelID+"; send input_text")
 		}
 		if in.ReasoningEffort != "" {
-			return nil, req, nil, apperr.Field(apperr.Invalid, "unsupported_parameter", "reasoning", local.ModelID+" does not reason; leave reasoning out")
+			return nil, apperr.Field(apperr.Invalid, "unsupported_parameter", "reasoning", local.ModelID+" does not reason; leave reasoning out")
 		}
 	}
-	history, err := a.continued(c.Request.Context(), caller, in.PreviousResponseID)
-	if err != nil {
-		return nil, req, nil, err
-	}
+	return in, nil
+}
+
+// responsesChat is the chat completion a Responses request and the
+// conversation it continues make.
+func (a *api) responsesChat(c *gin.Context, in *responses.Request, history []json.RawMessage) (completion.Request, error) {
 	chatBody := in.ChatBody(history)
 	if len(history) > 0 && int64(len(chatBody)) > a.MaxBodyBytes {
 		// The body limit bounds what a chain of responses may grow to.
-		return nil, req, nil, apperr.Field(apperr.Invalid, "conversation_too_large", "previous_response_id",
+		return completion.Request{}, apperr.Field(apperr.Invalid, "conversation_too_large", "previous_response_id",
 			"the conversation of previous_response_id with this input is "+strconv.Itoa(len(chatBody))+" bytes, more than the "+
 				strconv.FormatInt(a.MaxBodyBytes, 10)+" a request may be; start a new conversation, sending as input the turns it needs")
 	}
-	req, err = a.Pipeline.Parse(chatBody)
+	req, err := a.Pipeline.Parse(chatBody)
 	if err != nil {
-		return nil, req, nil, inResponsesTerms(in, len(history), err)
+		return req, inResponsesTerms(in, len(history), err)
 	}
 	req.ID, req.Dialect = requestID(c), "responses"
 	req.Priority = c.GetHeader("X-Sluice-Priority")
 	req.CacheMode = c.GetHeader(respcache.HeaderName)
-	return in, req, history, nil
+	return req, nil
 }
 
 // continued is the stored conversation of the organization's response id

@@ -9,8 +9,11 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"gorm.io/gorm"
 
 	"github.com/sluicehq/sluice/internal/testdb"
 	"github.com/sluicehq/sluice/models"
@@ -349,6 +352,68 @@ func TestResponsesExpire(t *testing.T) {
 			400, "previous_response_not_found", "not found")
 		if n, err := e.store.DeleteExpiredResponses(context.Background(), e.clock.Now()); err != nil || n != 1 {
 			t.Fatalf("the sweep deleted %d (%v), want the expired one", n, err)
+		}
+	})
+}
+
+// TestAContinuationPaysBeforeItsHistoryIsRead: previous_response_id
+// makes Sluice read a stored conversation, so the request pays its one
+// request first: a tenant over its limit, or a frozen token, is refused
+// before the read (an unknown id is not even looked up), and an admitted
+// continuation costs one request, not two.
+func TestAContinuationPaysBeforeItsHistoryIsRead(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, db *models.DB) {
+		e := newEnv(t, db)
+		key, _ := e.apiToken(e.signup("a@example.com", "A"))
+		var reads atomic.Int32 // of stored responses
+		err := db.Gorm.Callback().Query().After("gorm:query").Register("test:stored_response_reads", func(tx *gorm.DB) {
+			if tx.Statement.Table == "stored_responses" {
+				reads.Add(1)
+			}
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		remaining := func(w *httptest.ResponseRecorder) int {
+			n, err := strconv.Atoi(w.Header().Get("x-ratelimit-remaining-requests"))
+			if err != nil {
+				t.Fatalf("no x-ratelimit-remaining-requests: %d %v %s", w.Code, w.Header(), w.Body.String())
+			}
+			return n
+		}
+		first := e.respond(key, `{"model":"sluice-local","input":"write a couplet","max_output_tokens":8}`)
+		r1 := decodeResponse(t, first)
+		next := e.respond(key, `{"model":"sluice-local","input":"another","max_output_tokens":8,"previous_response_id":"`+r1.ID+`"}`)
+		decodeResponse(t, next)
+		if remaining(first)-remaining(next) != 1 {
+			t.Fatalf("a continuation cost %d requests, want 1", remaining(first)-remaining(next))
+		}
+		unknown := `{"model":"sluice-local","input":"hi","previous_response_id":"resp_nope"}`
+		w := e.respond(key, unknown)
+		expectError(t, w, 400, "previous_response_not_found", "Previous response with id 'resp_nope' not found")
+		if remaining(next)-remaining(w) != 1 || reads.Load() != 2 {
+			t.Fatalf("a continuation of an unknown response cost %d requests, want 1; stored responses read %d times, want 2",
+				remaining(next)-remaining(w), reads.Load())
+		}
+
+		// Over its limit: refused before the read, as any request is.
+		for w.Code != 429 {
+			w = e.respond(key, `{"model":"sluice-local","input":"write a couplet","max_output_tokens":8}`)
+		}
+		w = e.respond(key, unknown)
+		expectError(t, w, 429, "rate_limit_exceeded", "rate limit reached for requests on the free tier (limit 30, remaining 0)")
+		if reads.Load() != 2 {
+			t.Fatalf("over its limit, a continuation read a stored response (%d reads, want 2)", reads.Load())
+		}
+
+		// Frozen (20 refusals in a minute): refused as frozen first.
+		for errorCode(t, w) != "token_frozen" {
+			w = e.respond(key, `{"model":"sluice-local","input":"write a couplet","max_output_tokens":8}`)
+		}
+		e.clock.Advance(time.Minute) // the bucket is full again; the freeze holds
+		expectError(t, e.respond(key, unknown), 429, "token_frozen", "this API key is frozen until")
+		if reads.Load() != 2 {
+			t.Fatalf("frozen, a continuation read a stored response (%d reads, want 2)", reads.Load())
 		}
 	})
 }
