@@ -53,7 +53,8 @@ type Config struct {
 	RedisPrefix      string           // SLUICE_REDIS_PREFIX: namespace of Sluice's Redis keys and channel
 
 	MasterKey          []byte        // SLUICE_MASTER_KEY: seals provider keys; generated in the data dir when embedded
-	UpstreamAttempt    time.Duration // SLUICE_UPSTREAM_ATTEMPT_TIMEOUT: one provider attempt
+	UpstreamAttempt    time.Duration // SLUICE_UPSTREAM_ATTEMPT_TIMEOUT: a stream's wait for its headers, and for each byte after
+	UpstreamAnswer     time.Duration // SLUICE_UPSTREAM_ANSWER_TIMEOUT: one attempt of a whole (non-streamed) answer
 	UpstreamBudget     time.Duration // SLUICE_UPSTREAM_BUDGET: all attempts of one request
 	UpstreamMaxBackoff time.Duration // SLUICE_UPSTREAM_MAX_BACKOFF: cap of a retry wait, Retry-After included
 	CacheTTL           time.Duration // SLUICE_CACHE_TTL: how long a cached answer is served
@@ -159,6 +160,7 @@ func Load(args []string, getenv func(string) string) (Config, error) {
 		RedisPrefix:      r.str("SLUICE_REDIS_PREFIX", "sluice:"),
 
 		UpstreamAttempt:    r.duration("SLUICE_UPSTREAM_ATTEMPT_TIMEOUT", 8*time.Second, 100*time.Millisecond, 10*time.Minute),
+		UpstreamAnswer:     r.duration("SLUICE_UPSTREAM_ANSWER_TIMEOUT", 10*time.Minute, 100*time.Millisecond, time.Hour),
 		UpstreamBudget:     r.duration("SLUICE_UPSTREAM_BUDGET", 30*time.Second, 100*time.Millisecond, 30*time.Minute),
 		UpstreamMaxBackoff: r.duration("SLUICE_UPSTREAM_MAX_BACKOFF", 8*time.Second, time.Millisecond, 10*time.Minute),
 		CacheTTL:           r.duration("SLUICE_CACHE_TTL", 5*time.Minute, time.Second, 24*time.Hour),

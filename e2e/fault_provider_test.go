@@ -157,6 +157,7 @@ func TestFaultProviderStorm(t *testing.T) {
 	env := clusterEnv(t, needRedis(t))
 	env["SLUICE_DATA_DIR"] = t.TempDir()
 	env["SLUICE_UPSTREAM_ATTEMPT_TIMEOUT"] = stormAttemptTimeout.String()
+	env["SLUICE_UPSTREAM_ANSWER_TIMEOUT"] = stormAttemptTimeout.String() // whole answers too: the storm bounds retries
 	env["SLUICE_UPSTREAM_BUDGET"] = stormBudget.String()
 	env["SLUICE_UPSTREAM_MAX_BACKOFF"] = "100ms"
 	provider := newStormProvider()

@@ -57,7 +57,7 @@ func TestServerErrorsSayWhatFailedAndAreLoggedOnce(t *testing.T) {
 		}
 	}))
 	defer silent.Close()
-	slowPool := upstream.NewPool(upstream.PoolOptions{Log: discardLog(), AttemptTimeout: 50 * time.Millisecond, Budget: 300 * time.Millisecond,
+	slowPool := upstream.NewPool(upstream.PoolOptions{Log: discardLog(), AnswerTimeout: 50 * time.Millisecond, Budget: 300 * time.Millisecond,
 		BaseBackoff: time.Millisecond, MaxBackoff: 5 * time.Millisecond})
 	slowPool.SetKeys([]upstream.Key{{ID: 98, Name: "silent", BaseURL: silent.URL + "/v1", Secret: "sk-silent-key", Models: []string{"slow-model"}}})
 	g.addKey(t, admin, "dead", dead.URL+"/v1", "sk-dead-key")

@@ -50,7 +50,7 @@ func newGenEnvWithBudget(t *testing.T, db *models.DB, budget time.Duration) *gen
 	m := mock.New(mock.Config{Keys: map[string]float64{"sk-mock-key": 0}, StreamChunks: 3})
 	srv := httptest.NewServer(m)
 	t.Cleanup(srv.Close)
-	pool := upstream.NewPool(upstream.PoolOptions{AttemptTimeout: 2 * time.Second, Budget: budget,
+	pool := upstream.NewPool(upstream.PoolOptions{AttemptTimeout: 2 * time.Second, AnswerTimeout: 2 * time.Second, Budget: budget,
 		MaxBackoff: 5 * time.Millisecond, BaseBackoff: time.Millisecond, StallTimeout: 150 * time.Millisecond, Log: discardLog()})
 	box, _ := secrets.NewBox(bytes.Repeat([]byte{4}, 32))
 	prov := providers.New(e.store, box, pool, cluster.None{}, discardLog())

@@ -89,7 +89,7 @@ func TestHugeTPMKeyIsPacedSilently(t *testing.T) {
 	g := newGenEnv(t, testdb.SQLite(t))
 	// The pool, the provider service and the pipeline log into logs, and
 	// the pool paces with the limiter the pipeline uses, as in main.
-	pool := upstream.NewPool(upstream.PoolOptions{Limiter: g.limiter, Log: log, AttemptTimeout: 2 * time.Second})
+	pool := upstream.NewPool(upstream.PoolOptions{Limiter: g.limiter, Log: log, AttemptTimeout: 2 * time.Second, AnswerTimeout: 2 * time.Second})
 	box, _ := secrets.NewBox(bytes.Repeat([]byte{3}, 32))
 	prov := providers.New(g.store, box, pool, cluster.None{}, log)
 	g.pipe.Providers, g.pipe.Log = pool, log

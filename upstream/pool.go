@@ -19,6 +19,7 @@ import (
 // Defaults for PoolOptions and BreakerOptions.
 const (
 	DefaultAttemptTimeout = 8 * time.Second
+	DefaultAnswerTimeout  = 10 * time.Minute
 	DefaultBudget         = 30 * time.Second
 	DefaultMaxBackoff     = 8 * time.Second
 	DefaultBaseBackoff    = 250 * time.Millisecond
@@ -50,11 +51,18 @@ type PoolOptions struct {
 	// a client that does not follow redirects.
 	Client *http.Client
 
-	// AttemptTimeout bounds one attempt: the whole exchange for a
-	// non-streaming request, the wait for the response headers for a stream.
+	// AttemptTimeout bounds one attempt of a stream: the wait for the
+	// response headers (StallTimeout watches the body).
 	AttemptTimeout time.Duration
+	// AnswerTimeout bounds one attempt of a whole (non-streamed) answer.
+	// The provider writes nothing until it has generated all of it, so
+	// this is how long an answer may take to generate, not a sign of a
+	// provider that hangs: cut short, the answer would be billed by the
+	// provider and lost (OpenAI's SDKs wait 10 minutes).
+	AnswerTimeout time.Duration
 	// Budget bounds one Do call before a response is returned: attempts,
-	// backoffs and pacing waits together. A stream's body is not counted.
+	// backoffs and pacing waits together. No attempt starts after it; one
+	// started runs to its own timeout. A stream's body is not counted.
 	Budget time.Duration
 	// MaxBackoff caps one backoff and the provider's Retry-After, so a
 	// Retry-After: 3600 rests a key for MaxBackoff, not an hour.
@@ -137,6 +145,7 @@ func (o PoolOptions) withDefaults() PoolOptions {
 		o.Client = defaultClient()
 	}
 	setDefault(&o.AttemptTimeout, DefaultAttemptTimeout)
+	setDefault(&o.AnswerTimeout, DefaultAnswerTimeout)
 	setDefault(&o.Budget, DefaultBudget)
 	setDefault(&o.MaxBackoff, DefaultMaxBackoff)
 	setDefault(&o.BaseBackoff, DefaultBaseBackoff)

@@ -98,10 +98,14 @@ func (p *Pool) Do(ctx context.Context, req Request) (*Response, error) {
 		if err != nil {
 			return nil, giveUp(ctx, err, last)
 		}
-		timeout := min(p.opts.AttemptTimeout, deadline.Sub(p.opts.Now()))
-		if timeout <= 0 {
+		left := deadline.Sub(p.opts.Now())
+		if left <= 0 {
 			e.h.abandoned(probe)
 			return nil, giveUp(ctx, fmt.Errorf("%w: the retry budget of %s is spent", ErrUnavailable, p.opts.Budget), last)
+		}
+		timeout := min(p.opts.AttemptTimeout, left)
+		if !req.Stream {
+			timeout = p.opts.AnswerTimeout // see PoolOptions.AnswerTimeout
 		}
 		r := p.attempt(ctx, e, probe, adm, req, timeout)
 		var sent *SentError

@@ -218,7 +218,7 @@ func TestAttemptTimeout(t *testing.T) {
 		case <-time.After(5 * time.Second):
 		}
 	})
-	p := NewPool(PoolOptions{AttemptTimeout: 50 * time.Millisecond, Budget: 400 * time.Millisecond,
+	p := NewPool(PoolOptions{AnswerTimeout: 50 * time.Millisecond, Budget: 400 * time.Millisecond,
 		BaseBackoff: 10 * time.Millisecond, MaxBackoff: 20 * time.Millisecond})
 	p.SetKeys([]Key{key(1, srv.URL, "a"), key(2, srv.URL, "b")})
 	start := time.Now()
@@ -232,6 +232,29 @@ func TestAttemptTimeout(t *testing.T) {
 	}
 	if took > time.Second {
 		t.Fatalf("took %s with a 400ms budget", took)
+	}
+}
+
+// TestAWholeAnswerMayTakeLongerThanAnAttempt: a provider writes a whole
+// answer's headers only once it has generated all of it, so the answer
+// has AnswerTimeout, not a stream's AttemptTimeout, and the retry budget
+// does not cut an attempt it let start: cut, the answer would be billed
+// by the provider and lost.
+func TestAWholeAnswerMayTakeLongerThanAnAttempt(t *testing.T) {
+	var h hits
+	srv := provider(t, func(w http.ResponseWriter, r *http.Request) {
+		h.add(r)
+		// The scenario, not a wait: an answer that takes 300 ms to
+		// generate, six attempt timeouts and past the retry budget.
+		time.Sleep(300 * time.Millisecond)
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"id":"x","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"a long story"},"finish_reason":"stop"}],"usage":{"prompt_tokens":5,"completion_tokens":3,"total_tokens":8}}`)
+	})
+	p := NewPool(PoolOptions{AttemptTimeout: 50 * time.Millisecond, Budget: 200 * time.Millisecond, AnswerTimeout: 5 * time.Second})
+	p.SetKeys([]Key{key(1, srv.URL, "a"), key(2, srv.URL, "b")})
+	resp, err := p.Do(context.Background(), chatRequest("m"))
+	if err != nil || resp.Status != 200 || !strings.Contains(string(resp.Body), "a long story") || resp.Attempts != 1 || h.total() != 1 {
+		t.Fatalf("%+v %v, %d requests: a whole answer slower than AttemptTimeout is waited for, once", resp, err, h.total())
 	}
 }
 

@@ -47,6 +47,7 @@ func newProviders(ctx context.Context, cfg config.Config, store *models.Store, b
 			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 		},
 		AttemptTimeout: cfg.UpstreamAttempt,
+		AnswerTimeout:  cfg.UpstreamAnswer,
 		Budget:         cfg.UpstreamBudget,
 		MaxBackoff:     cfg.UpstreamMaxBackoff,
 		StallTimeout:   cfg.UpstreamAttempt,
