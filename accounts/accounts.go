@@ -179,14 +179,13 @@ func (s *Service) signup(ctx context.Context, email, password, clientIP string,
 // Login checks a password and returns the user acting where their sign-in
 // starts (Store.StartingMember). Every attempt is charged to its email's
 // and its address's buckets first (LoginThrottle); a locked one is not
-// checked against the account's hash at all, but against the dummy hash
-// at the same cost, so it takes as long as a checked one and answers the
-// same 429 whether the password, or the email, was right or not. A
-// disabled user is told so only once their password is right.
+// checked at all and costs no hash (its 429 says it was locked whatever
+// the password or the email, so there is no timing to hide, and a flood
+// of locked attempts must not cost a bcrypt hash each). A disabled user
+// is told so only once their password is right.
 func (s *Service) Login(ctx context.Context, email, password, clientIP string) (models.Member, error) {
 	attempt, err := s.throttle.reserve(ctx, email, clientIP)
 	if apperr.CodeOf(err) == apperr.RateLimited {
-		_ = bcrypt.CompareHashAndPassword(s.dummyHash, []byte(password))
 		return models.Member{}, err
 	}
 	if err != nil {

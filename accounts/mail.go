@@ -192,10 +192,10 @@ func (s *Service) ConfirmPasswordReset(ctx context.Context, token, password stri
 	if err := ValidatePassword(password); err != nil {
 		return models.User{}, apperr.Field(apperr.Unprocessable, "invalid_password", "new_password", apperr.As(err).Message)
 	}
-	if !models.LinkTokenShaped(token) {
-		// The store says the same; checked first so a mangled link costs
-		// no bcrypt hash.
-		_, _, err := s.store.ResetPassword(ctx, token, "")
+	// The link is checked before the hash (and again, atomically, when it
+	// is used): a made-up or spent link costs no bcrypt hash, which no
+	// throttle stands in front of.
+	if err := s.store.CheckPasswordReset(ctx, token); err != nil {
 		return models.User{}, err
 	}
 	hash, err := bcrypt.GenerateFromPassword([]byte(password), s.bcryptCost)
@@ -216,7 +216,6 @@ func (s *Service) ChangePassword(ctx context.Context, m models.Member, current, 
 	// account's password from that address.
 	attempt, err := s.throttle.reserve(ctx, m.Email, clientIP)
 	if e := apperr.As(err); e != nil && e.Code == apperr.RateLimited {
-		_ = bcrypt.CompareHashAndPassword(s.dummyHash, []byte(current))
 		return 0, &apperr.Error{Code: apperr.RateLimited, Reason: "password_change_throttled", RetryAfter: e.RetryAfter,
 			Message: "too many wrong passwords; try again in " + waitText(e.RetryAfter)}
 	}

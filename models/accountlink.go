@@ -72,6 +72,28 @@ func linkNotFound(what string) error {
 // update, so of two uses at once exactly one succeeds and the other is
 // told the link was used. Every refusal says why.
 func claimLink(tx *gorm.DB, purpose, what, token string, now time.Time) (AccountLink, error) {
+	l, err := findLink(tx, purpose, what, token, now)
+	if err != nil {
+		return l, err
+	}
+	res := tx.Model(&AccountLink{}).Where("id = ? AND used_at IS NULL AND expires_at > ?", l.ID, now).Update("used_at", now)
+	if res.Error != nil {
+		return l, dbErr(res.Error, "link")
+	}
+	if res.RowsAffected == 0 {
+		return l, linkUsed(what) // another use got there first
+	}
+	l.UsedAt = &now
+	return l, nil
+}
+
+func linkUsed(what string) error {
+	return apperr.WithReason(apperr.Conflict, "link_used", "this "+what+" link has already been used (each works once); ask for a new one")
+}
+
+// findLink is token's link for purpose, if it can still be used, with
+// claimLink's errors.
+func findLink(tx *gorm.DB, purpose, what, token string, now time.Time) (AccountLink, error) {
 	var l AccountLink
 	if !LinkTokenShaped(token) {
 		return l, linkNotFound(what)
@@ -84,22 +106,13 @@ func claimLink(tx *gorm.DB, purpose, what, token string, now time.Time) (Account
 		return l, linkNotFound(what)
 	}
 	l = found[0]
-	used := apperr.WithReason(apperr.Conflict, "link_used", "this "+what+" link has already been used (each works once); ask for a new one")
 	switch {
 	case l.UsedAt != nil:
-		return l, used
+		return l, linkUsed(what)
 	case !now.Before(l.ExpiresAt):
 		return l, apperr.WithReason(apperr.Conflict, "link_expired", fmt.Sprintf("this %s link expired at %s (links work for %s); ask for a new one",
 			what, l.ExpiresAt.UTC().Format("2006-01-02 15:04 UTC"), ttlWords(l.ExpiresAt.Sub(l.CreatedAt))))
 	}
-	res := tx.Model(&AccountLink{}).Where("id = ? AND used_at IS NULL AND expires_at > ?", l.ID, now).Update("used_at", now)
-	if res.Error != nil {
-		return l, dbErr(res.Error, "link")
-	}
-	if res.RowsAffected == 0 {
-		return l, used // another use got there first
-	}
-	l.UsedAt = &now
 	return l, nil
 }
 
@@ -169,6 +182,14 @@ func (s *Store) CreatePasswordReset(ctx context.Context, u User, token string, b
 		return audit(tx, u.LastOrgID, actor, "user.password_reset.create", fmt.Sprint(u.ID), u.Email+": "+detail)
 	})
 	return made, dbErr(err, "password reset")
+}
+
+// CheckPasswordReset says whether token is a password reset link that can
+// still be used, with ResetPassword's errors: asked before the new
+// password is hashed, so a made-up link costs no hash.
+func (s *Store) CheckPasswordReset(ctx context.Context, token string) error {
+	_, err := findLink(s.db.WithContext(ctx), LinkPasswordReset, "password reset", token, s.now().UTC())
+	return err
 }
 
 // ResetPassword uses a password reset link: the user's password becomes
