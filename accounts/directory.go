@@ -207,6 +207,7 @@ var (
 	errExpiredKey   = apperr.WithReason(apperr.Unauthorized, "expired_api_key", "the API key has expired")
 	errUserDisabled = apperr.WithReason(apperr.Unauthorized, "user_disabled", "this token's user is disabled: an admin must enable them for it to work")
 	errOrgDeleted   = apperr.WithReason(apperr.Unauthorized, "organization_deleted", "this token's organization has been deleted")
+	errMemberGone   = apperr.WithReason(apperr.Unauthorized, "revoked_api_key", "the API key has been revoked: its user is no longer a member of its organization")
 )
 
 // refusal is why a known token cannot be used now, nil when it can.
@@ -218,6 +219,8 @@ func refusal(o models.TokenOwner, now time.Time) error {
 		return errOrgDeleted
 	case o.UserDisabledAt != nil:
 		return errUserDisabled
+	case o.MemberGone:
+		return errMemberGone
 	case o.ExpiresAt != nil && !now.Before(*o.ExpiresAt):
 		return errExpiredKey
 	}

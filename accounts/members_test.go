@@ -2,6 +2,7 @@ package accounts_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	"golang.org/x/crypto/bcrypt"
@@ -73,6 +74,39 @@ func TestRemovingAMemberStopsTheirTokensOnEveryNode(t *testing.T) {
 			if _, err := d.Authenticate(ctx, home); err != nil {
 				t.Errorf("%s: bob's token of his own organization: %v", name, err)
 			}
+		}
+	})
+}
+
+// TestARemovedMembersTokenNeverWorks: a token asked for with a session
+// read before its member was removed is refused, and one that a race let
+// in after the removal revoked their tokens (the row as such a race
+// leaves it) does not authenticate.
+func TestARemovedMembersTokenNeverWorks(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, db *models.DB) {
+		e := newEnv(t, db)
+		owner, _ := e.signup(t, "owner@example.com")
+		bobHome, _ := e.signup(t, "bob@example.com")
+		bob := e.invite(t, owner, bobHome.User, models.RoleMember) // what bob's session read
+		if _, err := e.svc.RemoveMember(ctx, owner, bob.ID); err != nil {
+			t.Fatal(err)
+		}
+		_, _, err := e.svc.CreateToken(ctx, bob, "late", 0)
+		wantErr(t, err, apperr.Forbidden, "not_a_member")
+
+		secret, err := models.NewTokenSecret()
+		if err != nil {
+			t.Fatal(err)
+		}
+		late := models.APIToken{OrgID: owner.OrgID, UserID: bob.ID, Name: "raced", Prefix: models.TokenDisplayPrefix(secret),
+			Hash: models.HashToken(secret), CreatedAt: e.clock.Now().UTC()}
+		if err := db.Gorm.Create(&late).Error; err != nil {
+			t.Fatal(err)
+		}
+		_, err = e.dir.Authenticate(ctx, secret)
+		wantErr(t, err, apperr.Unauthorized, "revoked_api_key")
+		if !strings.Contains(err.Error(), "no longer a member") {
+			t.Fatalf("the refusal does not say why: %v", err)
 		}
 	})
 }

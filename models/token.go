@@ -64,6 +64,10 @@ type TokenOwner struct {
 	// OrgDeletedAt when one deleted its organization: either stops it.
 	UserDisabledAt *time.Time
 	OrgDeletedAt   *time.Time
+	// MemberGone says the token's user is no longer a member of its
+	// organization, which also stops it (RemoveMember revokes their
+	// tokens; this holds for one made as they were removed).
+	MemberGone bool
 	// CreditWithheld says the included credit is 0 because it waits for an
 	// owner's verified email (MonthTerms.CreditWithheld).
 	CreditWithheld bool `gorm:"-"`
@@ -107,6 +111,15 @@ func (s *Store) CreateAPITokenWith(ctx context.Context, orgID, userID int64, nam
 		}
 		if err := checkTokenRate(tx, orgID, c.RequestsPerMinute); err != nil {
 			return err
+		}
+		// The creator's membership was read when their session was; they
+		// may have been removed since.
+		var member int64
+		if err := tx.Model(&Membership{}).Where("org_id = ? AND user_id = ?", orgID, userID).Count(&member).Error; err != nil {
+			return dbErr(err, "membership")
+		}
+		if member == 0 {
+			return apperr.WithReason(apperr.Forbidden, "not_a_member", "you are no longer a member of this organization")
 		}
 		if err := tx.Create(&t).Error; err != nil {
 			return dbErr(err, "token")
@@ -233,10 +246,12 @@ func (s *Store) tokenOwner(ctx context.Context, where string, arg any) (TokenOwn
 	var o TokenOwner
 	err := s.db.WithContext(ctx).Table("api_tokens").
 		Select("api_tokens.*, tiers.name AS tier_name, organizations.budget_limit, organizations.budget_hard_stop, "+
-			"users.disabled_at AS user_disabled_at, organizations.deleted_at AS org_deleted_at", "organizations.low_balance_threshold").
+			"users.disabled_at AS user_disabled_at, organizations.deleted_at AS org_deleted_at", "organizations.low_balance_threshold",
+			"memberships.user_id IS NULL AS member_gone").
 		Joins("JOIN organizations ON organizations.id = api_tokens.org_id").
 		Joins("JOIN users ON users.id = api_tokens.user_id").
 		Joins("JOIN tiers ON tiers.id = organizations.tier_id").
+		Joins("LEFT JOIN memberships ON memberships.org_id = api_tokens.org_id AND memberships.user_id = api_tokens.user_id").
 		Where(where, arg).Take(&o).Error
 	if err != nil {
 		return o, dbErr(err, "token")
