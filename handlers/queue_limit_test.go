@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"mime/multipart"
+	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -76,6 +78,38 @@ func TestFilesBatchesAndJobsSpendTheRequestBucket(t *testing.T) {
 		if typ, code, msg := openAIError(t, w.Body.Bytes()); w.Code != 429 || typ != "rate_limit_exceeded" || code != "rate_limit_exceeded" ||
 			!strings.HasPrefix(msg, "rate limit reached for requests on the free tier (limit 30, remaining 0)") {
 			t.Fatalf("chat after the files: %d %s", w.Code, w.Body.String())
+		}
+	})
+}
+
+// TestListingJobsCostsARequest: the list reads up to 100 jobs with their
+// bodies and answers, so it costs one request, and an organization over
+// its limit cannot list; polling one job stays free.
+func TestListingJobsCostsARequest(t *testing.T) {
+	eachTenantFixture(t, func(t *testing.T, db *models.DB, f *tenantFixture) {
+		e, token := f.e, f.tokens["ownerB"]
+		w := e.do(request{method: "POST", path: "/v1/jobs", bearer: token, body: `{"model":"sluice-local","messages":[{"role":"user","content":"zebra job"}]}`})
+		if w.Code != 202 {
+			t.Fatalf("queueing: %d %s", w.Code, w.Body.String())
+		}
+		id, _ := decode(t, w)["id"].(string)
+		remaining := func(w *httptest.ResponseRecorder) int {
+			n, err := strconv.Atoi(w.Header().Get("x-ratelimit-remaining-requests"))
+			if w.Code != 200 || err != nil {
+				t.Fatalf("%d %v %s", w.Code, w.Header(), w.Body.String())
+			}
+			return n
+		}
+		list := request{method: "GET", path: "/v1/jobs", bearer: token}
+		first := remaining(e.do(list))
+		if second := remaining(e.do(list)); first-second != 1 {
+			t.Fatalf("listing jobs cost %d requests, want 1", first-second)
+		}
+		for w := e.do(list); w.Code != 429; w = e.do(list) {
+		}
+		expectError(t, e.do(list), 429, "rate_limit_exceeded", "rate limit reached for requests")
+		if w := e.do(request{method: "GET", path: "/v1/jobs/" + id, bearer: token}); w.Code != 200 || !strings.Contains(w.Body.String(), id) {
+			t.Fatalf("polling a job over the limit: %d %s", w.Code, w.Body.String())
 		}
 	})
 }

@@ -117,9 +117,11 @@ func New(log *slog.Logger, ops Ops, d Deps) http.Handler {
 	v1.DELETE("/sessions/:id", a.admit, a.deleteConversation)
 	// Queueing a job costs one request of the organization's bucket (and
 	// a place in its queue); the job pays its completion when it runs.
-	// Reading jobs costs nothing, so polling for them never meets a 429.
+	// Polling a job costs nothing, so it never meets a 429; listing them
+	// reads up to 100 jobs with their bodies and answers, and costs one
+	// request.
 	v1.POST("/jobs", a.createJob)
-	v1.GET("/jobs", a.listJobs)
+	v1.GET("/jobs", a.admit, a.listJobs)
 	v1.GET("/jobs/:id", a.getJob)
 	v1.DELETE("/jobs/:id", a.cancelJob)
 	// OpenAI's Batch API: an upload, a download and a batch's creation
