@@ -42,13 +42,16 @@ func contains(list []string, want string) bool {
 }
 
 // TestFirstSignInLinksTheUserOfItsEmail: an account whose verified email
-// is a Sluice user's is linked to that user (audited), who keeps their
-// password and their organization; a later sign-in asserting another
-// email is still that user, and the user's own email stays.
+// is a Sluice user's (verified too) is linked to that user (audited), who
+// keeps their password and their organization; a later sign-in asserting
+// another email is still that user, and the user's own email stays.
 func TestFirstSignInLinksTheUserOfItsEmail(t *testing.T) {
 	testdb.Each(t, func(t *testing.T, db *models.DB) {
 		e := newEnv(t, db)
 		ada, _ := e.signup(t, "ada@example.com")
+		if err := db.Gorm.Model(&models.User{}).Where("id = ?", ada.ID).Update("email_verified_at", e.clock.Now().UTC()).Error; err != nil {
+			t.Fatal(err)
+		}
 		m, err := e.svc.SignInWithIdentity(ctx, identity("sub-ada", "ADA@example.com"), nil, "192.0.2.1")
 		if err != nil || m.ID != ada.ID || m.OrgID != ada.OrgID || m.Role != models.RoleOwner {
 			t.Fatalf("first sign-in: %+v %v, want %+v", m, err, ada)
@@ -65,6 +68,39 @@ func TestFirstSignInLinksTheUserOfItsEmail(t *testing.T) {
 		}
 		if _, err := e.store.UserByEmail(ctx, "ada.lovelace@newname.example"); apperr.CodeOf(err) != apperr.NotFound {
 			t.Errorf("a user was made for the new email: %v", err)
+		}
+	})
+}
+
+// TestFirstSignInTakesBackAnUnverifiedAccount: someone signed up with an
+// address before its owner came (with no mail, nothing verifies it); the
+// owner's first SSO sign-in, whose provider verified the address, links
+// the account and takes it back: the password set by whoever signed up is
+// dropped and their sessions end (audited), and the address counts as
+// verified.
+func TestFirstSignInTakesBackAnUnverifiedAccount(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, db *models.DB) {
+		e := newEnv(t, db)
+		squatter, _ := e.signup(t, "alice@example.com")
+		sessions := accounts.NewSessions(sessionSecret, sessionTTL, e.clock.Now)
+		tok, _, err := sessions.Start(ctx, e.store, squatter)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := e.svc.SignInWithIdentity(ctx, identity("sub-alice", "alice@example.com"), nil, "192.0.2.1")
+		if err != nil || m.ID != squatter.ID {
+			t.Fatalf("first sign-in: %+v %v, want user %d", m, err, squatter.ID)
+		}
+		_, err = e.svc.Login(ctx, "alice@example.com", "password1", "192.0.2.1")
+		wantErr(t, err, apperr.Unauthorized, "sso_account")
+		_, err = sessions.Resume(ctx, e.store, tok)
+		wantErr(t, err, apperr.Unauthorized, "invalid_session")
+		if u, err := e.store.UserByEmail(ctx, "alice@example.com"); err != nil || u.EmailVerifiedAt == nil {
+			t.Fatalf("the address after the sign-in: %+v %v, want verified", u, err)
+		}
+		if !contains(auditActions(t, e.store), "identity.link alice@example.com signed in by single sign-on ("+issuerURL+
+			") for the first time; the address was never verified, so its password was dropped and 1 sessions ended") {
+			t.Errorf("no identity.link entry saying so: %v", auditActions(t, e.store))
 		}
 	})
 }

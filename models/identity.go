@@ -58,6 +58,13 @@ func (s *Store) IdentityUser(ctx context.Context, issuer, subject, email string)
 // found. A user already linked to another account at the same provider is
 // refused: an address the provider has handed on to someone else must not
 // open the first holder's account.
+//
+// The provider has verified the address. A user whose address Sluice never
+// verified may have been made by someone else, who signed up with it
+// before its owner came (with no mail, nothing stops that): their
+// password is dropped and their sessions end, so the account is the
+// address owner's alone from here (password reset gives them a password
+// again). A verified user keeps theirs.
 func (s *Store) LinkIdentity(ctx context.Context, id UserIdentity) (User, error) {
 	var u User
 	err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
@@ -65,10 +72,26 @@ func (s *Store) LinkIdentity(ctx context.Context, id UserIdentity) (User, error)
 			return dbErr(err, "user")
 		}
 		id.UserID = u.ID
-		if err := linkIdentity(tx, id, s.now()); err != nil {
+		now := s.now().UTC()
+		if err := linkIdentity(tx, id, now); err != nil {
 			return err
 		}
-		return audit(tx, 0, u.ID, "identity.link", fmt.Sprint(u.ID), u.Email+" signed in by single sign-on ("+id.Issuer+") for the first time")
+		detail := u.Email + " signed in by single sign-on (" + id.Issuer + ") for the first time"
+		if u.EmailVerifiedAt == nil {
+			if err := tx.Model(&User{}).Where("id = ?", u.ID).
+				Updates(map[string]any{"password_hash": "", "email_verified_at": now}).Error; err != nil {
+				return dbErr(err, "user")
+			}
+			ended, err := endSessions(tx, u.ID, "", now)
+			if err != nil {
+				return err
+			}
+			if u.HasPassword() {
+				detail += fmt.Sprintf("; the address was never verified, so its password was dropped and %d sessions ended", ended)
+			}
+			u.PasswordHash, u.EmailVerifiedAt = "", &now
+		}
+		return audit(tx, 0, u.ID, "identity.link", fmt.Sprint(u.ID), detail)
 	})
 	return u, dbErr(err, "user")
 }
