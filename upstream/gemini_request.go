@@ -391,9 +391,9 @@ func geminiThinking(model string, raw json.RawMessage) (*geminiThinkingConfig, e
 }
 
 // imageMimeTypes are the types of images sent by address, by extension:
-// Gemini is told what it fetches when the address says.
+// Gemini is told what it fetches.
 var imageMimeTypes = map[string]string{".png": "image/png", ".jpg": "image/jpeg", ".jpeg": "image/jpeg",
-	".webp": "image/webp", ".gif": "image/gif", ".heic": "image/heic", ".heif": "image/heif", ".pdf": "application/pdf"}
+	".webp": "image/webp", ".gif": "image/gif", ".heic": "image/heic", ".heif": "image/heif"}
 
 // dataURLBlob reads a base64 data: URL as Gemini's inline data.
 func dataURLBlob(param, u string) (*geminiBlob, error) {
@@ -407,18 +407,30 @@ func dataURLBlob(param, u string) (*geminiBlob, error) {
 
 // imagePart translates an image_url part: a data: URL goes inline; an
 // https address is fetched by Gemini itself (it takes public and signed
-// https URLs as file data); anything else is refused.
+// https URLs as file data); anything else is refused. Either must be an
+// image, as the part says: Gemini reads whatever type it is given (a
+// PDF's every page, a video's every second), while the estimate, and so
+// every limit, counts an image_url as one image.
 func imagePart(param, u string) (geminiPart, error) {
+	at := param + ".image_url.url"
 	switch {
 	case strings.HasPrefix(u, "data:"):
-		blob, err := dataURLBlob(param+".image_url.url", u)
+		blob, err := dataURLBlob(at, u)
+		if err == nil && !strings.HasPrefix(strings.ToLower(blob.MimeType), "image/") {
+			return geminiPart{}, unsupported(at, "an image_url part must carry an image; "+param+" is "+blob.MimeType+
+				" (send a document as a file part)")
+		}
 		return geminiPart{InlineData: blob}, err
 	case strings.HasPrefix(strings.ToLower(u), "https://"):
 		file := &geminiFileData{FileURI: u}
 		if parsed, err := url.Parse(u); err == nil {
 			file.MimeType = imageMimeTypes[strings.ToLower(path.Ext(parsed.Path))]
 		}
+		if file.MimeType == "" {
+			return geminiPart{}, unsupported(at, "Gemini is sent an image by address only when its path ends in an image's extension "+
+				"(.png, .jpg, .jpeg, .webp, .gif, .heic, .heif), so that it is read as an image; send "+param+" as a data: URL")
+		}
 		return geminiPart{FileData: file}, nil
 	}
-	return geminiPart{}, unsupported(param+".image_url.url", "Gemini takes images as data: URLs or https addresses; "+param+" is neither")
+	return geminiPart{}, unsupported(at, "Gemini takes images as data: URLs or https addresses; "+param+" is neither")
 }
