@@ -187,6 +187,10 @@ func (p *Pipeline) bound(c *call) error {
 	switch {
 	case req.MaxTokens > 0:
 		c.completion = int64(req.MaxTokens)
+		c.copyBound = relies && req.completionFieldOnly
+		if c.copyBound && req.route == nil {
+			e.boundField, e.bound = copiedBound(req.Prompt.Family, c.completion)
+		}
 	case !relies || req.Model == local.ModelID:
 		c.completion = p.d.DefaultMaxTokens
 	case req.route != nil:
@@ -229,6 +233,17 @@ func (p *Pipeline) bound(c *call) error {
 	body, err := composedBody(c, e)
 	c.body = body
 	return err
+}
+
+// copiedBound is the field and value of a client's max_completion_tokens
+// copied for a model of family fam, whose API reads max_tokens instead
+// and would answer unbounded by what was reserved; "" for OpenAI's own
+// models, which read it.
+func copiedBound(fam family.Family, bound int64) (string, int64) {
+	if fam.BoundField == "max_completion_tokens" {
+		return "", 0
+	}
+	return fam.BoundField, bound
 }
 
 // completionBound is the completion bound Sluice sends a model of family

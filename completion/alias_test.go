@@ -113,4 +113,24 @@ func TestAliasAttemptsGetTheirOwnBody(t *testing.T) {
 	if evs := r.recorder.all(); len(evs) != 1 || evs[0].Model != "claude-3-haiku" {
 		t.Fatalf("usage %+v", evs)
 	}
+
+	// The client's own max_completion_tokens: OpenAI's model gets the body
+	// as written; the other also gets it as max_tokens, the field its API
+	// reads (ignoring the other, it would answer past the reservation).
+	r.provider.calls = nil
+	if _, err := r.p.Complete(context.Background(), r.caller,
+		r.request(`{"model":"mix","max_completion_tokens":70,"messages":[{"role":"user","content":"hello"}]}`), newSink()); err != nil {
+		t.Fatal(err)
+	}
+	calls = r.provider.calls
+	if len(calls) != 2 {
+		t.Fatalf("calls %+v", calls)
+	}
+	first, second = fields(calls[0].Body), fields(calls[1].Body)
+	if first["max_completion_tokens"] != 70.0 || first["max_tokens"] != nil {
+		t.Fatalf("first body %s", calls[0].Body)
+	}
+	if second["max_completion_tokens"] != 70.0 || second["max_tokens"] != 70.0 {
+		t.Fatalf("second body %s", calls[1].Body)
+	}
 }

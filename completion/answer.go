@@ -121,11 +121,13 @@ func (p *Pipeline) attemptBody(c *call) ([]byte, error) {
 	e := bodyEdits{model: c.model}
 	if c.model != local.ModelID {
 		e.includeUsage = req.Stream && !req.IncludeUsage
-		if c.sendBound {
-			fam := family.Of(c.model)
+		switch fam := family.Of(c.model); {
+		case c.sendBound:
 			if b, send := p.completionBound(c, fam); send {
 				e.boundField, e.bound = fam.BoundField, b
 			}
+		case c.copyBound:
+			e.boundField, e.bound = copiedBound(fam, int64(req.MaxTokens))
 		}
 	}
 	if c.history == nil {

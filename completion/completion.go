@@ -200,6 +200,10 @@ type call struct {
 	// none and a limit relies on it), sent to each model in its family's
 	// field: an alias's models get it per attempt.
 	sendBound bool
+	// copyBound says the client bounded the completion with
+	// max_completion_tokens alone and a limit relies on it: a model whose
+	// API reads max_tokens gets the bound in that field too (copiedBound).
+	copyBound bool
 	order     []string         // an alias's models in the order they are asked; nil for a model
 	budget    *upstream.Budget // the providers' time, shared by an alias's models; nil for a model
 	prompt    int64            // the prompt's estimate, history included

@@ -425,6 +425,19 @@ func TestParseSaysWhatIsWrong(t *testing.T) {
 			t.Errorf("%s: %+v, want %s %s %q", tc.body, e, tc.reason, tc.param, tc.message)
 		}
 	}
+	// Both bounds set: providers differ in which they read, so the larger
+	// is reserved, whichever field holds it.
+	for body, want := range map[string]int{
+		`{"model":"gpt-test","max_tokens":100000,"max_completion_tokens":1,"messages":[{"role":"user","content":"x"}]}`: 100000,
+		`{"model":"gpt-test","max_tokens":1,"max_completion_tokens":300,"messages":[{"role":"user","content":"x"}]}`:    300,
+	} {
+		if req, err := r.p.Parse([]byte(body)); err != nil || req.MaxTokens != want {
+			t.Errorf("%s: max tokens %d (%v), want %d", body, req.MaxTokens, err, want)
+		}
+	}
+	if _, err := r.p.Parse([]byte(`{"model":"gpt-test","max_tokens":5,"max_completion_tokens":0,"messages":[{"role":"user","content":"x"}]}`)); apperr.As(err).Param != "max_completion_tokens" {
+		t.Errorf("a bad max_completion_tokens beside a good max_tokens: %v", err)
+	}
 	req, err := r.p.Parse([]byte(`{"model":"gpt-test","max_tokens":5,"max_completion_tokens":9,"stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":[{"type":"text","text":"a"},{"type":"image_url"},{"type":"text","text":"b"}]}]}`))
 	if err != nil || req.MaxTokens != 9 || !req.Stream || !req.IncludeUsage || req.Messages()[0].Content != "a\nb" {
 		t.Fatalf("%+v %v", req, err)

@@ -66,6 +66,11 @@ type Request struct {
 	streamOptions span
 	end           int
 
+	// completionFieldOnly says the client bounded the completion with
+	// max_completion_tokens alone, which providers other than OpenAI
+	// (DeepSeek, Ollama) ignore: see bodyEdits.
+	completionFieldOnly bool
+
 	// route is the alias Model names, nil for a model; resolved once, by
 	// Parse, so the request keeps the routing it was admitted with.
 	route *models.ModelAlias
@@ -132,16 +137,27 @@ func (p *Pipeline) Parse(body []byte) (Request, error) {
 		return Request{}, apperr.Field(apperr.Invalid, "invalid_content", "messages["+itoa(s.nonTextAt)+"].content",
 			"content part type '"+s.nonText+"' is not supported by "+local.ModelID+"; send text parts")
 	}
-	maxTokens, hasMax := s.maxCompletionTokens, s.hasMaxCompletion
-	if !hasMax {
-		maxTokens, hasMax = s.maxTokens, s.hasMaxTokens
+	for _, f := range []struct {
+		name string
+		set  bool
+		n    int64
+	}{{"max_tokens", s.hasMaxTokens, s.maxTokens}, {"max_completion_tokens", s.hasMaxCompletion, s.maxCompletionTokens}} {
+		if f.set && (f.n < 1 || f.n > maxCompletionTokens) {
+			return Request{}, apperr.Field(apperr.Invalid, "invalid_max_tokens", f.name, f.name+" must be from 1 to 10000000")
+		}
 	}
-	if hasMax && (maxTokens < 1 || maxTokens > maxCompletionTokens) {
-		return Request{}, apperr.Field(apperr.Invalid, "invalid_max_tokens", "max_tokens", "max_tokens must be from 1 to 10000000")
+	// Both set: providers differ in which they read (OpenAI the second,
+	// most others the first), so the larger is reserved.
+	var maxTokens int64
+	if s.hasMaxTokens {
+		maxTokens = s.maxTokens
+	}
+	if s.hasMaxCompletion {
+		maxTokens = max(maxTokens, s.maxCompletionTokens)
 	}
 	return Request{Model: s.model, Body: body, MaxTokens: int(maxTokens), Stream: s.stream, IncludeUsage: s.includeUsage,
 		Temperature: s.temperature, Prompt: p.promptOf(sc, s.model, route), modelAt: s.modelAt, streamOptions: s.streamOptions,
-		end: s.end, route: route}, nil
+		end: s.end, route: route, completionFieldOnly: s.hasMaxCompletion && !s.hasMaxTokens}, nil
 }
 
 // promptOf counts the prompt with the family of the model asked for or,

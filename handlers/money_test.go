@@ -223,6 +223,24 @@ func TestOnlyTheBoundSluiceReservedIsSent(t *testing.T) {
 	if got := last(); !strings.Contains(got, `"stream_options":{"include_obfuscation":false,"include_usage":true}`) || !strings.Contains(got, `"max_completion_tokens":`) {
 		t.Errorf("a stream's options were not kept with include_usage added: %s", got)
 	}
+	// A client's max_completion_tokens alone is sent as max_tokens too to
+	// a model whose API reads that one (DeepSeek and Ollama ignore the
+	// other, and would answer past what was reserved); OpenAI's own read
+	// it, and get the body as written.
+	if w := g.do(request{method: "POST", path: "/api/admin/upstreams", bearer: admin,
+		body: `{"name":"deepseek","base_url":"` + bp.srv.URL + `/v1","api_key":"sk-deepseek-key","models":["deepseek-chat"]}`}); w.Code != 201 {
+		t.Fatalf("add key: %d %s", w.Code, w.Body.String())
+	}
+	deep := `{"model":"deepseek-chat","max_completion_tokens":50,"messages":[{"role":"user","content":"hi"}]}`
+	send(deep)
+	if want := strings.TrimSuffix(deep, "}") + `,"max_tokens":50}`; last() != want {
+		t.Errorf("max_completion_tokens to a DeepSeek model: the provider got %s, want %s", last(), want)
+	}
+	mini := `{"model":"gpt-4o-mini","max_completion_tokens":50,"messages":[{"role":"user","content":"hi"}]}`
+	send(mini)
+	if last() != mini {
+		t.Errorf("max_completion_tokens to an OpenAI model was not kept as written: %s", last())
+	}
 }
 
 // TestTheEstimateCountsWhatTheProviderBills: tools, images and schemas
