@@ -133,6 +133,11 @@ func (p *Pipeline) Parse(body []byte) (Request, error) {
 		return Request{}, apperr.Field(apperr.Invalid, "invalid_messages", "messages", "messages must be a non-empty array")
 	case s.hasN && s.n != 1:
 		return Request{}, apperr.Field(apperr.Invalid, "unsupported_n", "n", "only n=1 is supported")
+	case s.serviceTier == "priority" || s.serviceTier == "scale":
+		// Billed by OpenAI above the model's price, which is all Sluice
+		// knows: the answer would cost more than it is billed.
+		return Request{}, apperr.Field(apperr.Invalid, "unsupported_parameter", "service_tier",
+			"service_tier '"+s.serviceTier+"' is billed above the model's price, which is what Sluice bills; omit it, or send auto, default or flex")
 	case isLocal && s.nonText != "":
 		return Request{}, apperr.Field(apperr.Invalid, "invalid_content", "messages["+itoa(s.nonTextAt)+"].content",
 			"content part type '"+s.nonText+"' is not supported by "+local.ModelID+"; send text parts")

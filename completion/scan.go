@@ -28,7 +28,7 @@ import (
 // Sluice does not read are the provider's business.
 var (
 	requestFields = []string{"model", "messages", "max_tokens", "max_completion_tokens", "n", "temperature", "stream", "stream_options",
-		"tools", "functions", "tool_choice", "function_call", "response_format", "prediction"}
+		"tools", "functions", "tool_choice", "function_call", "response_format", "prediction", "service_tier"}
 	messageFields = []string{"role", "content", "name", "tool_calls", "tool_call_id", "function_call", "refusal", "audio", "thinking_blocks"}
 	partFields    = []string{"type", "text", "image_url", "input_audio", "file", "refusal"}
 	imageFields   = []string{"url", "detail"}
@@ -57,7 +57,8 @@ type scan struct {
 	hasN                           bool
 	temperature                    *float64
 	stream, includeUsage           bool
-	streamOptions                  span // the stream_options value; zero when absent
+	streamOptions                  span   // the stream_options value; zero when absent
+	serviceTier                    string // "" when absent
 	end                            int  // offset of the body's closing '}'
 
 	messages int
@@ -167,6 +168,8 @@ func (sc *scanner) request(body []byte) error {
 				s.fixed += toolsOverhead + toolOverhead*tools
 			}
 			return err
+		case "service_tier":
+			return sc.str(&s.serviceTier, top("service_tier"))
 		case "prediction": // a predicted output: billed as completion tokens
 			var err error
 			s.prediction, err = sc.value()

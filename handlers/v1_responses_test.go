@@ -466,6 +466,7 @@ func TestResponsesRefuseWhatTheyCannotCarry(t *testing.T) {
 		`{"model":"sluice-local","input":"hi","tools":[{"type":"file_search","vector_store_ids":["vs_1"]}]}`:          "tools[0].type",
 		`{"model":"sluice-local","input":[{"role":"user","content":[{"type":"input_image","file_id":"file-1"}]}]}`:    "input[0].content[0].file_id",
 		`{"model":"sluice-local","input":"hi","service":"x"}`:                                                         "service",
+		`{"model":"sluice-local","input":"hi","service_tier":"priority"}`:                                             "service_tier",
 		`{"model":"sluice-local","input":[{"type":"function_call","call_id":"c","name":"f","arguments":"{}","x":1}]}`: "input[0].x",
 	} {
 		w := e.respond(key, body)
