@@ -65,6 +65,9 @@ func (p *Pipeline) count(sc *scanner, fam family.Family) Prompt {
 		w, h := imageSize(sc, img.url.in(body))
 		out.Tokens += fam.ImageTokens(w, h, img.detail)
 	}
+	if s.tools > 0 {
+		out.Tokens += fam.ToolsPrompt
+	}
 	return out
 }
 

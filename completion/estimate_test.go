@@ -244,3 +244,34 @@ func TestTheThinkingOfAToolCycleIsCounted(t *testing.T) {
 		t.Errorf("thinking_blocks given twice: %v", err)
 	}
 }
+
+// TestAnthropicsToolPromptIsCounted: Anthropic adds a tool-use system
+// prompt (346 tokens) to a request that offers tools, and bills it as
+// input; the estimate for a Claude model counts it, once however many
+// tools, and OpenAI's models, whose providers add none, do not.
+func TestAnthropicsToolPromptIsCounted(t *testing.T) {
+	p := completion.New(completion.Deps{Providers: servesAll{}})
+	const tool = `{"type":"function","function":{"name":"f","parameters":{"type":"object"}}}`
+	estimate := func(model, tools string) int64 {
+		t.Helper()
+		body := `{"model":"` + model + `","max_tokens":1,"messages":[{"role":"user","content":"hi"}]`
+		if tools != "" {
+			body += `,"tools":[` + tools + `]`
+		}
+		req, err := p.Parse([]byte(body + `}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return req.Prompt.Tokens
+	}
+	for _, tc := range []struct {
+		model  string
+		prompt int64
+	}{{"claude-sonnet-4-5", 346}, {"claude-3-5-haiku-latest", 346}, {"gpt-4o", 0}} {
+		bare, one, two := estimate(tc.model, ""), estimate(tc.model, tool), estimate(tc.model, tool+","+tool)
+		toolJSON := two - one // one more tool: its JSON and overhead, no second prompt
+		if got := one - bare - toolJSON; got < tc.prompt || got > tc.prompt+toolJSON {
+			t.Errorf("%s: a tool adds %d tokens beyond its own %d, want the provider's tool prompt (%d)", tc.model, one-bare-toolJSON, toolJSON, tc.prompt)
+		}
+	}
+}

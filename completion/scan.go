@@ -59,7 +59,8 @@ type scan struct {
 	stream, includeUsage           bool
 	streamOptions                  span   // the stream_options value; zero when absent
 	serviceTier                    string // "" when absent
-	end                            int  // offset of the body's closing '}'
+	tools                          int64  // tools and functions offered
+	end                            int    // offset of the body's closing '}'
 
 	messages int
 	// nonText is the first content part that is not text, and its
@@ -164,6 +165,7 @@ func (sc *scanner) request(body []byte) error {
 			start, tools := sc.peekOffset(), int64(0)
 			err := sc.array(top(requestFields[f]), func(int) error { tools++; return sc.skip() })
 			if tools > 0 {
+				s.tools += tools
 				s.raws = append(s.raws, span{start, sc.offset()})
 				s.fixed += toolsOverhead + toolOverhead*tools
 			}

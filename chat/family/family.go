@@ -45,9 +45,18 @@ type Family struct {
 	// (its reasoning models refuse max_tokens), "max_tokens" for every
 	// other (DeepSeek and Ollama ignore max_completion_tokens).
 	BoundField string
+	// ToolsPrompt is what the provider adds to a prompt that offers tools,
+	// as a system prompt of its own: Anthropic's tool-use prompt, 346
+	// tokens for Claude's models (313 when a tool is forced; the larger is
+	// counted). 0 for families whose providers add none Sluice knows of.
+	ToolsPrompt int64
 
 	image imageCost
 }
+
+// claudeToolsPrompt is Anthropic's tool-use system prompt, in tokens, as
+// its pricing page gives it for Claude's current models.
+const claudeToolsPrompt = 346
 
 // Of returns the family of a model name as a client sends it. A provider
 // prefix ("openai/gpt-4o", as routers name models) is ignored; case is not
@@ -63,6 +72,9 @@ func Of(model string) Family {
 	}
 	if openAIOwn(m) {
 		f.BoundField = "max_completion_tokens"
+	}
+	if strings.HasPrefix(m, "claude") {
+		f.ToolsPrompt = claudeToolsPrompt
 	}
 	if ic, ok := lookup(imageCosts, m); ok {
 		f.image = ic
