@@ -32,7 +32,10 @@ type Usage struct {
 	CompletionTokens    int `json:"completion_tokens"`
 	CachedTokens        int `json:"-"` // prompt_tokens_details.cached_tokens; part of PromptTokens
 	CacheCreationTokens int `json:"-"` // cache_creation_input_tokens; part of PromptTokens
-	ReasoningTokens     int `json:"-"` // completion_tokens_details.reasoning_tokens; part of CompletionTokens
+	// CacheCreationHourTokens are the CacheCreationTokens written to be
+	// kept an hour (Anthropic's ttl "1h"): billed at twice the input price.
+	CacheCreationHourTokens int `json:"-"`
+	ReasoningTokens         int `json:"-"` // completion_tokens_details.reasoning_tokens; part of CompletionTokens
 }
 
 // Total is prompt plus completion tokens.

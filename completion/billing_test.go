@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/apperr"
+	"github.com/sluicehq/sluice/chat"
 	"github.com/sluicehq/sluice/metering"
 	"github.com/sluicehq/sluice/models"
 	"github.com/sluicehq/sluice/money"
@@ -92,6 +93,37 @@ func TestCacheCreationAndReasoningTokensArePricedAsSuch(t *testing.T) {
 	// 1,000 x 0.625 + 100 x 3 per million: every token at its dearest.
 	if got := metering.WorstCase(p, 1000, 100); got.String() != "0.000925" {
 		t.Fatalf("worst case %s, want 0.000925", got)
+	}
+	// A Claude model's writes may be kept an hour, at twice the input
+	// price: 1,000 x 1.00 + 100 x 3 per million.
+	p.Model = "claude-sonnet-4-5"
+	if got := metering.WorstCase(p, 1000, 100); got.String() != "0.0013" {
+		t.Fatalf("a Claude model's worst case %s, want 0.0013", got)
+	}
+}
+
+// TestAnHoursCacheWritesCostTwiceTheInput: Anthropic bills a prompt cache
+// write kept an hour (ttl "1h") at twice the input price, above the five
+// minutes' cache-creation price; the hour's part of the writes is billed
+// so, and never more than the writes.
+func TestAnHoursCacheWritesCostTwiceTheInput(t *testing.T) {
+	creation := mustPrice(t, "3.75")
+	p := models.ModelPrice{Model: "claude-sonnet-4-5", InputPerMTok: mustPrice(t, "3"), OutputPerMTok: mustPrice(t, "15"), CacheCreationPerMTok: &creation}
+	for _, tc := range []struct {
+		hour int
+		want string
+	}{
+		// 100 x 3 + 900 x 3.75 + 100 x 15 per million.
+		{0, "0.005175"},
+		// 100 x 3 + 300 x 3.75 + 600 x 6 + 100 x 15 per million.
+		{600, "0.006525"},
+		// An hour's writes beyond the writes are the writes: 100 x 3 + 900 x 6 + 100 x 15.
+		{5000, "0.0072"},
+	} {
+		u := chat.Usage{PromptTokens: 1000, CompletionTokens: 100, CacheCreationTokens: 900, CacheCreationHourTokens: tc.hour}
+		if got := metering.Cost(p, u); got.String() != tc.want {
+			t.Errorf("%d of 900 writes for an hour: cost %s, want %s", tc.hour, got, tc.want)
+		}
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/chat"
+	"github.com/sluicehq/sluice/chat/family"
 	"github.com/sluicehq/sluice/models"
 	"github.com/sluicehq/sluice/money"
 )
@@ -73,19 +74,30 @@ func (b *PriceBook) Models() []string {
 
 // Cost is what usage costs at p: prompt tokens the provider did not serve
 // from its prompt cache at the input price, those it did at the cached
-// input price, and completion tokens at the output price. Exact.
+// input price, those it wrote to it at the cache-creation price (an
+// hour's writes at twice the input price, as Anthropic bills them), and
+// completion tokens at the output price. Exact.
 func Cost(p models.ModelPrice, u chat.Usage) money.Amount {
 	prompt, completion := int64(max(u.PromptTokens, 0)), int64(max(u.CompletionTokens, 0))
 	// The parts are bounded by their wholes, so a provider's odd report
 	// never bills below zero.
 	cached := min(int64(max(u.CachedTokens, 0)), prompt)
 	creation := min(int64(max(u.CacheCreationTokens, 0)), prompt-cached)
+	hour := min(int64(max(u.CacheCreationHourTokens, 0)), creation)
 	reasoning := min(int64(max(u.ReasoningTokens, 0)), completion)
 	return p.InputPerMTok.Cost(prompt-cached-creation) +
 		p.CachedInputPerMTok.Cost(cached) +
-		or(p.CacheCreationPerMTok, p.InputPerMTok).Cost(creation) +
+		or(p.CacheCreationPerMTok, p.InputPerMTok).Cost(creation-hour) +
+		hourCacheWrite(p).Cost(hour) +
 		p.OutputPerMTok.Cost(completion-reasoning) +
 		or(p.ReasoningPerMTok, p.OutputPerMTok).Cost(reasoning)
+}
+
+// hourCacheWrite is the price of a prompt cache write kept an hour:
+// twice the input price, Anthropic's, and never below a five minutes'
+// write.
+func hourCacheWrite(p models.ModelPrice) money.Price {
+	return max(2*p.InputPerMTok, or(p.CacheCreationPerMTok, 0))
 }
 
 // or is price, or def when there is none.
@@ -100,8 +112,13 @@ func or(price *money.Price, def money.Price) money.Price {
 // token at the full input price plus maxCompletion tokens of output. It is
 // what a budget reserves.
 func WorstCase(p models.ModelPrice, promptTokens, maxCompletion int64) money.Amount {
-	// Any prompt token may be written to the provider's cache and any
-	// output token may be reasoning: each at the dearer of its prices.
-	return max(p.InputPerMTok, or(p.CacheCreationPerMTok, 0)).Cost(promptTokens) +
+	// Any prompt token may be written to the provider's cache (for an
+	// hour, by a model whose provider keeps it that long) and any output
+	// token may be reasoning: each at the dearest of its prices.
+	input := max(p.InputPerMTok, or(p.CacheCreationPerMTok, 0))
+	if family.HourCacheWrites(p.Model) {
+		input = max(input, hourCacheWrite(p))
+	}
+	return input.Cost(promptTokens) +
 		max(p.OutputPerMTok, or(p.ReasoningPerMTok, 0)).Cost(maxCompletion)
 }

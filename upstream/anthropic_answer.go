@@ -35,7 +35,8 @@ type openAIUsage struct {
 	CompletionTokensDetails *struct {
 		ReasoningTokens int `json:"reasoning_tokens"`
 	} `json:"completion_tokens_details,omitempty"`
-	CacheCreationInputTokens int `json:"cache_creation_input_tokens"`
+	CacheCreationInputTokens  int                   `json:"cache_creation_input_tokens"`
+	CacheCreationTokenDetails *cacheCreationDetails `json:"cache_creation_token_details,omitempty"`
 }
 
 // toOpenAIUsage is u in OpenAI's terms. Anthropic's output_tokens
@@ -47,6 +48,9 @@ func toOpenAIUsage(u wire.AnthropicUsage) *openAIUsage {
 	o := &openAIUsage{PromptTokens: u.InputTokens + u.CacheReadInputTokens + u.CacheCreationInputTokens, CompletionTokens: u.OutputTokens,
 		CacheCreationInputTokens: u.CacheCreationInputTokens}
 	o.PromptTokensDetails.CachedTokens = u.CacheReadInputTokens
+	if c := u.CacheCreation; c != nil {
+		o.CacheCreationTokenDetails = &cacheCreationDetails{Ephemeral5mInputTokens: c.Ephemeral5mInputTokens, Ephemeral1hInputTokens: c.Ephemeral1hInputTokens}
+	}
 	if d := u.OutputTokensDetails; d != nil {
 		o.CompletionTokensDetails = &struct {
 			ReasoningTokens int `json:"reasoning_tokens"`
@@ -188,7 +192,8 @@ func (anthropicFormat) readNative(body []byte) (Completion, error) {
 
 // read is u as the gateway reads a chat completion's usage.
 func (u *openAIUsage) read() chat.Usage {
-	w := wireUsage{PromptTokens: u.PromptTokens, CompletionTokens: u.CompletionTokens, CacheCreationInputTokens: u.CacheCreationInputTokens}
+	w := wireUsage{PromptTokens: u.PromptTokens, CompletionTokens: u.CompletionTokens, CacheCreationInputTokens: u.CacheCreationInputTokens,
+		CacheCreationTokenDetails: u.CacheCreationTokenDetails}
 	w.PromptTokensDetails = &struct {
 		CachedTokens int `json:"cached_tokens"`
 	}{u.PromptTokensDetails.CachedTokens}
@@ -225,6 +230,9 @@ func addUsageDelta(u, d *wire.AnthropicUsage) {
 	}
 	if d.InputTokens > 0 || d.CacheReadInputTokens > 0 || d.CacheCreationInputTokens > 0 {
 		u.InputTokens, u.CacheReadInputTokens, u.CacheCreationInputTokens = d.InputTokens, d.CacheReadInputTokens, d.CacheCreationInputTokens
+		if d.CacheCreation != nil {
+			u.CacheCreation = d.CacheCreation
+		}
 	}
 }
 

@@ -379,13 +379,19 @@ func TestAnthropicBaseURLs(t *testing.T) {
 // whichever way it travels.
 func TestANativeMessageIsBilledAsItsTranslation(t *testing.T) {
 	f := anthropicFormat{now: time.Now}
-	for _, usage := range []string{
-		`{"input_tokens":11,"output_tokens":13}`,
-		`{"input_tokens":11,"cache_creation_input_tokens":7,"cache_read_input_tokens":5,"output_tokens":13}`,
-		`{"input_tokens":3,"output_tokens":40,"output_tokens_details":{"thinking_tokens":25}}`,
-		`{"input_tokens":3,"output_tokens":4,"output_tokens_details":{"thinking_tokens":99}}`,
-		`{"input_tokens":-5,"output_tokens":-1,"cache_read_input_tokens":2}`,
+	for _, tc := range []struct {
+		usage string
+		hour  int // the hour's cache writes billed: a part of the writes, never more
+	}{
+		{`{"input_tokens":11,"output_tokens":13}`, 0},
+		{`{"input_tokens":11,"cache_creation_input_tokens":7,"cache_read_input_tokens":5,"output_tokens":13}`, 0},
+		{`{"input_tokens":11,"cache_creation_input_tokens":7,"cache_creation":{"ephemeral_5m_input_tokens":2,"ephemeral_1h_input_tokens":5},"output_tokens":13}`, 5},
+		{`{"input_tokens":11,"cache_creation_input_tokens":7,"cache_creation":{"ephemeral_1h_input_tokens":70},"output_tokens":13}`, 7},
+		{`{"input_tokens":3,"output_tokens":40,"output_tokens_details":{"thinking_tokens":25}}`, 0},
+		{`{"input_tokens":3,"output_tokens":4,"output_tokens_details":{"thinking_tokens":99}}`, 0},
+		{`{"input_tokens":-5,"output_tokens":-1,"cache_read_input_tokens":2}`, 0},
 	} {
+		usage := tc.usage
 		body := []byte(`{"type":"message","id":"msg_1","role":"assistant","model":"claude-x","content":[` +
 			`{"type":"thinking","thinking":"hm","signature":"s"},{"type":"text","text":"Rivers "},{"type":"tool_use","id":"t1","name":"f","input":{}},{"type":"text","text":"run."}],` +
 			`"stop_reason":"end_turn","usage":` + usage + `}`)
@@ -404,6 +410,9 @@ func TestANativeMessageIsBilledAsItsTranslation(t *testing.T) {
 		if native.Usage != translated.Usage || !native.Reported || native.Reply != "Rivers run." || native.Reply != translated.Reply {
 			t.Errorf("%s: native %+v, translated %+v", usage, native, translated)
 		}
+		if native.Usage.CacheCreationHourTokens != tc.hour {
+			t.Errorf("%s: an hour's cache writes %d, want %d", usage, native.Usage.CacheCreationHourTokens, tc.hour)
+		}
 	}
 	for _, bad := range []string{`{"type":"error","error":{}}`, `[]`, `{"type":"message","usage":7}`} {
 		if _, err := f.readNative([]byte(bad)); err == nil {
@@ -419,7 +428,7 @@ func TestANativeMessageIsBilledAsItsTranslation(t *testing.T) {
 // read error after the bytes before it, as in the translation.
 func TestANativeStreamIsBilledAsItsTranslation(t *testing.T) {
 	f := anthropicFormat{now: time.Now}
-	events := "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"m\",\"type\":\"message\",\"role\":\"assistant\",\"model\":\"claude-x\",\"content\":[],\"usage\":{\"input_tokens\":5,\"cache_read_input_tokens\":3,\"cache_creation_input_tokens\":2,\"output_tokens\":1}}}\n\n" +
+	events := "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"m\",\"type\":\"message\",\"role\":\"assistant\",\"model\":\"claude-x\",\"content\":[],\"usage\":{\"input_tokens\":5,\"cache_read_input_tokens\":3,\"cache_creation_input_tokens\":2,\"cache_creation\":{\"ephemeral_5m_input_tokens\":0,\"ephemeral_1h_input_tokens\":2},\"output_tokens\":1}}}\n\n" +
 		"event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"thinking\",\"thinking\":\"\"}}\n\n" +
 		"event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"thinking_delta\",\"thinking\":\"hmm\"}}\n\n" +
 		"event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":1,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n" +
@@ -451,7 +460,7 @@ func TestANativeStreamIsBilledAsItsTranslation(t *testing.T) {
 	}
 	nu, nfinal := native.Usage()
 	tu, tfinal := translated.Usage()
-	if !nfinal || !tfinal || nu != tu || nu.PromptTokens != 10 || nu.CachedTokens != 3 || nu.CacheCreationTokens != 2 || nu.ReasoningTokens != 4 {
+	if !nfinal || !tfinal || nu != tu || nu.PromptTokens != 10 || nu.CachedTokens != 3 || nu.CacheCreationTokens != 2 || nu.CacheCreationHourTokens != 2 || nu.ReasoningTokens != 4 {
 		t.Errorf("native usage %+v (%v), translated %+v (%v)", nu, nfinal, tu, tfinal)
 	}
 	if native.Delivered() != translated.Delivered() || native.Reasoning() != translated.Reasoning() || !native.Finished() {

@@ -169,7 +169,16 @@ type wireUsage struct {
 	CompletionTokensDetails *struct {
 		ReasoningTokens int `json:"reasoning_tokens"`
 	} `json:"completion_tokens_details"`
-	CacheCreationInputTokens int `json:"cache_creation_input_tokens"`
+	CacheCreationInputTokens  int                   `json:"cache_creation_input_tokens"`
+	CacheCreationTokenDetails *cacheCreationDetails `json:"cache_creation_token_details"`
+}
+
+// cacheCreationDetails splits cache_creation_input_tokens by how long the
+// cache is kept, as LiteLLM writes Anthropic's cache_creation in OpenAI's
+// shape.
+type cacheCreationDetails struct {
+	Ephemeral5mInputTokens int `json:"ephemeral_5m_input_tokens"`
+	Ephemeral1hInputTokens int `json:"ephemeral_1h_input_tokens"`
 }
 
 func (w wireUsage) usage() chat.Usage {
@@ -180,6 +189,9 @@ func (w wireUsage) usage() chat.Usage {
 		u.CachedTokens = min(max(0, d.CachedTokens), u.PromptTokens)
 	}
 	u.CacheCreationTokens = min(max(0, w.CacheCreationInputTokens), u.PromptTokens-u.CachedTokens)
+	if d := w.CacheCreationTokenDetails; d != nil {
+		u.CacheCreationHourTokens = min(max(0, d.Ephemeral1hInputTokens), u.CacheCreationTokens)
+	}
 	if d := w.CompletionTokensDetails; d != nil {
 		u.ReasoningTokens = min(max(0, d.ReasoningTokens), u.CompletionTokens)
 	}

@@ -140,11 +140,22 @@ type AnthropicUsage struct {
 	InputTokens              int `json:"input_tokens"`
 	CacheCreationInputTokens int `json:"cache_creation_input_tokens"`
 	CacheReadInputTokens     int `json:"cache_read_input_tokens"`
+	// CacheCreation splits the cache writes by how long they are kept:
+	// an hour's are billed at twice the input price, five minutes' at
+	// 1.25 times.
+	CacheCreation *AnthropicCacheCreation `json:"cache_creation,omitempty"`
 	// OutputTokens include the thinking, which is billed as output.
 	OutputTokens int `json:"output_tokens"`
 	// OutputTokensDetails, when Anthropic sends it, says how many of the
 	// output tokens were thinking.
 	OutputTokensDetails *AnthropicOutputDetails `json:"output_tokens_details,omitempty"`
+}
+
+// AnthropicCacheCreation is the prompt cache written, by how long it is
+// kept.
+type AnthropicCacheCreation struct {
+	Ephemeral5mInputTokens int `json:"ephemeral_5m_input_tokens"`
+	Ephemeral1hInputTokens int `json:"ephemeral_1h_input_tokens"`
 }
 
 // AnthropicOutputDetails is the part of the output that was thinking.

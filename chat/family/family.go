@@ -58,6 +58,14 @@ type Family struct {
 // its pricing page gives it for Claude's current models.
 const claudeToolsPrompt = 346
 
+// claude says a model (its name as name gives it) is Anthropic's.
+func claude(m string) bool { return strings.HasPrefix(m, "claude") }
+
+// HourCacheWrites says model's provider may write a prompt to its cache
+// for an hour, at twice the input price (Anthropic's ttl "1h"). Cheaper
+// than Of, for the reservation of every priced request.
+func HourCacheWrites(model string) bool { return claude(name(model)) }
+
 // Of returns the family of a model name as a client sends it. A provider
 // prefix ("openai/gpt-4o", as routers name models) is ignored; case is not
 // significant.
@@ -73,7 +81,7 @@ func Of(model string) Family {
 	if openAIOwn(m) {
 		f.BoundField = "max_completion_tokens"
 	}
-	if strings.HasPrefix(m, "claude") {
+	if claude(m) {
 		f.ToolsPrompt = claudeToolsPrompt
 	}
 	if ic, ok := lookup(imageCosts, m); ok {

@@ -51,7 +51,8 @@ type chatUsage struct {
 	PromptTokensDetails *struct {
 		CachedTokens int `json:"cached_tokens"`
 	} `json:"prompt_tokens_details"`
-	CacheCreationInputTokens int `json:"cache_creation_input_tokens"`
+	CacheCreationInputTokens  int                          `json:"cache_creation_input_tokens"`
+	CacheCreationTokenDetails *wire.AnthropicCacheCreation `json:"cache_creation_token_details"`
 }
 
 // usage is OpenAI's usage as Anthropic counts it: prompt_tokens is the
@@ -71,6 +72,7 @@ func (u *chatUsage) usage() wire.AnthropicUsage {
 		InputTokens:              max(0, u.PromptTokens-read-created),
 		CacheReadInputTokens:     read,
 		CacheCreationInputTokens: created,
+		CacheCreation:            u.CacheCreationTokenDetails, // by how long the cache is kept, when the provider said
 		OutputTokens:             max(0, u.CompletionTokens),
 	}
 }
