@@ -351,13 +351,19 @@ func (d *Directory) remember(sum [sha256.Size]byte, e tokenEntry, forgetsBefore 
 		return // an invalidation raced this lookup; the next request reads again
 	}
 	if len(d.tokens) >= d.maxEntries {
+		// Full: the stale entries go, and the unknown keys' (anyone can
+		// make up keys, and a flood of them must not push out the real
+		// ones, which would send every request to the database).
 		for k, old := range d.tokens {
-			if e.fetchedAt.Sub(old.fetchedAt) >= d.ttl {
+			if !old.known || e.fetchedAt.Sub(old.fetchedAt) >= d.ttl {
 				delete(d.tokens, k)
 			}
 		}
 		if len(d.tokens) >= d.maxEntries {
-			clear(d.tokens) // all fresh: a flood of distinct keys; start over rather than grow
+			if !e.known {
+				return // full of real tokens: an unknown key is not kept
+			}
+			clear(d.tokens) // more real tokens than it holds: start over rather than grow
 		}
 	}
 	d.tokens[sum] = e

@@ -7,6 +7,32 @@ import (
 	"time"
 )
 
+// TestAFloodOfUnknownKeysKeepsTheRealOnes: made-up keys fill the cache
+// and are dropped when it is full; the real tokens cached stay, so a
+// flood of them does not send every real request to the database.
+func TestAFloodOfUnknownKeysKeepsTheRealOnes(t *testing.T) {
+	d := &Directory{ttl: time.Minute, now: time.Now, maxEntries: 10, tokens: map[[sha256.Size]byte]tokenEntry{}}
+	now := time.Now()
+	key := func(i int) (sum [sha256.Size]byte) {
+		sum[0], sum[1] = byte(i), byte(i>>8)
+		return sum
+	}
+	for i := range 3 {
+		d.remember(key(i), tokenEntry{known: true, fetchedAt: now}, d.forgets)
+	}
+	for i := 3; i < 1000; i++ {
+		d.remember(key(i), tokenEntry{fetchedAt: now}, d.forgets)
+		if len(d.tokens) > d.maxEntries {
+			t.Fatalf("%d entries, more than the %d the cache holds", len(d.tokens), d.maxEntries)
+		}
+	}
+	for i := range 3 {
+		if _, ok := d.tokens[key(i)]; !ok {
+			t.Fatalf("real token %d was pushed out by made-up ones", i)
+		}
+	}
+}
+
 // A revocation that lands while a lookup is reading the database must win:
 // the lookup's (pre-revocation) answer is not cached.
 func TestLookupRacingAnInvalidationIsNotCached(t *testing.T) {
