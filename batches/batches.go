@@ -42,6 +42,10 @@ type Config struct {
 	// FileRetention is how long a file is kept (unless its upload or batch
 	// asked for less), and a finished batch after its window.
 	FileRetention time.Duration
+	// FileStorage is how many bytes of files (uploads and batches' output
+	// and error files) one organization may keep: an upload past it is
+	// refused. 0: no limit.
+	FileStorage int64
 	// MaxLineBytes is the longest line of an input file: a longer one
 	// fails alone (line_too_long), unread. 0: DefaultMaxLineBytes.
 	MaxLineBytes int

@@ -806,3 +806,59 @@ func TestCancelWakesTheLinesInTheBackground(t *testing.T) {
 func second[T any](_ T, err error) error { return err }
 
 func third[T, U any](_ T, _ U, err error) error { return err }
+
+// TestAnOrganizationsFilesAreBounded: an organization keeps at most
+// Config.FileStorage bytes of files: uploads at once past it are refused
+// (file_storage_full, the upload left nowhere), however many race for the
+// last room; a deleted or expired file makes room; another organization
+// has room of its own.
+func TestAnOrganizationsFilesAreBounded(t *testing.T) {
+	each(t, func(t *testing.T, db *models.DB, url string) {
+		f := newFixture(t, db, url)
+		ctx := context.Background()
+		const kib, storage = 1 << 10, 10 << 10 // room for ten 1 KiB files
+		svc := batches.New(batches.Deps{Store: models.NewStore(db), Pipeline: f.pipe, Log: slog.New(slog.DiscardHandler)},
+			batches.Config{FileRetention: 30 * 24 * time.Hour, FileStorage: storage, Now: f.clock.Now})
+		up := func(c accounts.Caller, expiresAfter time.Duration) (models.BatchFile, error) {
+			return svc.Upload(ctx, c, batches.Upload{Purpose: "batch", Filename: "in.jsonl", Content: bytes.NewReader(bytes.Repeat([]byte("x"), kib)), ExpiresAfter: expiresAfter})
+		}
+		if _, err := up(f.caller, time.Hour); err != nil { // expires first
+			t.Fatal(err)
+		}
+		// Twenty uploads at once for the nine places left.
+		var wg sync.WaitGroup
+		var stored, full atomic.Int32
+		for range 20 {
+			wg.Go(func() {
+				_, err := up(f.caller, 0)
+				switch e := apperr.As(err); {
+				case err == nil:
+					stored.Add(1)
+				case e.Code == apperr.TooLarge && e.Reason == "file_storage_full" && strings.Contains(e.Message, "would pass its 10240"):
+					full.Add(1)
+				default:
+					t.Errorf("an upload: %v", err)
+				}
+			})
+		}
+		wg.Wait()
+		held := func(orgID int64) (n, bytes int64) {
+			db.Gorm.Raw("SELECT COUNT(*), COALESCE(SUM(bytes), 0) FROM batch_files WHERE org_id = ?", orgID).Row().Scan(&n, &bytes)
+			return n, bytes
+		}
+		if n, b := held(f.caller.OrgID); stored.Load() != 9 || full.Load() != 11 || n != 10 || b != storage {
+			t.Fatalf("%d stored, %d refused; the organization holds %d files of %d bytes, want 10 of %d", stored.Load(), full.Load(), n, b, storage)
+		}
+		if _, err := up(f.other, 0); err != nil {
+			t.Fatalf("another organization: %v", err)
+		}
+		// The first file expires: room for one more, and only one.
+		f.clock.Advance(time.Hour)
+		if _, err := up(f.caller, 0); err != nil {
+			t.Fatalf("after a file expired: %v", err)
+		}
+		if _, err := up(f.caller, 0); apperr.As(err).Reason != "file_storage_full" {
+			t.Fatalf("full again: %v", err)
+		}
+	})
+}

@@ -103,6 +103,8 @@ type FileUpload struct {
 	limit   int64
 	created time.Time
 	keep    time.Duration
+	storage int64 // Config.FileStorage
+	now     func() time.Time
 }
 
 // BeginUpload starts caller's upload of a file named filename (cleaned);
@@ -117,7 +119,7 @@ func (s *Service) BeginUpload(ctx context.Context, caller accounts.Caller, filen
 	if err != nil {
 		return nil, err
 	}
-	return &FileUpload{caller: caller, w: w, limit: limit, created: f.CreatedAt, keep: s.cfg.FileRetention}, nil
+	return &FileUpload{caller: caller, w: w, limit: limit, created: f.CreatedAt, keep: s.cfg.FileRetention, storage: s.cfg.FileStorage, now: s.now}, nil
 }
 
 // Write stores p; past the tier's limit it is refused (file_too_large)
@@ -146,7 +148,7 @@ func (u *FileUpload) Commit(purpose string, expiresAfter time.Duration) (models.
 	if expiresAfter > 0 {
 		keep = expiresAfter
 	}
-	return u.w.Commit(u.created.Add(keep))
+	return u.w.CommitWithin(u.now(), u.created.Add(keep), u.storage)
 }
 
 // Abort deletes what was stored of the upload; after Commit it does

@@ -80,6 +80,7 @@ type Config struct {
 	JobRetryBase time.Duration // SLUICE_JOB_RETRY_BASE: a job's first retry backoff ceiling, doubling per attempt
 
 	BatchRetention time.Duration // SLUICE_BATCH_RETENTION: how long batch files are kept, and finished batches after their window
+	FileStorage    int64         // SLUICE_FILE_STORAGE: bytes of files one organization may keep
 
 	ResponseRetention time.Duration // SLUICE_RESPONSE_RETENTION: how long stored Responses API responses are kept (OpenAI keeps them 30 days)
 	// SLUICE_DELETED_ORG_RETENTION: how long a deleted organization's data
@@ -184,6 +185,7 @@ func Load(args []string, getenv func(string) string) (Config, error) {
 		JobRetryBase: r.duration("SLUICE_JOB_RETRY_BASE", 10*time.Second, time.Millisecond, time.Hour),
 
 		BatchRetention: r.duration("SLUICE_BATCH_RETENTION", 30*24*time.Hour, time.Hour, 365*24*time.Hour),
+		FileStorage:    r.int64("SLUICE_FILE_STORAGE", 1<<30, 1<<20, 1<<40),
 
 		ResponseRetention:   r.duration("SLUICE_RESPONSE_RETENTION", 30*24*time.Hour, time.Minute, 365*24*time.Hour),
 		DeletedOrgRetention: r.duration("SLUICE_DELETED_ORG_RETENTION", 30*24*time.Hour, time.Hour, 365*24*time.Hour),

@@ -129,6 +129,15 @@ func (w *FileWriter) fail(err error) {
 // Commit stores the rest and makes the file complete, to expire at
 // expiresAt, and returns it.
 func (w *FileWriter) Commit(expiresAt time.Time) (BatchFile, error) {
+	return w.CommitWithin(time.Time{}, expiresAt, 0)
+}
+
+// CommitWithin is Commit for a file its organization keeps within storage
+// bytes of files in all (0: no limit), counting the files unexpired at
+// now: counted with the organization's row locked, so two uploads at once
+// cannot both take the last room. Past it the file is refused
+// (file_storage_full) and aborted.
+func (w *FileWriter) CommitWithin(now, expiresAt time.Time, storage int64) (BatchFile, error) {
 	if w.err != nil {
 		return BatchFile{}, w.err
 	}
@@ -136,14 +145,33 @@ func (w *FileWriter) Commit(expiresAt time.Time) (BatchFile, error) {
 		return BatchFile{}, err
 	}
 	w.file.Complete, w.file.ExpiresAt = true, expiresAt.UTC()
-	res := w.db.WithContext(w.ctx).Model(&BatchFile{}).Where("id = ? AND complete = ?", w.file.ID, false).
-		Updates(map[string]any{"bytes": w.file.Bytes, "complete": true, "expires_at": w.file.ExpiresAt})
-	if res.Error == nil && res.RowsAffected != 1 {
-		res.Error = fmt.Errorf("batch file %d was deleted while it was written", w.file.ID)
-	}
-	if res.Error != nil {
-		w.fail(dbErr(res.Error, "batch file"))
-		return BatchFile{}, w.err
+	err := w.db.WithContext(w.ctx).Transaction(func(tx *gorm.DB) error {
+		if storage > 0 {
+			if err := lockOrganization(tx, w.file.OrgID); err != nil {
+				return err
+			}
+			var held int64
+			if err := tx.Model(&BatchFile{}).Where("org_id = ? AND complete = ? AND expires_at > ?", w.file.OrgID, true, now.UTC()).
+				Select("COALESCE(SUM(bytes), 0)").Scan(&held).Error; err != nil {
+				return dbErr(err, "batch files")
+			}
+			if held+w.file.Bytes > storage {
+				return apperr.Field(apperr.TooLarge, "file_storage_full", "file", fmt.Sprintf(
+					"the organization keeps %d bytes of files, and this one's %d would pass its %d; delete files (DELETE /v1/files/{id}) or wait for them to expire",
+					held, w.file.Bytes, storage))
+			}
+		}
+		res := tx.Model(&BatchFile{}).Where("id = ? AND complete = ?", w.file.ID, false).
+			Updates(map[string]any{"bytes": w.file.Bytes, "complete": true, "expires_at": w.file.ExpiresAt})
+		if res.Error == nil && res.RowsAffected != 1 {
+			res.Error = fmt.Errorf("batch file %d was deleted while it was written", w.file.ID)
+		}
+		return dbErr(res.Error, "batch file")
+	})
+	if err != nil {
+		w.fail(err)
+		w.Abort()
+		return BatchFile{}, err
 	}
 	w.done = true
 	return w.file, nil

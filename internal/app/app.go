@@ -263,7 +263,7 @@ func Build(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 	// The batches hear their lines' outcomes from the queue; the queue
 	// takes their lines when one is created.
 	a.batches = batches.New(batches.Deps{Store: store, Pipeline: pipeline, Log: log},
-		batches.Config{FileRetention: cfg.BatchRetention, Now: time.Now})
+		batches.Config{FileRetention: cfg.BatchRetention, FileStorage: cfg.FileStorage, Now: time.Now})
 	a.queue, err = jobs.New(ctx, jobs.Deps{DB: db, DatabaseURL: cfg.DatabaseURL, Pipeline: pipeline, Directory: dir,
 		Notify: a.bill.billing.Notify, Batches: a.batches, Log: log}, jobs.Config{Workers: cfg.JobWorkers, MaxAttempts: cfg.JobAttempts,
 		Retention: cfg.JobRetention, MaxWait: 2 * time.Second, RetryBase: cfg.JobRetryBase, Now: time.Now,
