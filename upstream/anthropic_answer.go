@@ -45,7 +45,14 @@ type openAIUsage struct {
 // Anthropic says how much of it there was, is their reasoning_tokens
 // detail (a part of them, priced as such, never on top).
 func toOpenAIUsage(u wire.AnthropicUsage) *openAIUsage {
-	o := &openAIUsage{PromptTokens: u.InputTokens + u.CacheReadInputTokens + u.CacheCreationInputTokens, CompletionTokens: u.OutputTokens,
+	o := new(openAIUsage)
+	o.fill(u)
+	return o
+}
+
+// fill sets o to u in OpenAI's terms (toOpenAIUsage).
+func (o *openAIUsage) fill(u wire.AnthropicUsage) {
+	*o = openAIUsage{PromptTokens: u.InputTokens + u.CacheReadInputTokens + u.CacheCreationInputTokens, CompletionTokens: u.OutputTokens,
 		CacheCreationInputTokens: u.CacheCreationInputTokens}
 	o.PromptTokensDetails.CachedTokens = u.CacheReadInputTokens
 	if c := u.CacheCreation; c != nil {
@@ -57,7 +64,6 @@ func toOpenAIUsage(u wire.AnthropicUsage) *openAIUsage {
 		}{ReasoningTokens: min(max(0, d.ThinkingTokens), max(0, u.OutputTokens))}
 	}
 	o.TotalTokens = o.PromptTokens + o.CompletionTokens
-	return o
 }
 
 // anthropicFinish is OpenAI's finish_reason for Anthropic's stop_reason.
@@ -185,9 +191,18 @@ func (anthropicFormat) readNative(body []byte) (Completion, error) {
 		}
 	}
 	if m.Usage != nil {
-		c.Usage, c.Reported = toOpenAIUsage(*m.Usage).read(), true
+		c.Usage, c.Reported = anthropicUsage(*m.Usage), true
 	}
 	return c, nil
+}
+
+// anthropicUsage is what the gateway bills of Anthropic's usage: its
+// translation's, read back. It builds no translation, so the hot path of
+// a native answer allocates none.
+func anthropicUsage(u wire.AnthropicUsage) chat.Usage {
+	var o openAIUsage
+	o.fill(u)
+	return o.read()
 }
 
 // read is u as the gateway reads a chat completion's usage.

@@ -300,7 +300,7 @@ func (t *UsageTap) handleEvent(payload []byte) {
 	case "message_delta":
 		if u := ev.Usage; u != nil {
 			addUsageDelta(&t.anthropic, u)
-			t.usage, t.final = toOpenAIUsage(t.anthropic).read(), true
+			t.usage, t.final = anthropicUsage(t.anthropic), true
 		}
 		if d := ev.Delta; d != nil && d.StopReason != nil {
 			t.finished.Store(true)
