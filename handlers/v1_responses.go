@@ -74,7 +74,9 @@ func (a *api) readResponsesRequest(c *gin.Context, caller accounts.Caller) (*res
 		}
 		return in, req, nil, nil
 	}
-	paid, err := a.Pipeline.PayForHistory(ctx, caller, requestID(c), in.Model, sink)
+	// The model is not checked yet: its name is the client's, and is not
+	// counted with the refusals (as Admit's is not).
+	paid, err := a.Pipeline.PayForHistory(ctx, caller, requestID(c), "", sink)
 	if err != nil {
 		return nil, completion.Request{}, nil, err
 	}

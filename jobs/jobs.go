@@ -112,6 +112,11 @@ type Config struct {
 	Retention   time.Duration // how long finished jobs and their answers are kept
 	MaxWait     time.Duration // longest a worker waits in place for a bucket; longer waits are snoozes
 	RetryBase   time.Duration // the first retry's backoff ceiling; it doubles per attempt, up to 10 minutes
+	// ProviderTime is the longest the pipeline may spend with providers on
+	// one attempt: the retry budget and a whole answer's timeout. A job
+	// left running longer than that (and MaxWait) is taken for one whose
+	// node was lost, and run again.
+	ProviderTime time.Duration
 	Now         func() time.Time
 
 	// Webhook deliveries (job callbacks, budget alerts) have workers of
@@ -120,6 +125,12 @@ type Config struct {
 	HostConcurrency   int           // deliveries in flight at once to one host on this node
 	DeliveryAttempts  int           // attempts before a delivery fails
 	DeliveryRetryBase time.Duration // a delivery's first retry backoff ceiling; it doubles per attempt, up to an hour
+}
+
+// rescueAfter is how long a job may run before it is taken for lost: its
+// longest attempt and a minute's margin, and at least 5 minutes.
+func rescueAfter(cfg Config) time.Duration {
+	return max(5*time.Minute, cfg.MaxWait+cfg.ProviderTime+time.Minute)
 }
 
 // client is the part of River's generic client the queue uses, the same
@@ -213,10 +224,10 @@ func New(ctx context.Context, d Deps, cfg Config) (*Queue, error) {
 		FetchCooldown:               50 * time.Millisecond,
 		FetchPollInterval:           500 * time.Millisecond,
 		JobTimeout:                  -1, // the pipeline bounds provider calls; a job waiting for a bucket must not time out
-		// A job left running by a lost node is run again after this: far
-		// longer than an attempt can take (MaxWait, then the provider
-		// budget, 30 s by default), far shorter than River's hour.
-		RescueStuckJobsAfter: 5 * time.Minute,
+		// A job left running by a lost node is run again after this:
+		// longer than an attempt can take (MaxWait, then the providers'
+		// time), or a slow answer would be asked for twice.
+		RescueStuckJobsAfter: rescueAfter(cfg),
 		Logger:               d.Log,
 	}
 	sqlDB, err := d.DB.SQL()

@@ -52,3 +52,20 @@ func TestWhatIsRetried(t *testing.T) {
 		}
 	}
 }
+
+// TestAJobIsRescuedOnlyAfterItsLongestAttempt: a job is run again only
+// once it has run longer than an attempt can (a slow whole answer, after
+// the retry budget), or a slow answer would be asked for, and paid to the
+// provider, twice.
+func TestAJobIsRescuedOnlyAfterItsLongestAttempt(t *testing.T) {
+	for _, tc := range []struct {
+		provider, want time.Duration
+	}{
+		{0, 5 * time.Minute},
+		{30*time.Second + 10*time.Minute, 2*time.Second + 30*time.Second + 11*time.Minute},
+	} {
+		if got := rescueAfter(Config{MaxWait: 2 * time.Second, ProviderTime: tc.provider}); got != tc.want {
+			t.Errorf("providers' time %v: rescued after %v, want %v", tc.provider, got, tc.want)
+		}
+	}
+}

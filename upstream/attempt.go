@@ -46,9 +46,19 @@ const defaultRateLimitRest = time.Second
 // flight on the key from the send until it ends here, or, for a 2xx stream,
 // until the stream is closed.
 func (p *Pool) attempt(ctx context.Context, e *keyEntry, probe bool, adm admission, req Request, timeout time.Duration) attemptResult {
-	actx, cancel, written := attemptContext(ctx, req.Stream)
+	var timer *time.Timer
+	actx, cancel, written := attemptContext(ctx, req.Stream, func() {
+		// A whole answer's request is with the provider, which now
+		// generates all of it before it writes a byte: it has
+		// AnswerTimeout from here (see PoolOptions.AnswerTimeout). Until
+		// here, a key that does not connect or take the request is given
+		// up after timeout, as a stream's is.
+		if !req.Stream && timer.Stop() {
+			timer.Reset(p.opts.AnswerTimeout)
+		}
+	})
 	var timedOut atomic.Bool
-	timer := time.AfterFunc(timeout, func() {
+	timer = time.AfterFunc(timeout, func() {
 		timedOut.Store(true)
 		cancel()
 	})
@@ -100,7 +110,7 @@ func (p *Pool) attempt(ctx context.Context, e *keyEntry, probe bool, adm admissi
 }
 
 // attemptContext is the context of one attempt's HTTP request, and
-// whether the request was written. A stream ends with its client: closing
+// whether the request was written (onWritten runs then). A stream ends with its client: closing
 // it stops the provider generating, and what was delivered is billed (the
 // prompt too when the client left after the request was written and
 // before the answer began: the provider has read it; see SentError). A
@@ -110,10 +120,13 @@ func (p *Pool) attempt(ctx context.Context, e *keyEntry, probe bool, adm admissi
 // billed what the answer cost (within the attempt's timeout). A client
 // gone before its request was written cancels it: nothing was asked,
 // nothing is billed.
-func attemptContext(client context.Context, stream bool) (context.Context, context.CancelFunc, *atomic.Bool) {
+func attemptContext(client context.Context, stream bool, onWritten func()) (context.Context, context.CancelFunc, *atomic.Bool) {
 	written := new(atomic.Bool)
 	trace := &httptrace.ClientTrace{WroteRequest: func(info httptrace.WroteRequestInfo) {
 		written.Store(info.Err == nil)
+		if info.Err == nil {
+			onWritten()
+		}
 	}}
 	if stream {
 		ctx, cancel := context.WithCancel(client)

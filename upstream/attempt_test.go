@@ -32,7 +32,7 @@ func TestAttemptContext(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			client, leave := context.WithCancel(context.Background())
-			ctx, cancel, written := attemptContext(client, tt.stream)
+			ctx, cancel, written := attemptContext(client, tt.stream, func() {})
 			defer cancel()
 			tt.write(ctx)
 			leave()

@@ -51,14 +51,17 @@ type PoolOptions struct {
 	// a client that does not follow redirects.
 	Client *http.Client
 
-	// AttemptTimeout bounds one attempt of a stream: the wait for the
-	// response headers (StallTimeout watches the body).
+	// AttemptTimeout bounds one attempt of a stream until its response
+	// headers (StallTimeout then watches the body), and one of a whole
+	// answer until its request is written: a key that does not connect
+	// or take the request is given up, and another tried.
 	AttemptTimeout time.Duration
-	// AnswerTimeout bounds one attempt of a whole (non-streamed) answer.
-	// The provider writes nothing until it has generated all of it, so
-	// this is how long an answer may take to generate, not a sign of a
-	// provider that hangs: cut short, the answer would be billed by the
-	// provider and lost (OpenAI's SDKs wait 10 minutes).
+	// AnswerTimeout bounds a whole (non-streamed) answer's attempt once
+	// its request is written. The provider writes nothing until it has
+	// generated all of it, so this is how long an answer may take to
+	// generate, not a sign of a provider that hangs: cut short, the answer
+	// would be billed by the provider and lost (OpenAI's SDKs wait 10
+	// minutes).
 	AnswerTimeout time.Duration
 	// Budget bounds one Do call before a response is returned: attempts,
 	// backoffs and pacing waits together. No attempt starts after it; one

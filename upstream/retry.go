@@ -73,8 +73,9 @@ func (e *SentError) Unwrap() error { return e.Err }
 // Retry-After or retry-after-ms rests the key that sent it for that long,
 // capped at MaxBackoff, so it is a floor for retrying on that key, not a
 // wait imposed on other keys. A 401/403 disables the key (see Refusals) and
-// moves on to another key at once. Nothing waits beyond Budget, and no more
-// than MaxAttempts attempts are made. ctx must be the client's request
+// moves on to another key at once. No attempt starts after Budget (a whole
+// answer's, once its request is written, may then run AnswerTimeout), and
+// no more than MaxAttempts attempts are made. ctx must be the client's request
 // context: when it ends, the upstream request is cancelled.
 //
 // Errors: ErrNoKey when no key serves req.Model; ErrUnavailable (wrapping
@@ -103,10 +104,7 @@ func (p *Pool) Do(ctx context.Context, req Request) (*Response, error) {
 			e.h.abandoned(probe)
 			return nil, giveUp(ctx, fmt.Errorf("%w: the retry budget of %s is spent", ErrUnavailable, p.opts.Budget), last)
 		}
-		timeout := min(p.opts.AttemptTimeout, left)
-		if !req.Stream {
-			timeout = p.opts.AnswerTimeout // see PoolOptions.AnswerTimeout
-		}
+		timeout := min(p.opts.AttemptTimeout, left) // a whole answer's grows once it is sent (attempt)
 		r := p.attempt(ctx, e, probe, adm, req, timeout)
 		var sent *SentError
 		if errors.As(r.err, &sent) {

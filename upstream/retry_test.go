@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -255,6 +256,51 @@ func TestAWholeAnswerMayTakeLongerThanAnAttempt(t *testing.T) {
 	resp, err := p.Do(context.Background(), chatRequest("m"))
 	if err != nil || resp.Status != 200 || !strings.Contains(string(resp.Body), "a long story") || resp.Attempts != 1 || h.total() != 1 {
 		t.Fatalf("%+v %v, %d requests: a whole answer slower than AttemptTimeout is waited for, once", resp, err, h.total())
+	}
+}
+
+// TestAWholeAnswerStillFailsOverAKeyThatTakesNoRequest: a whole answer
+// gets AnswerTimeout only once its request is written; a key whose
+// connection never gets that far (a TLS handshake that never ends) is
+// given up after AttemptTimeout, and the request goes to another key.
+func TestAWholeAnswerStillFailsOverAKeyThatTakesNoRequest(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var held sync.WaitGroup
+	var conns atomic.Int32
+	stop := make(chan struct{})
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			conns.Add(1)
+			held.Go(func() { <-stop; c.Close() }) // accepted, never answered: the handshake hangs
+		}
+	}()
+	t.Cleanup(func() { ln.Close(); close(stop); held.Wait() })
+	good := provider(t, func(w http.ResponseWriter, r *http.Request) {
+		time.Sleep(150 * time.Millisecond) // the scenario: an answer slower than AttemptTimeout
+		writeOK(w)
+	})
+	p := NewPool(PoolOptions{AttemptTimeout: 50 * time.Millisecond, Budget: 2 * time.Second, AnswerTimeout: 5 * time.Second,
+		BaseBackoff: time.Millisecond, MaxBackoff: time.Millisecond})
+	p.SetKeys([]Key{key(1, "https://"+ln.Addr().String(), "a"), key(2, good.URL, "b")})
+	for i := range 4 {
+		start := time.Now()
+		resp, err := p.Do(context.Background(), chatRequest("m"))
+		if err != nil || resp.Status != 200 || resp.KeyID != 2 {
+			t.Fatalf("request %d: %+v %v", i, resp, err)
+		}
+		if took := time.Since(start); took > time.Second {
+			t.Fatalf("request %d took %v: the hanging key was waited on past AttemptTimeout", i, took)
+		}
+	}
+	if conns.Load() == 0 {
+		t.Fatal("the hanging key was never tried")
 	}
 }
 
