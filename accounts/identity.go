@@ -53,8 +53,9 @@ func (s *Service) signInWithIdentity(ctx context.Context, id Identity, domains m
 		return models.Member{}, err
 	}
 	link := models.UserIdentity{Issuer: id.Issuer, Subject: id.Subject, Email: id.Email}
-	u, err = s.store.LinkIdentity(ctx, link)
+	u, revoked, err := s.store.LinkIdentity(ctx, link)
 	if err == nil {
+		s.forgetTokens(ctx, revoked...)
 		return s.store.StartingMember(ctx, u)
 	}
 	if apperr.CodeOf(err) != apperr.NotFound {

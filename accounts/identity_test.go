@@ -76,8 +76,9 @@ func TestFirstSignInLinksTheUserOfItsEmail(t *testing.T) {
 // address before its owner came (with no mail, nothing verifies it); the
 // owner's first SSO sign-in, whose provider verified the address, links
 // the account and takes it back: the password set by whoever signed up is
-// dropped and their sessions end (audited), and the address counts as
-// verified.
+// dropped, their sessions end and their API tokens are refused on every
+// node (audited), and the address counts as verified. An admin's account
+// (the operator made it) keeps its password.
 func TestFirstSignInTakesBackAnUnverifiedAccount(t *testing.T) {
 	testdb.Each(t, func(t *testing.T, db *models.DB) {
 		e := newEnv(t, db)
@@ -85,6 +86,10 @@ func TestFirstSignInTakesBackAnUnverifiedAccount(t *testing.T) {
 		sessions := accounts.NewSessions(sessionSecret, sessionTTL, e.clock.Now)
 		tok, _, err := sessions.Start(ctx, e.store, squatter)
 		if err != nil {
+			t.Fatal(err)
+		}
+		_, key := e.token(t, squatter, "squatter's")
+		if _, err := e.dir.Authenticate(ctx, key); err != nil { // now cached
 			t.Fatal(err)
 		}
 		m, err := e.svc.SignInWithIdentity(ctx, identity("sub-alice", "alice@example.com"), nil, "192.0.2.1")
@@ -95,12 +100,25 @@ func TestFirstSignInTakesBackAnUnverifiedAccount(t *testing.T) {
 		wantErr(t, err, apperr.Unauthorized, "sso_account")
 		_, err = sessions.Resume(ctx, e.store, tok)
 		wantErr(t, err, apperr.Unauthorized, "invalid_session")
+		_, err = e.dir.Authenticate(ctx, key)
+		wantErr(t, err, apperr.Unauthorized, "revoked_api_key")
 		if u, err := e.store.UserByEmail(ctx, "alice@example.com"); err != nil || u.EmailVerifiedAt == nil {
 			t.Fatalf("the address after the sign-in: %+v %v, want verified", u, err)
 		}
 		if !contains(auditActions(t, e.store), "identity.link alice@example.com signed in by single sign-on ("+issuerURL+
-			") for the first time; the address was never verified, so its password was dropped and 1 sessions ended") {
+			") for the first time; the address was never verified, so its password was dropped, 1 sessions ended and 1 API tokens were revoked") {
 			t.Errorf("no identity.link entry saying so: %v", auditActions(t, e.store))
+		}
+
+		// The operator's admin, never verified, keeps its password.
+		if _, _, err := e.svc.EnsureAdmin(ctx, "root@example.com", "admin-password"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.svc.SignInWithIdentity(ctx, identity("sub-root", "root@example.com"), nil, "192.0.2.1"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.svc.Login(ctx, "root@example.com", "admin-password", "192.0.2.1"); err != nil {
+			t.Fatalf("the admin's password after linking: %v", err)
 		}
 	})
 }

@@ -62,12 +62,13 @@ func (s *Store) IdentityUser(ctx context.Context, issuer, subject, email string)
 // The provider has verified the address. A user whose address Sluice never
 // verified may have been made by someone else, who signed up with it
 // before its owner came (with no mail, nothing stops that): their
-// password is dropped and their sessions end, so the account is the
-// address owner's alone from here (password reset gives them a password
-// again). A verified user keeps theirs.
-func (s *Store) LinkIdentity(ctx context.Context, id UserIdentity) (User, error) {
-	var u User
-	err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+// password is dropped, their sessions end and their API tokens are
+// revoked (revoked holds the tokens' hashes, for the gateways to forget),
+// so the account is the address owner's alone from here (password reset
+// gives them a password again). A verified user keeps all of it, and so
+// does an admin (whom an operator or another admin made).
+func (s *Store) LinkIdentity(ctx context.Context, id UserIdentity) (u User, revoked []string, err error) {
+	err = s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		if err := tx.Where("email = ?", NormalizeEmail(id.Email)).Take(&u).Error; err != nil {
 			return dbErr(err, "user")
 		}
@@ -77,7 +78,7 @@ func (s *Store) LinkIdentity(ctx context.Context, id UserIdentity) (User, error)
 			return err
 		}
 		detail := u.Email + " signed in by single sign-on (" + id.Issuer + ") for the first time"
-		if u.EmailVerifiedAt == nil {
+		if u.EmailVerifiedAt == nil && !u.IsAdmin() {
 			if err := tx.Model(&User{}).Where("id = ?", u.ID).
 				Updates(map[string]any{"password_hash": "", "email_verified_at": now}).Error; err != nil {
 				return dbErr(err, "user")
@@ -86,14 +87,23 @@ func (s *Store) LinkIdentity(ctx context.Context, id UserIdentity) (User, error)
 			if err != nil {
 				return err
 			}
-			if u.HasPassword() {
-				detail += fmt.Sprintf("; the address was never verified, so its password was dropped and %d sessions ended", ended)
+			var toks []APIToken
+			if err := tx.Where("user_id = ? AND revoked_at IS NULL", u.ID).Find(&toks).Error; err != nil {
+				return dbErr(err, "tokens")
 			}
+			for _, t := range toks {
+				if err := tx.Model(&APIToken{}).Where("id = ?", t.ID).Update("revoked_at", now).Error; err != nil {
+					return dbErr(err, "token")
+				}
+				revoked = append(revoked, t.Hash)
+			}
+			detail += fmt.Sprintf("; the address was never verified, so its password was dropped, %d sessions ended and %d API tokens were revoked",
+				ended, len(toks))
 			u.PasswordHash, u.EmailVerifiedAt = "", &now
 		}
 		return audit(tx, 0, u.ID, "identity.link", fmt.Sprint(u.ID), detail)
 	})
-	return u, dbErr(err, "user")
+	return u, revoked, dbErr(err, "user")
 }
 
 // CreateIdentityMember makes a new user, without a password, for the
