@@ -267,9 +267,10 @@ func (p *Pipeline) completionBound(c *call, fam family.Family) (b int64, send bo
 }
 
 // worstPrice is the price a request's reservation is made at: its model's,
-// or for an alias the highest input and the highest output price among
-// the models that may answer it, so the reservation bounds the cost of
-// whichever does. ok is false when none of them is priced.
+// or for an alias the dearest prompt and output token among the models
+// that may answer it (metering.Dearest: cache writes and reasoning
+// included), so the reservation bounds the cost of whichever does. ok is
+// false when none of them is priced.
 func (p *Pipeline) worstPrice(c *call) (price models.ModelPrice, ok bool) {
 	route := c.req.route
 	if route == nil {
@@ -284,19 +285,18 @@ func (p *Pipeline) worstPrice(c *call) (price models.ModelPrice, ok bool) {
 	return price, ok
 }
 
-// ceiling raises worst to model's prices at t where they are higher.
+// ceiling raises worst, a price whose input and output are the dearest a
+// token may cost, to model's at t where they are dearer.
 func ceiling(worst models.ModelPrice, ok bool, book *metering.PriceBook, model string, t time.Time) (models.ModelPrice, bool) {
 	price, priced := book.At(model, t)
 	if !priced {
 		return worst, ok
 	}
-	if !ok {
-		return price, true
+	in, out := metering.Dearest(price)
+	if ok {
+		in, out = max(in, worst.InputPerMTok), max(out, worst.OutputPerMTok)
 	}
-	worst.InputPerMTok = max(worst.InputPerMTok, price.InputPerMTok)
-	worst.OutputPerMTok = max(worst.OutputPerMTok, price.OutputPerMTok)
-	worst.CachedInputPerMTok = max(worst.CachedInputPerMTok, price.CachedInputPerMTok)
-	return worst, true
+	return models.ModelPrice{InputPerMTok: in, OutputPerMTok: out}, true
 }
 
 // reliedOn names the limit that relies on a request's estimate.

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/sluicehq/sluice/models"
+	"github.com/sluicehq/sluice/money"
 	"github.com/sluicehq/sluice/upstream"
 )
 
@@ -132,5 +133,40 @@ func TestAliasAttemptsGetTheirOwnBody(t *testing.T) {
 	}
 	if second["max_completion_tokens"] != 70.0 || second["max_tokens"] != 70.0 {
 		t.Fatalf("second body %s", calls[1].Body)
+	}
+}
+
+// TestAnAliasReservesItsDearestModel: an alias's reservation is made at the
+// dearest prompt and output token of any model that may answer it, each
+// model's own dearest (its cache writes, an hour's for a Claude model, and
+// its reasoning), not only its input and output prices: a hard budget one
+// picodollar short of that refuses the request, one that holds it admits it.
+func TestAnAliasReservesItsDearestModel(t *testing.T) {
+	const body = `{"model":"mix","max_tokens":100,"messages":[{"role":"user","content":"hello"}]}`
+	for _, tc := range []struct {
+		short    money.Amount
+		admitted bool
+	}{{1, false}, {0, true}} {
+		r := newRig(t)
+		r.deps.Aliases = fakeAliases{"mix": alias("mix", []string{"claude-3-5-haiku"}, "gpt-4o-mini")}
+		r.rebuild()
+		r.price("gpt-4o-mini", "1", "2", "0.5")
+		claude := r.price("claude-3-5-haiku", "3", "4", "0.3")
+		creation := mustPrice(t, "3.75")
+		claude.CacheCreationPerMTok = &creation
+		r.prices[len(r.prices)-1] = claude
+		r.deps.Prices.Replace(r.prices)
+		r.provider.answer = answerJSON(okAnswer(6, 10))
+		prompt := r.request(body).Prompt.Tokens
+		// A prompt token may be an hour's cache write of the Claude model:
+		// 6 a million; an output token 4 a million.
+		worst := mustPrice(t, "6").Cost(prompt) + mustPrice(t, "4").Cost(100)
+		limit := worst - tc.short
+		r.caller.Tier.Overage = models.OverageBill
+		r.caller.Budget = models.Budget{Limit: &limit, HardStop: true}
+		_, _, err := r.complete(context.Background(), body)
+		if admitted := err == nil; admitted != tc.admitted {
+			t.Errorf("a budget of %s against a worst case of %s: admitted %v (%v), want %v", limit, worst, admitted, err, tc.admitted)
+		}
 	}
 }

@@ -109,16 +109,21 @@ func or(price *money.Price, def money.Price) money.Price {
 }
 
 // WorstCase is the most a request may cost before it runs: every prompt
-// token at the full input price plus maxCompletion tokens of output. It is
-// what a budget reserves.
+// token and maxCompletion tokens of output at their dearest (Dearest). It
+// is what a budget reserves.
 func WorstCase(p models.ModelPrice, promptTokens, maxCompletion int64) money.Amount {
-	// Any prompt token may be written to the provider's cache (for an
-	// hour, by a model whose provider keeps it that long) and any output
-	// token may be reasoning: each at the dearest of its prices.
-	input := max(p.InputPerMTok, or(p.CacheCreationPerMTok, 0))
+	input, output := Dearest(p)
+	return input.Cost(promptTokens) + output.Cost(maxCompletion)
+}
+
+// Dearest is the most one prompt token and one output token may cost at
+// p: any prompt token may be written to the provider's cache (for an
+// hour, by a model whose provider keeps it that long) and any output
+// token may be reasoning, each at the dearest of its prices.
+func Dearest(p models.ModelPrice) (input, output money.Price) {
+	input = max(p.InputPerMTok, or(p.CacheCreationPerMTok, 0))
 	if family.HourCacheWrites(p.Model) {
 		input = max(input, hourCacheWrite(p))
 	}
-	return input.Cost(promptTokens) +
-		max(p.OutputPerMTok, or(p.ReasoningPerMTok, 0)).Cost(maxCompletion)
+	return input, max(p.OutputPerMTok, or(p.ReasoningPerMTok, 0))
 }
