@@ -189,7 +189,7 @@ func (p *Pipeline) bound(c *call) error {
 		c.completion = int64(req.MaxTokens)
 		c.copyBound = relies && req.completionFieldOnly
 		if c.copyBound && req.route == nil {
-			e.boundField, e.bound = copiedBound(req.Prompt.Family, c.completion)
+			e.boundField, e.bound = copiedBound(req.Model, c.completion)
 		}
 	case !relies || req.Model == local.ModelID:
 		c.completion = p.d.DefaultMaxTokens
@@ -236,14 +236,14 @@ func (p *Pipeline) bound(c *call) error {
 }
 
 // copiedBound is the field and value of a client's max_completion_tokens
-// copied for a model of family fam, whose API reads max_tokens instead
-// and would answer unbounded by what was reserved; "" for OpenAI's own
-// models, which read it.
-func copiedBound(fam family.Family, bound int64) (string, int64) {
-	if fam.BoundField == "max_completion_tokens" {
+// copied for model, whose API reads max_tokens instead and would answer
+// unbounded by what was reserved (family.IgnoresCompletionField); "" for
+// every other model, which is sent the body as written.
+func copiedBound(model string, bound int64) (string, int64) {
+	if !family.IgnoresCompletionField(model) {
 		return "", 0
 	}
-	return fam.BoundField, bound
+	return "max_tokens", bound
 }
 
 // completionBound is the completion bound Sluice sends a model of family

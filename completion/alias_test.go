@@ -116,15 +116,17 @@ func TestAliasAttemptsGetTheirOwnBody(t *testing.T) {
 	}
 
 	// The client's own max_completion_tokens: OpenAI's model gets the body
-	// as written; the other also gets it as max_tokens, the field its API
+	// as written; DeepSeek's also gets it as max_tokens, the field its API
 	// reads (ignoring the other, it would answer past the reservation).
+	r.deps.Aliases = fakeAliases{"mix": alias("mix", []string{"deepseek-chat"}, "gpt-4o-mini")}
+	r.rebuild()
 	r.provider.calls = nil
 	if _, err := r.p.Complete(context.Background(), r.caller,
 		r.request(`{"model":"mix","max_completion_tokens":70,"messages":[{"role":"user","content":"hello"}]}`), newSink()); err != nil {
 		t.Fatal(err)
 	}
 	calls = r.provider.calls
-	if len(calls) != 2 {
+	if len(calls) != 2 || calls[1].Model != "deepseek-chat" {
 		t.Fatalf("calls %+v", calls)
 	}
 	first, second = fields(calls[0].Body), fields(calls[1].Body)

@@ -127,7 +127,7 @@ func (p *Pipeline) attemptBody(c *call) ([]byte, error) {
 				e.boundField, e.bound = fam.BoundField, b
 			}
 		case c.copyBound:
-			e.boundField, e.bound = copiedBound(fam, int64(req.MaxTokens))
+			e.boundField, e.bound = copiedBound(c.model, int64(req.MaxTokens))
 		}
 	}
 	if c.history == nil {

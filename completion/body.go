@@ -11,9 +11,9 @@ import (
 // it, and only these: the model, when the client named an alias; the
 // completion bound it reserved, when the client set none and a limit
 // relies on it, in the field the model family takes (or the client's
-// max_completion_tokens copied to max_tokens for a family that reads only
-// that); and include_usage on a stream, which is what a stream is billed
-// by.
+// max_completion_tokens copied to max_tokens for a model that reads only
+// that: family.IgnoresCompletionField); and include_usage on a stream,
+// which is what a stream is billed by.
 type bodyEdits struct {
 	model        string // the alias's model to name instead of the client's; "" keeps it
 	boundField   string // "" for none

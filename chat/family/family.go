@@ -58,6 +58,22 @@ type Family struct {
 // its pricing page gives it for Claude's current models.
 const claudeToolsPrompt = 346
 
+// IgnoresCompletionField says model's API reads the completion bound
+// from max_tokens only and ignores max_completion_tokens (DeepSeek's, and
+// the open models Ollama serves): a bound sent in the latter alone does
+// not hold it. Other models are not assumed to: OpenAI's reasoning
+// models, under names Sluice cannot tell (an Azure deployment, a
+// fine-tune), refuse max_tokens.
+func IgnoresCompletionField(model string) bool {
+	m := name(model)
+	for _, p := range []string{"deepseek", "llama", "codellama", "qwen", "qwq", "mistral", "mixtral", "gemma", "phi", "glm", "yi-"} {
+		if strings.HasPrefix(m, p) {
+			return true
+		}
+	}
+	return false
+}
+
 // claude says a model (its name as name gives it) is Anthropic's.
 func claude(m string) bool { return strings.HasPrefix(m, "claude") }
 
