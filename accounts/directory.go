@@ -149,6 +149,10 @@ type Directory struct {
 
 	mu     sync.RWMutex
 	tokens map[[sha256.Size]byte]tokenEntry
+	// unknown counts the entries of tokens for keys the database does not
+	// know (guarded by mu): a full cache with none is not scanned for room
+	// for another.
+	unknown int
 	// forgets counts invalidations (guarded by mu). A lookup that started
 	// before one must not cache what it read: it may be the state the
 	// invalidation was about.
@@ -351,22 +355,40 @@ func (d *Directory) remember(sum [sha256.Size]byte, e tokenEntry, forgetsBefore 
 		return // an invalidation raced this lookup; the next request reads again
 	}
 	if len(d.tokens) >= d.maxEntries {
+		if !e.known && d.unknown == 0 {
+			return // full of real tokens: an unknown key is not kept
+		}
 		// Full: the stale entries go, and the unknown keys' (anyone can
 		// make up keys, and a flood of them must not push out the real
 		// ones, which would send every request to the database).
 		for k, old := range d.tokens {
 			if !old.known || e.fetchedAt.Sub(old.fetchedAt) >= d.ttl {
-				delete(d.tokens, k)
+				d.drop(k, old)
 			}
 		}
 		if len(d.tokens) >= d.maxEntries {
 			if !e.known {
-				return // full of real tokens: an unknown key is not kept
+				return
 			}
 			clear(d.tokens) // more real tokens than it holds: start over rather than grow
+			d.unknown = 0
 		}
 	}
+	if old, ok := d.tokens[sum]; ok {
+		d.drop(sum, old)
+	}
+	if !e.known {
+		d.unknown++
+	}
 	d.tokens[sum] = e
+}
+
+// drop deletes the entry e of sum, counting it off; mu is held.
+func (d *Directory) drop(sum [sha256.Size]byte, e tokenEntry) {
+	delete(d.tokens, sum)
+	if !e.known {
+		d.unknown--
+	}
 }
 
 // ForgetToken drops a token hash (hex, as stored) from the cache, after a
@@ -377,7 +399,9 @@ func (d *Directory) ForgetToken(hash string) {
 		return
 	}
 	d.mu.Lock()
-	delete(d.tokens, sum)
+	if e, ok := d.tokens[sum]; ok {
+		d.drop(sum, e)
+	}
 	d.forgets++
 	d.mu.Unlock()
 }
@@ -390,7 +414,7 @@ func (d *Directory) ForgetOrganization(orgID int64) {
 	d.forgets++
 	for k, e := range d.tokens {
 		if e.known && e.owner.OrgID == orgID {
-			delete(d.tokens, k)
+			d.drop(k, e)
 		}
 	}
 }

@@ -20,17 +20,45 @@ func TestAFloodOfUnknownKeysKeepsTheRealOnes(t *testing.T) {
 	for i := range 3 {
 		d.remember(key(i), tokenEntry{known: true, fetchedAt: now}, d.forgets)
 	}
+	counted := func(when string) {
+		t.Helper()
+		n := 0
+		for _, e := range d.tokens {
+			if !e.known {
+				n++
+			}
+		}
+		if n != d.unknown {
+			t.Fatalf("%s: %d unknown keys cached, counted %d", when, n, d.unknown)
+		}
+	}
 	for i := 3; i < 1000; i++ {
 		d.remember(key(i), tokenEntry{fetchedAt: now}, d.forgets)
 		if len(d.tokens) > d.maxEntries {
 			t.Fatalf("%d entries, more than the %d the cache holds", len(d.tokens), d.maxEntries)
 		}
+		counted("the flood")
 	}
 	for i := range 3 {
 		if _, ok := d.tokens[key(i)]; !ok {
 			t.Fatalf("real token %d was pushed out by made-up ones", i)
 		}
 	}
+	// A made-up key that became real, and one forgotten, are counted off.
+	d.remember(key(999), tokenEntry{known: true, fetchedAt: now}, d.forgets)
+	counted("a key that became known")
+	d.ForgetToken(hex.EncodeToString(func() []byte { k := key(998); return k[:] }()))
+	counted("a key forgotten")
+	// Full of real tokens: an unknown key is not kept, and none is pushed out.
+	for i := 2000; len(d.tokens) < d.maxEntries || d.unknown > 0; i++ {
+		d.remember(key(i), tokenEntry{known: true, fetchedAt: now}, d.forgets)
+	}
+	real := len(d.tokens)
+	d.remember(key(5000), tokenEntry{fetchedAt: now}, d.forgets)
+	if _, ok := d.tokens[key(5000)]; ok || len(d.tokens) != real {
+		t.Fatalf("a cache full of real tokens kept an unknown key (%d entries, %d before)", len(d.tokens), real)
+	}
+	counted("full of real tokens")
 }
 
 // A revocation that lands while a lookup is reading the database must win:
