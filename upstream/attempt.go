@@ -46,22 +46,16 @@ const defaultRateLimitRest = time.Second
 // flight on the key from the send until it ends here, or, for a 2xx stream,
 // until the stream is closed.
 func (p *Pool) attempt(ctx context.Context, e *keyEntry, probe bool, adm admission, req Request, timeout time.Duration) attemptResult {
-	var timer *time.Timer
-	actx, cancel, written := attemptContext(ctx, req.Stream, func() {
-		// A whole answer's request is with the provider, which now
-		// generates all of it before it writes a byte: it has
-		// AnswerTimeout from here (see PoolOptions.AnswerTimeout). Until
-		// here, a key that does not connect or take the request is given
-		// up after timeout, as a stream's is.
-		if !req.Stream && timer.Stop() {
-			timer.Reset(p.opts.AnswerTimeout)
-		}
-	})
-	var timedOut atomic.Bool
-	timer = time.AfterFunc(timeout, func() {
-		timedOut.Store(true)
+	st := &attemptState{}
+	if !req.Stream {
+		st.extend = p.opts.AnswerTimeout
+	}
+	actx, cancel := attemptContext(ctx, req.Stream, st)
+	st.timer = time.AfterFunc(timeout, func() {
+		st.timedOut.Store(true)
 		cancel()
 	})
+	timer := st.timer
 	hreq, err := e.format.newRequest(actx, &e.key, e.base, req)
 	if err != nil {
 		timer.Stop()
@@ -104,13 +98,33 @@ func (p *Pool) attempt(ctx context.Context, e *keyEntry, probe bool, adm admissi
 		e.h.inFlight.Add(-1)
 	}()
 	if err != nil {
-		return p.lost(ctx, e, probe, req, start, timedOut.Load(), written.Load(), err)
+		return p.lost(ctx, e, probe, req, start, st.timedOut.Load(), st.written.Load(), err)
 	}
-	return p.judge(ctx, e, probe, req, resp, start, &timedOut)
+	return p.judge(ctx, e, probe, req, resp, start, &st.timedOut)
 }
 
-// attemptContext is the context of one attempt's HTTP request, and
-// whether the request was written (onWritten runs then). A stream ends with its client: closing
+// attemptState is what one attempt's timer and its request's trace share.
+type attemptState struct {
+	written, timedOut atomic.Bool
+	timer             *time.Timer
+	// extend is a whole answer's timeout once its request is written (0
+	// for a stream): the provider now generates all of the answer before
+	// it writes a byte (PoolOptions.AnswerTimeout). Until then, a key
+	// that does not connect or take the request is given up after the
+	// attempt timeout, as a stream's is.
+	extend time.Duration
+}
+
+// wrote records that the request was written, and extends the timer.
+func (s *attemptState) wrote() {
+	s.written.Store(true)
+	if s.extend > 0 && s.timer.Stop() {
+		s.timer.Reset(s.extend)
+	}
+}
+
+// attemptContext is the context of one attempt's HTTP request; st hears
+// when the request is written (attemptState.wrote). A stream ends with its client: closing
 // it stops the provider generating, and what was delivered is billed (the
 // prompt too when the client left after the request was written and
 // before the answer began: the provider has read it; see SentError). A
@@ -120,25 +134,23 @@ func (p *Pool) attempt(ctx context.Context, e *keyEntry, probe bool, adm admissi
 // billed what the answer cost (within the attempt's timeout). A client
 // gone before its request was written cancels it: nothing was asked,
 // nothing is billed.
-func attemptContext(client context.Context, stream bool, onWritten func()) (context.Context, context.CancelFunc, *atomic.Bool) {
-	written := new(atomic.Bool)
+func attemptContext(client context.Context, stream bool, st *attemptState) (context.Context, context.CancelFunc) {
 	trace := &httptrace.ClientTrace{WroteRequest: func(info httptrace.WroteRequestInfo) {
-		written.Store(info.Err == nil)
 		if info.Err == nil {
-			onWritten()
+			st.wrote()
 		}
 	}}
 	if stream {
 		ctx, cancel := context.WithCancel(client)
-		return httptrace.WithClientTrace(ctx, trace), cancel, written
+		return httptrace.WithClientTrace(ctx, trace), cancel
 	}
 	ctx, cancel := context.WithCancel(context.WithoutCancel(client))
 	stop := context.AfterFunc(client, func() {
-		if !written.Load() {
+		if !st.written.Load() {
 			cancel()
 		}
 	})
-	return httptrace.WithClientTrace(ctx, trace), func() { stop(); cancel() }, written
+	return httptrace.WithClientTrace(ctx, trace), func() { stop(); cancel() }
 }
 
 // A failureReader is a wire format whose provider says in a failure's

@@ -32,12 +32,13 @@ func TestAttemptContext(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			client, leave := context.WithCancel(context.Background())
-			ctx, cancel, written := attemptContext(client, tt.stream, func() {})
+			st := &attemptState{}
+			ctx, cancel := attemptContext(client, tt.stream, st)
 			defer cancel()
 			tt.write(ctx)
 			leave()
-			if written.Load() != tt.written {
-				t.Errorf("written %v, want %v", written.Load(), tt.written)
+			if st.written.Load() != tt.written {
+				t.Errorf("written %v, want %v", st.written.Load(), tt.written)
 			}
 			wait := 5 * time.Second // for an end that must come
 			if !tt.wantEnd {
