@@ -36,7 +36,9 @@ type deliveryArgs struct {
 	OrgID int64           `json:"org_id"`
 	URL   string          `json:"url"`
 	Body  json.RawMessage `json:"body"`
-	JobID int64           `json:"job_id,omitempty"` // the job whose callback this is
+	// JobID is the job whose callback this is; a job has one, however
+	// often it is finished (a job run again after its node was lost).
+	JobID int64 `json:"job_id,omitempty" river:"unique"`
 }
 
 // Kind names the delivery kind in River's tables.
@@ -190,7 +192,11 @@ func (q *Queue) insertDelivery(ctx context.Context, a deliveryArgs) error {
 	if a.JobID != 0 {
 		meta += `,"callback_of":` + strconv.FormatInt(a.JobID, 10)
 	}
-	_, err := q.client.Insert(ctx, a, &river.InsertOpts{Queue: deliveryQueue, MaxAttempts: q.cfg.DeliveryAttempts, Metadata: []byte(meta + "}")})
+	opts := &river.InsertOpts{Queue: deliveryQueue, MaxAttempts: q.cfg.DeliveryAttempts, Metadata: []byte(meta + "}")}
+	if a.JobID != 0 {
+		opts.UniqueOpts = river.UniqueOpts{ByArgs: true} // by JobID alone: its river:"unique" tag
+	}
+	_, err := q.client.Insert(ctx, a, opts)
 	if err != nil {
 		return apperr.Wrap(err, "queueing a webhook delivery")
 	}

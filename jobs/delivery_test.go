@@ -303,6 +303,41 @@ func TestACallbackWaitsForItsJobsEnd(t *testing.T) {
 	})
 }
 
+// TestAJobHasOneCallback: a job finished twice (run again after its node
+// was lost, while the first run finished too) queues its callback once;
+// budget alerts, which belong to no job, are each delivered.
+func TestAJobHasOneCallback(t *testing.T) {
+	each(t, func(t *testing.T, db *models.DB, url string) {
+		f := newFixture(t, db, url)
+		f.notify = postUnhurried
+		q := f.queue(Config{}, nil) // not started: the deliveries stay queued
+		ctx := context.Background()
+		for range 2 {
+			if err := q.insertDelivery(ctx, deliveryArgs{OrgID: f.caller.OrgID, URL: "http://localhost:1/cb", Body: []byte(`{"n":1}`), JobID: 41}); err != nil {
+				t.Fatal(err)
+			}
+			if err := q.Deliver(ctx, f.caller.OrgID, "http://localhost:1/alert", []byte(`{"alert":1}`)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		res, err := q.client.JobList(ctx, river.NewJobListParams().Kinds((deliveryArgs{}).Kind()).Queues(deliveryQueue).First(10))
+		if err != nil {
+			t.Fatal(err)
+		}
+		count := func(path string) (n int) {
+			for _, j := range res.Jobs {
+				if strings.Contains(string(j.EncodedArgs), path) {
+					n++
+				}
+			}
+			return n
+		}
+		if callbacks, alerts := count("/cb"), count("/alert"); callbacks != 1 || alerts != 2 {
+			t.Fatalf("%d callbacks of one job queued, want 1; %d alerts, want 2", callbacks, alerts)
+		}
+	})
+}
+
 // TestCallbacksAreRetriedAndTheirErrorsShown: a failed delivery is tried
 // again with backoff; its attempts and last error are the job's to see.
 func TestCallbacksAreRetriedAndTheirErrorsShown(t *testing.T) {

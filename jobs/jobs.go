@@ -117,7 +117,7 @@ type Config struct {
 	// left running longer than that (and MaxWait) is taken for one whose
 	// node was lost, and run again.
 	ProviderTime time.Duration
-	Now         func() time.Time
+	Now          func() time.Time
 
 	// Webhook deliveries (job callbacks, budget alerts) have workers of
 	// their own.

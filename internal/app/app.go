@@ -267,7 +267,7 @@ func Build(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 	a.queue, err = jobs.New(ctx, jobs.Deps{DB: db, DatabaseURL: cfg.DatabaseURL, Pipeline: pipeline, Directory: dir,
 		Notify: a.bill.billing.Notify, Batches: a.batches, Log: log}, jobs.Config{Workers: cfg.JobWorkers, MaxAttempts: cfg.JobAttempts,
 		Retention: cfg.JobRetention, MaxWait: 2 * time.Second, RetryBase: cfg.JobRetryBase, Now: time.Now,
-		ProviderTime: cfg.UpstreamBudget + cfg.UpstreamAnswer,
+		ProviderTime:    cfg.UpstreamBudget + cfg.UpstreamAnswer,
 		DeliveryWorkers: cfg.WebhookWorkers, HostConcurrency: cfg.WebhookHostLimit, DeliveryAttempts: cfg.WebhookAttempts,
 		DeliveryRetryBase: cfg.WebhookRetryBase})
 	if err != nil {
