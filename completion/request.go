@@ -67,8 +67,8 @@ type Request struct {
 	end           int
 
 	// completionFieldOnly says the client bounded the completion with
-	// max_completion_tokens alone, which providers other than OpenAI
-	// (DeepSeek, Ollama) ignore: see bodyEdits.
+	// max_completion_tokens alone, which some models' APIs ignore
+	// (family.IgnoresCompletionField): see bodyEdits.
 	completionFieldOnly bool
 
 	// route is the alias Model names, nil for a model; resolved once, by

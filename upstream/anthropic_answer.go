@@ -35,8 +35,8 @@ type openAIUsage struct {
 	CompletionTokensDetails *struct {
 		ReasoningTokens int `json:"reasoning_tokens"`
 	} `json:"completion_tokens_details,omitempty"`
-	CacheCreationInputTokens  int                   `json:"cache_creation_input_tokens"`
-	CacheCreationTokenDetails *cacheCreationDetails `json:"cache_creation_token_details,omitempty"`
+	CacheCreationInputTokens  int                          `json:"cache_creation_input_tokens"`
+	CacheCreationTokenDetails *wire.AnthropicCacheCreation `json:"cache_creation_token_details,omitempty"`
 }
 
 // toOpenAIUsage is u in OpenAI's terms. Anthropic's output_tokens
@@ -55,9 +55,7 @@ func (o *openAIUsage) fill(u wire.AnthropicUsage) {
 	*o = openAIUsage{PromptTokens: u.InputTokens + u.CacheReadInputTokens + u.CacheCreationInputTokens, CompletionTokens: u.OutputTokens,
 		CacheCreationInputTokens: u.CacheCreationInputTokens}
 	o.PromptTokensDetails.CachedTokens = u.CacheReadInputTokens
-	if c := u.CacheCreation; c != nil {
-		o.CacheCreationTokenDetails = &cacheCreationDetails{Ephemeral5mInputTokens: c.Ephemeral5mInputTokens, Ephemeral1hInputTokens: c.Ephemeral1hInputTokens}
-	}
+	o.CacheCreationTokenDetails = u.CacheCreation
 	if d := u.OutputTokensDetails; d != nil {
 		o.CompletionTokensDetails = &struct {
 			ReasoningTokens int `json:"reasoning_tokens"`

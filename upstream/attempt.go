@@ -124,16 +124,16 @@ func (s *attemptState) wrote() {
 }
 
 // attemptContext is the context of one attempt's HTTP request; st hears
-// when the request is written (attemptState.wrote). A stream ends with its client: closing
-// it stops the provider generating, and what was delivered is billed (the
-// prompt too when the client left after the request was written and
-// before the answer began: the provider has read it; see SentError). A
-// whole answer is different: once the provider has the request it
-// answers, and bills, in full whether anyone is left to read it, so the
-// attempt lives on to read the answer and its usage, and the client is
-// billed what the answer cost (within the attempt's timeout). A client
-// gone before its request was written cancels it: nothing was asked,
-// nothing is billed.
+// when the request is written (attemptState.wrote). A stream ends with
+// its client: closing it stops the provider generating, and what was
+// delivered is billed (the prompt too when the client left after the
+// request was written and before the answer began: the provider has read
+// it; see SentError). A whole answer is different: once the provider has
+// the request it answers, and bills, in full whether anyone is left to
+// read it, so the attempt lives on to read the answer and its usage, and
+// the client is billed what the answer cost (within the attempt's
+// timeout). A client gone before its request was written cancels it:
+// nothing was asked, nothing is billed.
 func attemptContext(client context.Context, stream bool, st *attemptState) (context.Context, context.CancelFunc) {
 	trace := &httptrace.ClientTrace{WroteRequest: func(info httptrace.WroteRequestInfo) {
 		if info.Err == nil {

@@ -169,16 +169,11 @@ type wireUsage struct {
 	CompletionTokensDetails *struct {
 		ReasoningTokens int `json:"reasoning_tokens"`
 	} `json:"completion_tokens_details"`
-	CacheCreationInputTokens  int                   `json:"cache_creation_input_tokens"`
-	CacheCreationTokenDetails *cacheCreationDetails `json:"cache_creation_token_details"`
-}
-
-// cacheCreationDetails splits cache_creation_input_tokens by how long the
-// cache is kept, as LiteLLM writes Anthropic's cache_creation in OpenAI's
-// shape.
-type cacheCreationDetails struct {
-	Ephemeral5mInputTokens int `json:"ephemeral_5m_input_tokens"`
-	Ephemeral1hInputTokens int `json:"ephemeral_1h_input_tokens"`
+	CacheCreationInputTokens int `json:"cache_creation_input_tokens"`
+	// CacheCreationTokenDetails splits the cache writes by how long they
+	// are kept: Anthropic's cache_creation, where LiteLLM writes it in
+	// OpenAI's shape.
+	CacheCreationTokenDetails *wire.AnthropicCacheCreation `json:"cache_creation_token_details"`
 }
 
 func (w wireUsage) usage() chat.Usage {
