@@ -87,14 +87,11 @@ func (s *Store) LinkIdentity(ctx context.Context, id UserIdentity) (u User, revo
 			if err != nil {
 				return err
 			}
-			var toks []APIToken
-			if err := tx.Where("user_id = ? AND revoked_at IS NULL", u.ID).Find(&toks).Error; err != nil {
-				return dbErr(err, "tokens")
+			toks, err := revokeTokens(tx, now, "user_id = ?", u.ID)
+			if err != nil {
+				return err
 			}
 			for _, t := range toks {
-				if err := tx.Model(&APIToken{}).Where("id = ?", t.ID).Update("revoked_at", now).Error; err != nil {
-					return dbErr(err, "token")
-				}
 				revoked = append(revoked, t.Hash)
 			}
 			detail += fmt.Sprintf("; the address was never verified, so its password was dropped, %d sessions ended and %d API tokens were revoked",

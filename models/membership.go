@@ -251,14 +251,11 @@ func (s *Store) RemoveMember(ctx context.Context, actor Member, userID int64) (R
 			return dbErr(res.Error, "sessions")
 		}
 		r.SessionsEnded = res.RowsAffected
-		var toks []APIToken
-		if err := tx.Where("org_id = ? AND user_id = ? AND revoked_at IS NULL", actor.OrgID, userID).Find(&toks).Error; err != nil {
-			return dbErr(err, "tokens")
+		toks, err := revokeTokens(tx, now, "org_id = ? AND user_id = ?", actor.OrgID, userID)
+		if err != nil {
+			return err
 		}
 		for _, t := range toks {
-			if err := tx.Model(&APIToken{}).Where("id = ?", t.ID).Update("revoked_at", now).Error; err != nil {
-				return dbErr(err, "token")
-			}
 			if err := audit(tx, actor.OrgID, actor.ID, "token.revoke", fmt.Sprint(t.ID), t.Name+" (its member was removed)"); err != nil {
 				return err
 			}
@@ -272,6 +269,27 @@ func (s *Store) RemoveMember(ctx context.Context, actor Member, userID int64) (R
 			r.Member.Email, r.Member.Role, r.SessionsEnded, len(toks)))
 	})
 	return r, dbErr(err, "member")
+}
+
+// revokeTokens revokes, inside tx, the active API tokens that where (with
+// args) selects, and returns them: their hashes are for the gateways to
+// forget.
+func revokeTokens(tx *gorm.DB, now time.Time, where string, args ...any) ([]APIToken, error) {
+	var toks []APIToken
+	if err := tx.Where(where, args...).Where("revoked_at IS NULL").Find(&toks).Error; err != nil {
+		return nil, dbErr(err, "tokens")
+	}
+	if len(toks) == 0 {
+		return nil, nil
+	}
+	ids := make([]int64, len(toks))
+	for i, t := range toks {
+		ids[i] = t.ID
+	}
+	if err := tx.Model(&APIToken{}).Where("id IN ?", ids).Update("revoked_at", now).Error; err != nil {
+		return nil, dbErr(err, "tokens")
+	}
+	return toks, nil
 }
 
 // addMembership makes userID a member of orgID with role inside tx; one

@@ -114,12 +114,12 @@ func (s *Store) CreateAPITokenWith(ctx context.Context, orgID, userID int64, nam
 		}
 		// The creator's membership was read when their session was; they
 		// may have been removed since.
-		var member int64
-		if err := tx.Model(&Membership{}).Where("org_id = ? AND user_id = ?", orgID, userID).Count(&member).Error; err != nil {
-			return dbErr(err, "membership")
-		}
-		if member == 0 {
+		_, err := member(tx, orgID, userID)
+		if apperr.CodeOf(err) == apperr.NotFound {
 			return apperr.WithReason(apperr.Forbidden, "not_a_member", "you are no longer a member of this organization")
+		}
+		if err != nil {
+			return err
 		}
 		if err := tx.Create(&t).Error; err != nil {
 			return dbErr(err, "token")
