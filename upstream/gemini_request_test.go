@@ -145,6 +145,9 @@ func TestGeminiTranslatesToolChoice(t *testing.T) {
 // dropped; so is a request the translation cannot make sense of.
 func TestGeminiRefusesWhatItCannotDo(t *testing.T) {
 	user := `"messages":[{"role":"user","content":"hi"}]`
+	image := func(url string) string { // a user message of one image_url part
+		return `{"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"` + url + `"}}]}]}`
+	}
 	cases := []struct{ name, model, in, param, message string }{
 		{"n", "gemini-2.5-flash", `{` + user + `,"n":2}`, "n", "n other than 1 is not supported"},
 		{"logprobs", "gemini-2.5-flash", `{` + user + `,"logprobs":true}`, "logprobs", "logprobs are not supported"},
@@ -169,19 +172,19 @@ func TestGeminiRefusesWhatItCannotDo(t *testing.T) {
 		{"tool result without its call", "gemini-2.5-flash",
 			`{"messages":[{"role":"user","content":"x"},{"role":"tool","tool_call_id":"call_9","content":"r"}]}`,
 			"messages[1].tool_call_id", "'call_9' matches no tool call of an earlier assistant message"},
-		{"image by ftp", "gemini-2.5-flash", `{"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"ftp://x/y.png"}}]}]}`,
+		{"image by ftp", "gemini-2.5-flash", image("ftp://x/y.png"),
 			"messages[0].content[0].image_url.url", "data: URLs or https addresses"},
-		{"image by http", "gemini-2.5-flash", `{"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"http://x/y.png"}}]}]}`,
+		{"image by http", "gemini-2.5-flash", image("http://x/y.png"),
 			"messages[0].content[0].image_url.url", "data: URLs or https addresses"},
-		{"a PDF as an image", "gemini-2.5-flash", `{"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"data:application/pdf;base64,JVBERi0"}}]}]}`,
+		{"a PDF as an image", "gemini-2.5-flash", image("data:application/pdf;base64,JVBERi0"),
 			"messages[0].content[0].image_url.url", "an image_url part must carry an image; messages[0].content[0] is application/pdf"},
-		{"a video as an image", "gemini-2.5-flash", `{"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"data:video/mp4;base64,AAAA"}}]}]}`,
+		{"a video as an image", "gemini-2.5-flash", image("data:video/mp4;base64,AAAA"),
 			"messages[0].content[0].image_url.url", "is video/mp4"},
-		{"a PDF by address", "gemini-2.5-flash", `{"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"https://x.example/doc.pdf"}}]}]}`,
+		{"a PDF by address", "gemini-2.5-flash", image("https://x.example/doc.pdf"),
 			"messages[0].content[0].image_url.url", "only when its path ends in an image's extension"},
-		{"an address without an extension", "gemini-2.5-flash", `{"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"https://x.example/render?id=1"}}]}]}`,
+		{"an address without an extension", "gemini-2.5-flash", image("https://x.example/render?id=1"),
 			"messages[0].content[0].image_url.url", "send messages[0].content[0] as a data: URL"},
-		{"data URL not base64", "gemini-2.5-flash", `{"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"data:image/png,abc"}}]}]}`,
+		{"data URL not base64", "gemini-2.5-flash", image("data:image/png,abc"),
 			"messages[0].content[0].image_url.url", "must be a base64 data: URL"},
 		{"file by id", "gemini-2.5-flash", `{"messages":[{"role":"user","content":[{"type":"file","file":{"file_id":"file-1"}}]}]}`,
 			"messages[0].content[0].file.file_id", "not as OpenAI file ids"},
